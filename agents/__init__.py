@@ -1,0 +1,1 @@
+"""Role prompts, the action grammar, and policies (scripted and LLM)."""

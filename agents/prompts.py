@@ -1,0 +1,93 @@
+"""Role prompts and the exact text of every environment-inserted message.
+
+All roles are played by one model; the system prompt selects the role. Everything the
+environment inserts into a model's context (passages, subtasks, reports, feedback) is built here,
+with tag look-alikes neutralized, so the chat format has a single source of truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agents.actions import neutralize_tags
+from envs.retrieval.base import Passage
+
+LEADER_PROMPT = (
+    "You are the Leader of a search team. Break the question into simple subtasks and delegate "
+    "them to Searchers in waves: write <delegate>one subtask per line</delegate>. "
+    "Use facts from earlier reports to write later subtasks. When the reports suffice, hand them "
+    "to the Answerer with <select>report numbers</select> or <select>all</select>."
+)
+SEARCHER_PROMPT = (
+    "You are a Searcher. Find the facts your task asks for. To search, write "
+    "<search>query</search>; results appear inside <information>. When you know the facts, "
+    "write <report>a short report of them</report>."
+)
+ANSWERER_PROMPT = (
+    "You are the Answerer. Answer the question using the reports. "
+    "Write only the answer, as a short phrase, inside <answer></answer>."
+)
+ROLE_PROMPTS = {"leader": LEADER_PROMPT, "searcher": SEARCHER_PROMPT, "answerer": ANSWERER_PROMPT}
+
+LAST_TURN_NOTICE = {
+    "searcher": "This is your last turn: write your <report> now.",
+    "leader": "This is your last turn: <select> the reports for the Answerer now.",
+}
+
+
+def system_message(role: str) -> dict[str, str]:
+    return {"role": "system", "content": ROLE_PROMPTS[role]}
+
+
+def task_message(task: str) -> dict[str, str]:
+    return {"role": "user", "content": f"Task: {neutralize_tags(task)}"}
+
+
+def question_message(question: str, num_searchers: int, max_rounds: int) -> dict[str, str]:
+    return {
+        "role": "user",
+        "content": (
+            f"Question: {neutralize_tags(question)}\n"
+            f"You have {num_searchers} Searchers per wave and at most {max_rounds} waves."
+        ),
+    }
+
+
+def format_passages(passages: Sequence[Passage], max_chars: int) -> str:
+    if not passages:
+        return "<information>\nNo results.\n</information>"
+    lines = []
+    for rank, passage in enumerate(passages, start=1):
+        text = passage.text if len(passage.text) <= max_chars else passage.text[:max_chars] + "…"
+        lines.append(f"[{rank}] {neutralize_tags(passage.title)}: {neutralize_tags(text)}")
+    return "<information>\n" + "\n".join(lines) + "\n</information>"
+
+
+def information_message(passages: Sequence[Passage], max_chars: int) -> dict[str, str]:
+    return {"role": "user", "content": format_passages(passages, max_chars)}
+
+
+def format_reports(reports: Sequence[tuple[int, str, str]]) -> str:
+    """``reports`` holds (number, subtask, text); numbers are what the Leader selects by."""
+    if not reports:
+        return "Reports: none."
+    lines = ["Reports:"]
+    for number, subtask, text in reports:
+        lines.append(f"[Report {number}] ({neutralize_tags(subtask)}) {neutralize_tags(text)}")
+    return "\n".join(lines)
+
+
+def reports_message(reports: Sequence[tuple[int, str, str]]) -> dict[str, str]:
+    return {"role": "user", "content": format_reports(reports)}
+
+
+def answerer_message(question: str, reports: Sequence[tuple[int, str, str]]) -> dict[str, str]:
+    return {
+        "role": "user",
+        "content": f"Question: {neutralize_tags(question)}\n\n{format_reports(reports)}",
+    }
+
+
+def feedback_message(error: str, allowed: Sequence[str]) -> dict[str, str]:
+    kinds = " or ".join(f"<{k}>" for k in allowed)
+    return {"role": "user", "content": f"Invalid action ({neutralize_tags(error)}). Use {kinds}."}

@@ -1,0 +1,1 @@
+"""Evaluation protocol and performance benchmarks."""

@@ -1,0 +1,1 @@
+"""PettingZoo environments for multi-agent search, retrieval, and datasets."""

@@ -1,0 +1,74 @@
+"""Questions in the FlashRAG dataset format: ``{"id", "question", "golden_answers": [...], "metadata"}``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class DatasetError(ValueError):
+    """A dataset file or line is malformed. The message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, row: Any, where: str = "question") -> Question:
+        if not isinstance(row, dict):
+            raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        for name in ("id", "question", "golden_answers"):
+            if name not in row:
+                raise DatasetError(f"{where}: missing field {name!r}")
+        if not isinstance(row["question"], str) or not row["question"].strip():
+            raise DatasetError(f"{where}: field 'question' must be a non-empty string")
+        answers = row["golden_answers"]
+        if isinstance(answers, str):
+            answers = [answers]
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            raise DatasetError(f"{where}: field 'golden_answers' must be a list of strings")
+        metadata = row.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise DatasetError(f"{where}: field 'metadata' must be an object")
+        return cls(str(row["id"]), row["question"], tuple(answers), metadata)
+
+
+def iter_questions(path: str | Path) -> Iterator[Question]:
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"dataset file {path} does not exist")
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from None
+            yield Question.from_dict(row, where)
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    return list(iter_questions(path))
+
+
+def write_questions(questions: list[Question], path: str | Path) -> None:
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for q in questions:
+            handle.write(json.dumps(q.to_dict(), ensure_ascii=False) + "\n")

@@ -1,0 +1,33 @@
+"""The retriever protocol every retriever implements (BM25, dense, pyserini, HTTP client)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved passage. ``id`` is the corpus id; ``score`` is retriever-specific."""
+
+    id: str
+    title: str
+    text: str
+    score: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Batched retrieval: one list of at most ``k`` passages per query, best first.
+
+    ``name`` and ``fingerprint`` identify the retriever and its corpus, so that caches keyed on
+    them never mix results of different indexes.
+    """
+
+    name: str
+    fingerprint: str
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]: ...

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create .venv and install MultiAgent-OPD. The CPU torch wheel goes in first: an unpinned torch
+# would pull a multi-GB CUDA build.
+#   bash scripts/setup.sh          # core + retrieval extras (what the main job needs)
+#   bash scripts/setup.sh --dev    # + test tools and every extra the test suite exercises
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "torch==2.13.0"
+extras="retrieval"
+if [ "${1:-}" = "--dev" ]; then
+  extras="retrieval,dev"
+fi
+.venv/bin/python -m pip install -q -e ".[${extras}]"

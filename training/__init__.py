@@ -1,0 +1,1 @@
+"""The learner: rollouts, advantages, PPO, Stage I / Stage II trainers."""
