@@ -14,6 +14,7 @@ import sys
 
 COMMAND_MODULES = [
     "envs.cli",
+    "envs.retrieval.cli",
 ]
 
 

@@ -11,6 +11,6 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q "torch==2.13.0"
 extras="retrieval"
 if [ "${1:-}" = "--dev" ]; then
-  extras="retrieval,dev"
+  extras="retrieval,pyserini,dev"  # pyserini: ~20 s, ~780 MB incl. deps; its tests need Java 17
 fi
 .venv/bin/python -m pip install -q -e ".[${extras}]"

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import bm25s
 
 from envs.retrieval.base import Passage
 from envs.retrieval.corpus import Corpus
+
+
+def bm25_text(title: str, text: str) -> str:
+    return f"{title} {text}"
 
 
 class BM25Retriever:
@@ -13,16 +20,38 @@ class BM25Retriever:
 
     name = "bm25s"
 
-    def __init__(self, corpus: Corpus, k1: float = 1.5, b: float = 0.75):
+    def __init__(self, corpus: Corpus, k1: float = 1.5, b: float = 0.75, index: bm25s.BM25 | None = None):
         if len(corpus) == 0:
             raise ValueError("BM25Retriever needs a non-empty corpus")
         self.corpus = corpus
         self.fingerprint = corpus.fingerprint
-        tokens = bm25s.tokenize(
-            [f"{doc.title} {doc.text}" for doc in corpus.documents], stopwords="en", show_progress=False
-        )
-        self._index = bm25s.BM25(k1=k1, b=b)
-        self._index.index(tokens, show_progress=False)
+        if index is None:
+            tokens = bm25s.tokenize(
+                [bm25_text(doc.title, doc.text) for doc in corpus.documents], stopwords="en", show_progress=False
+            )
+            index = bm25s.BM25(k1=k1, b=b)
+            index.index(tokens, show_progress=False)
+        self._index = index
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        self._index.save(str(directory))
+        meta = {"corpus_fingerprint": self.fingerprint, "count": len(self.corpus)}
+        (directory / "bm25_meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path, corpus: Corpus) -> BM25Retriever:
+        directory = Path(directory)
+        meta_path = directory / "bm25_meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"BM25 index {directory} has no bm25_meta.json (build it with `maopd index build`)")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta["corpus_fingerprint"] != corpus.fingerprint:
+            raise ValueError(
+                f"BM25 index {directory} was built for corpus {meta['corpus_fingerprint']}, "
+                f"but the corpus given has fingerprint {corpus.fingerprint}"
+            )
+        return cls(corpus, index=bm25s.BM25.load(str(directory)))
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:
         if not queries:

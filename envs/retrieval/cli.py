@@ -1,0 +1,98 @@
+"""``maopd index build`` and ``maopd retriever serve|query``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    index = subparsers.add_parser("index", help="build retrieval indexes").add_subparsers(dest="index_command", required=True)
+    build = index.add_parser("build", help="build a BM25, dense (faiss) or Lucene index from a JSONL corpus (resumable)")
+    build.add_argument("--corpus", required=True, help='JSONL corpus, one {"id", "contents"} per line')
+    build.add_argument("--out", required=True, help="index directory")
+    build.add_argument("--kind", choices=("dense", "bm25", "lucene"), default="dense")
+    build.add_argument("--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir")
+    build.add_argument("--prefix-style", choices=("auto", "e5", "none"), default="auto")
+    build.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat")
+    build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument("--chunk-size", type=int, default=1024, help="documents per resumable chunk")
+    build.set_defaults(func=_index_build)
+
+    retriever = subparsers.add_parser("retriever", help="serve or query a retriever").add_subparsers(
+        dest="retriever_command", required=True
+    )
+    serve = retriever.add_parser("serve", help="serve a retriever over Search-R1's POST /retrieve protocol")
+    _add_retriever_args(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-queries", type=int, default=512)
+    serve.add_argument("--max-k", type=int, default=100)
+    serve.set_defaults(func=_serve)
+
+    query = retriever.add_parser("query", help="run queries through a retriever and print JSON")
+    _add_retriever_args(query)
+    query.add_argument("queries", nargs="+")
+    query.add_argument("-k", type=int, default=3)
+    query.set_defaults(func=_query)
+
+
+def _add_retriever_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file holding a RetrieverConfig")
+    parser.add_argument("--corpus", help="JSONL corpus (needed by the bm25 and dense kinds)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="RetrieverConfig override, e.g. --set kind=dense --set index_dir=idx (repeatable)",
+    )
+
+
+def _load_retriever(args):
+    from maopd.config import load_yaml
+
+    from envs.retrieval.corpus import load_corpus
+    from envs.retrieval.factory import RetrieverConfig, build_retriever
+
+    config = load_yaml(RetrieverConfig, args.config, args.overrides)
+    corpus = load_corpus(args.corpus) if args.corpus else None
+    return build_retriever(config, corpus)
+
+
+def _index_build(args) -> int:
+    from envs.retrieval.index_build import build_bm25_index, build_dense_index
+
+    if args.kind == "bm25":
+        report = build_bm25_index(args.corpus, args.out)
+    elif args.kind == "lucene":
+        import time
+
+        from envs.retrieval.pyserini_adapter import build_lucene_index
+
+        start = time.perf_counter()
+        build_lucene_index(args.corpus, args.out)
+        print(f"lucene index -> {args.out} in {time.perf_counter() - start:.1f}s")
+        return 0
+    else:
+        report = build_dense_index(
+            args.corpus, args.out, args.encoder, args.prefix_style, args.index_type, args.chunk_size, args.batch_size
+        )
+    print(report.summary())
+    return 0
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from envs.retrieval.server import ServerLimits, create_app
+
+    retriever = _load_retriever(args)
+    limits = ServerLimits(max_queries=args.max_queries, max_k=args.max_k)
+    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{args.port}/retrieve")
+    uvicorn.run(create_app(retriever, limits), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _query(args) -> int:
+    retriever = _load_retriever(args)
+    for query, passages in zip(args.queries, retriever.search(args.queries, args.k)):
+        print(json.dumps({"query": query, "passages": [p.to_dict() for p in passages]}, ensure_ascii=False))
+    return 0

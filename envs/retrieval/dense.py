@@ -1,0 +1,142 @@
+"""Dense retrieval: encoder embeddings in a faiss index, searched by inner product.
+
+An index directory holds ``index.faiss``, ``docids.json`` (faiss row -> corpus id) and
+``meta.json`` (encoder, prefixes, index type, corpus fingerprint). Index types:
+
+- ``flat``: exact inner product (what Search-R1 ships as ``e5_Flat.index``);
+- ``hnsw``: graph index, approximate, fast on large corpora, no training;
+- ``ivfpq``: inverted lists + product quantisation, compressed ~32x, needs training vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from envs.retrieval.base import Passage
+from envs.retrieval.corpus import Corpus, Document
+from envs.retrieval.encoder import TextEncoder
+
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+
+
+@dataclass
+class DenseIndexMeta:
+    encoder: str
+    prefix_style: str
+    index_type: str
+    dim: int
+    corpus_fingerprint: str
+    count: int
+
+
+def passage_text(doc: Document) -> str:
+    """What the encoder sees for a document: title and text, as Search-R1's ``contents``."""
+    return f"{doc.title}\n{doc.text}" if doc.title else doc.text
+
+
+def make_faiss_index(vectors: np.ndarray, index_type: str, hnsw_m: int = 32, ivf_lists: int = 0):
+    """Build a faiss inner-product index of ``index_type`` over unit-normalised ``vectors``."""
+    import faiss
+
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"index type {index_type!r} is not one of {INDEX_TYPES}")
+    dim = vectors.shape[1]
+    if index_type == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = 128
+    else:
+        # Rules of thumb from the faiss wiki: ~sqrt(N) lists, at least 39 training points per list.
+        lists = ivf_lists or max(1, min(int(np.sqrt(len(vectors))), len(vectors) // 39))
+        subquantizers = next(m for m in (48, 32, 24, 16, 12, 8, 4, 2, 1) if dim % m == 0)
+        bits = 8 if len(vectors) >= 256 * 39 else 4
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(quantizer, dim, lists, subquantizers, bits, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = min(lists, 16)
+    index.add(vectors)
+    return index
+
+
+class DenseRetriever:
+    """Search a faiss index of passage embeddings with query embeddings from the same encoder."""
+
+    def __init__(self, encoder: TextEncoder, index, doc_ids: list[str], corpus: Corpus, meta: DenseIndexMeta):
+        if index.ntotal != len(doc_ids):
+            raise ValueError(f"dense index has {index.ntotal} vectors but {len(doc_ids)} document ids")
+        self.encoder = encoder
+        self.index = index
+        self.doc_ids = doc_ids
+        self.corpus = corpus
+        self.meta = meta
+        self.name = f"dense:{Path(meta.encoder).name}:{meta.index_type}"
+        self.fingerprint = meta.corpus_fingerprint
+
+    @classmethod
+    def build(
+        cls, corpus: Corpus, encoder: TextEncoder, index_type: str = "flat", show_progress: bool = False
+    ) -> DenseRetriever:
+        if len(corpus) == 0:
+            raise ValueError("DenseRetriever needs a non-empty corpus")
+        vectors = encoder.encode_passages([passage_text(d) for d in corpus.documents], show_progress)
+        meta = DenseIndexMeta(
+            encoder.name, encoder.prefix_style, index_type, encoder.dim, corpus.fingerprint, len(corpus)
+        )
+        return cls(encoder, make_faiss_index(vectors, index_type), [d.id for d in corpus.documents], corpus, meta)
+
+    def save(self, directory: str | Path) -> None:
+        save_dense_index(directory, self.index, self.doc_ids, self.meta)
+
+    @classmethod
+    def load(cls, directory: str | Path, corpus: Corpus, encoder: TextEncoder | None = None) -> DenseRetriever:
+        index, doc_ids, meta = load_dense_index(directory)
+        if meta.corpus_fingerprint != corpus.fingerprint:
+            raise ValueError(
+                f"dense index {directory} was built for corpus {meta.corpus_fingerprint}, "
+                f"but the corpus given has fingerprint {corpus.fingerprint}"
+            )
+        encoder = encoder or TextEncoder(meta.encoder, prefix_style=meta.prefix_style)
+        return cls(encoder, index, doc_ids, corpus, meta)
+
+    def search(self, queries: list[str], k: int) -> list[list[Passage]]:
+        if not queries:
+            return []
+        k = max(1, min(k, len(self.doc_ids)))
+        scores, rows = self.index.search(self.encoder.encode_queries(list(queries)), k)
+        results = []
+        for row_ids, row_scores in zip(rows, scores):
+            passages = []
+            for idx, score in zip(row_ids, row_scores):
+                if idx < 0:  # faiss pads with -1 when an approximate index finds fewer than k
+                    continue
+                doc = self.corpus[self.doc_ids[idx]]
+                passages.append(Passage(doc.id, doc.title, doc.text, float(score)))
+            results.append(passages)
+        return results
+
+
+def save_dense_index(directory: str | Path, index, doc_ids: list[str], meta: DenseIndexMeta) -> None:
+    import faiss
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(index, str(directory / "index.faiss"))
+    (directory / "docids.json").write_text(json.dumps(doc_ids), encoding="utf-8")
+    (directory / "meta.json").write_text(json.dumps(asdict(meta), indent=2), encoding="utf-8")
+
+
+def load_dense_index(directory: str | Path):
+    import faiss
+
+    directory = Path(directory)
+    missing = [n for n in ("index.faiss", "docids.json", "meta.json") if not (directory / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"dense index {directory} is missing {', '.join(missing)}")
+    meta = DenseIndexMeta(**json.loads((directory / "meta.json").read_text(encoding="utf-8")))
+    doc_ids = json.loads((directory / "docids.json").read_text(encoding="utf-8"))
+    return faiss.read_index(str(directory / "index.faiss")), doc_ids, meta
