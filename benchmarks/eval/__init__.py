@@ -1,0 +1,9 @@
+"""The evaluation protocol of the paper's Appendix A.
+
+One concept per module: ``converters`` (raw dataset formats to FlashRAG questions),
+``manifest`` (the fixed, de-duplicated test sample), ``extraction`` (strict and flexible answer
+extraction, failure taxonomy), ``records`` (the scored JSONL record format), ``runner`` (k
+independent workflows per question, resumable), ``metrics`` (avg@k, pass@k, k/k, costs,
+question-bootstrap CIs), ``report`` (tables, summary JSON, plot, trajectory viewer) and ``cli``
+(``maopd eval``). The record format is documented in docs/evaluation.md.
+"""

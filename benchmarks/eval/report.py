@@ -1,0 +1,233 @@
+"""Human-facing outputs of a summary: Markdown/CSV tables, the cost-accuracy plot, a viewer.
+
+Tables mirror the paper: the main table (avg@k per dataset and macro), Table 4 (avg@k, pass@k,
+k/k), costs (Figure 4's quantities), completion and flexible extraction (Table 6), and paired
+differences with the format-failure upper bound (Tables 5 and 7). Markdown rounds for reading;
+CSV keeps the unrounded values with their intervals in separate columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.eval.extraction import FAILURE_KINDS
+from benchmarks.eval.records import COST_FIELDS, EvalRecord
+
+# A cell is text, a number, or a (value, ci_low, ci_high) estimate.
+Cell = str | float | int | tuple[float, float, float]
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    scale: float = 1.0  # 100 for rates shown as percentages
+    digits: int = 2
+
+    def _markdown_cell(self, cell: Cell) -> str:
+        if isinstance(cell, tuple):
+            value, low, high = (x * self.scale for x in cell)
+            return f"{value:.{self.digits}f} [{low:.{self.digits}f}, {high:.{self.digits}f}]"
+        if isinstance(cell, float):
+            return f"{cell * self.scale:.{self.digits}f}"
+        return str(cell)
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |", "|" + "---|" * len(self.headers)]
+        lines += ["| " + " | ".join(self._markdown_cell(c) for c in row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def write_csv(self, path: Path) -> None:
+        headers: list[str] = []
+        for index, name in enumerate(self.headers):
+            is_estimate = any(isinstance(row[index], tuple) for row in self.rows)
+            headers += [name, f"{name} ci_low", f"{name} ci_high"] if is_estimate else [name]
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(headers)
+            for row in self.rows:
+                writer.writerow([x for cell in row for x in (cell if isinstance(cell, tuple) else (cell,))])
+
+
+def _estimate(entry: dict, dataset: str | None = None) -> tuple[float, float, float]:
+    if dataset is None:
+        return (entry["macro"], *entry["ci"])
+    return (entry["per_dataset"][dataset], *entry["per_dataset_ci"][dataset])
+
+
+def _k(summary: dict) -> int:
+    ks = {m["k"] for m in summary["methods"].values()}
+    return ks.pop() if len(ks) == 1 else max(ks)
+
+
+def build_tables(summary: dict) -> dict[str, Table]:
+    methods = summary["methods"]
+    k = _k(summary)
+    avg, passk, allk, flexible = f"avg@{k}", f"pass@{k}", f"{k}/{k}", f"flexible_avg@{k}"
+    datasets = sorted({d for m in methods.values() for d in m["num_questions"]})
+    tables = {
+        "main": Table(
+            f"Exact match {avg} (%) per dataset; macro with 95% bootstrap CI",
+            ["method", *datasets, "macro"],
+            [
+                [name, *(m["accuracy"][avg]["per_dataset"].get(d, float("nan")) for d in datasets), _estimate(m["accuracy"][avg])]
+                for name, m in methods.items()
+            ],
+            scale=100,
+        ),
+        "table4": Table(
+            "Macro accuracy (%) with 95% bootstrap CI",
+            ["method", avg, passk, allk],
+            [[name, *(_estimate(m["accuracy"][metric]) for metric in (avg, passk, allk))] for name, m in methods.items()],
+            scale=100,
+        ),
+        "costs": Table(
+            "Workload per workflow (dataset-macro; 95% bootstrap CI)",
+            ["method", *COST_FIELDS],
+            [[name, *(_estimate(m["costs"][c]) if c in m["costs"] else "n/a" for c in COST_FIELDS)] for name, m in methods.items()],
+        ),
+        "completion": Table(
+            "Completion and flexible extraction (rates in %, counts are workflows)",
+            ["method", "format failure rate", *FAILURE_KINDS, flexible, "rescued"],
+            [
+                [
+                    name,
+                    _estimate(m["failures"]["rate"]),
+                    *(str(m["failures"]["counts"][kind]) for kind in FAILURE_KINDS),
+                    _estimate(m["accuracy"][flexible]),
+                    str(m["extraction"]["rescued"]),
+                ]
+                for name, m in methods.items()
+            ],
+            scale=100,
+        ),
+    }
+    if summary["comparisons"]:
+        tables["paired"] = Table(
+            "Paired differences A − B (percentage points, 95% paired bootstrap CI)",
+            ["A", "B", avg, passk, allk, "A − (B if its format failures were correct)"],
+            [
+                [
+                    c["a"], c["b"],
+                    *(_estimate(c["differences"][metric]) for metric in (avg, passk, allk)),
+                    _estimate(c["a_minus_b_if_failures_correct"]),
+                ]
+                for c in summary["comparisons"]
+            ],
+            scale=100,
+        )
+    return tables
+
+
+def write_tables(tables: dict[str, Table], out_dir: Path) -> Path:
+    """Write ``tables.md`` and one CSV per table; returns the Markdown path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.write_csv(out_dir / f"{name}.csv")
+    path = out_dir / "tables.md"
+    path.write_text("\n".join(t.markdown() for t in tables.values()), encoding="utf-8")
+    return path
+
+
+PLOT_COSTS = ("search_actions", "input_tokens", "output_tokens")
+
+
+def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
+    """Figure 4: search actions, input and output tokens against macro EM, with bootstrap bars.
+
+    Returns None when no method recorded these costs.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = _k(summary)
+    methods = {n: m for n, m in summary["methods"].items() if all(c in m["costs"] for c in PLOT_COSTS)}
+    if not methods:
+        return None
+    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.6), sharey=True)
+    for axis, cost in zip(axes, PLOT_COSTS):
+        for name, m in methods.items():
+            x, x_low, x_high = _estimate(m["costs"][cost])
+            y, y_low, y_high = (100 * v for v in _estimate(m["accuracy"][f"avg@{k}"]))
+            axis.errorbar(x, y, xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]],
+                          fmt="o", capsize=3, label=name)
+            axis.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow")
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel(f"macro EM avg@{k} (%)")
+    figure.suptitle("Cost versus accuracy (dataset-macro, 95% bootstrap CI)")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _attempt_html(record: EvalRecord) -> str:
+    parts = [
+        f"<p><b>attempt {record.attempt}</b>: score {record.score:g}, strict {html.escape(repr(record.strict_answer))}, "
+        f"flexible {html.escape(repr(record.flexible_answer))} (rule {record.flexible_rule})"
+        + (f", failure <i>{record.failure}</i>" if record.failure else "") + "</p>"
+    ]
+    trajectory = record.trajectory or {}
+    for subtask in trajectory.get("subtasks", []):
+        parts.append(f"<div class=sub>wave {subtask.get('wave')} → {html.escape(str(subtask.get('agent')))}: "
+                     f"{html.escape(str(subtask.get('task')))}</div>")
+    for search in trajectory.get("searches", []):
+        parts.append(f"<div class=search>{html.escape(str(search.get('agent')))} searched "
+                     f"<code>{html.escape(str(search.get('query')))}</code> ({len(search.get('passages', []))} passages)</div>")
+    for report in trajectory.get("reports", []):
+        parts.append(f"<div class=report>report {report.get('number')} ({html.escape(str(report.get('agent')))}): "
+                     f"{html.escape(str(report.get('text')))}</div>")
+    parts.append(f"<pre>{html.escape(str(record.final_output))}</pre>")
+    return "\n".join(parts)
+
+
+def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[str] = (), limit: int = 50) -> Path:
+    """An HTML page per question with every method side by side, attempt by attempt.
+
+    ``questions`` selects ``dataset/question_id`` keys; otherwise the ``limit`` questions on
+    which the methods disagree most (spread of correct attempts) come first.
+    """
+    by_question: dict[tuple[str, str], dict[str, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        by_question[record.question_key][record.method].append(record)
+    methods = sorted({r.method for r in records})
+    if questions:
+        wanted = [tuple(q.split("/", 1)) for q in questions]
+        keys = [key for key in wanted if key in by_question]
+    else:
+        def spread(key: tuple[str, str]) -> float:
+            correct = [sum(r.score for r in by_question[key][m]) for m in methods if m in by_question[key]]
+            return max(correct) - min(correct)
+
+        keys = sorted(by_question, key=lambda key: (-spread(key), key))[:limit]
+    sections = []
+    for key in keys:
+        first = next(iter(by_question[key].values()))[0]
+        cells = []
+        for method in methods:
+            attempts = sorted(by_question[key].get(method, []), key=lambda r: r.attempt)
+            correct = sum(r.score for r in attempts)
+            cells.append(f"<td><h4>{html.escape(method)}: {correct:g}/{len(attempts)} correct</h4>"
+                         + "\n".join(_attempt_html(r) for r in attempts) + "</td>")
+        sections.append(
+            f"<h3>{html.escape(key[0])}/{html.escape(key[1])}: {html.escape(first.question)}</h3>"
+            f"<p>gold: {html.escape(' | '.join(first.golden_answers))}</p>"
+            f"<table><tr>{''.join(cells)}</tr></table>"
+        )
+    style = ("body{font-family:sans-serif} td{vertical-align:top;border:1px solid #ccc;padding:6px;width:"
+             f"{100 // max(len(methods), 1)}%}} pre{{white-space:pre-wrap;background:#f6f6f6}} "
+             ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"<!doctype html><meta charset=utf-8><title>trajectories</title><style>{style}</style>"
+                    + "\n".join(sections), encoding="utf-8")
+    return path
