@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import json
+
 
 def register(subparsers) -> None:
     play = subparsers.add_parser("play", help="run one episode with the scripted team and print the transcript")
     play.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
-    play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--seed", type=int, default=0, help="picks the question")
+    play.add_argument("--question-index", type=int, default=None, help="play this question instead of a seeded one")
+    play.add_argument("--num-searchers", type=int, default=3)
     play.add_argument("--json", action="store_true", help="also print the workflow record as JSON")
     play.set_defaults(func=_play)
 
 
 def _play(args) -> int:
-    raise SystemExit("maopd play: the environments are not implemented yet")
+    from agents.scripted import scripted_team
+    from envs import cascade_search_v0, hierarchical_search_v0
+    from envs.episode import run_episode
+
+    if args.workflow == "hierarchical":
+        env = hierarchical_search_v0.env(render_mode="ansi", num_searchers=args.num_searchers)
+    else:
+        env = cascade_search_v0.env(render_mode="ansi")
+    options = None if args.question_index is None else {"question_index": args.question_index}
+    record = run_episode(env, scripted_team(), seed=args.seed, options=options)
+    print(env.render())
+    if args.json:
+        print(json.dumps(record, indent=2, ensure_ascii=False))
+    return 0

@@ -1,0 +1,219 @@
+"""Batched token sampling with a KV cache, recording the log-prob of every sampled token.
+
+``sample_rows`` generates one continuation per row (a prompt's token ids plus a seed). It is our
+own loop over ``model(..., past_key_values=...)`` rather than ``model.generate`` so that what is
+recorded is exactly what was sampled:
+
+* **Log-probs** are ``log softmax(logits / temperature)`` of the sampled token: the policy's
+  temperature-scaled distribution, *before* top-p truncation. That is the π_old of PPO, since a
+  trainer recomputes it with one forward pass and the same temperature (``training.token_scoring``
+  does; re-scoring matches these log-probs, tested). The token itself is drawn from the top-p
+  truncated, renormalised distribution, as vLLM and the paper's evaluation do; like verl we do not
+  correct for that truncation. Temperature 0 means greedy decoding, and the recorded log-probs are
+  then those of the untempered policy.
+* **Batching is invisible**: each row draws its uniforms from its own generator, seeded by the
+  row's seed, and samples by inverse CDF over the vocabulary sorted by probability (stable sort).
+  A row's tokens therefore depend only on its prompt and seed, not on the other rows or on padding.
+  Left padding changes the floating-point sums of a row by ~1e-6, which changes a token only if
+  its uniform lies within that distance of a CDF boundary.
+* **Stops**: a row ends at an EOS token (kept, ``finish_reason="eos"``), at a stop string such as
+  ``</search>`` (``"stop"``; matched by token id when the string is one token, else by decoding the
+  row's last tokens, so any tokenizer works; the token that completes the string is kept whole),
+  or after ``max_new_tokens`` (``"length"``). Prompts longer than ``max_input_tokens`` are not run
+  (``"prompt_too_long"``, no tokens) rather than silently truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from agents.actions import STOP_STRINGS
+
+FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
+
+
+@dataclass
+class SamplingConfig:
+    """Per-call sampling settings; the defaults are the paper's evaluation settings."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 512
+    max_input_tokens: int = 8192
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+
+    def __post_init__(self) -> None:
+        self.stop_strings = tuple(self.stop_strings)
+        if not self.temperature >= 0:
+            raise ValueError("SamplingConfig.temperature must be >= 0 (0 means greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("SamplingConfig.top_p must be in (0, 1]")
+        for name in ("max_new_tokens", "max_input_tokens"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"SamplingConfig.{name} must be a positive integer")
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
+            raise ValueError("SamplingConfig.stop_strings must be non-empty strings")
+
+
+@dataclass
+class Candidate:
+    """One sampled continuation: its token ids, their log-probs, and why it ended."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "length"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class StopMatcher:
+    """Tells whether a row's generated ids now end a stop string."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_strings: Iterable[str]):
+        self.tokenizer = tokenizer
+        self.token_ids: set[int] = set()
+        self.strings: list[str] = []
+        for stop in stop_strings:
+            ids = tokenizer(stop, add_special_tokens=False)["input_ids"]
+            if len(ids) == 1 and tokenizer.decode(ids) == stop:
+                self.token_ids.add(ids[0])
+            else:
+                self.strings.append(stop)
+        # A token holds at least one byte, so a stop string of b bytes spans at most b tokens;
+        # one more token covers a string that starts inside a token.
+        self.window = max((len(s.encode()) for s in self.strings), default=0) + 1
+
+    def stopped(self, generated: Sequence[int]) -> bool:
+        if generated[-1] in self.token_ids:
+            return True
+        if not self.strings:
+            return False
+        # Earlier tokens cannot hold a whole stop string: generation would have ended there.
+        tail = self.tokenizer.decode(generated[-self.window:])
+        return any(stop in tail for stop in self.strings)
+
+
+def sample_next_tokens(
+    logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of ``logits`` (R, V) by inverse CDF with ``uniforms`` (R,).
+
+    Returns the tokens and their log-probs under ``log_softmax(logits / temperature)`` (the
+    untempered log-softmax when temperature is 0, which samples greedily).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    sorted_probs, order = logprobs.exp().sort(dim=-1, descending=True, stable=True)
+    # Keep the smallest prefix whose mass reaches top_p: a token is kept if the mass strictly
+    # before it is below top_p, so the most likely token is always kept.
+    kept = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p
+    cdf = (sorted_probs * kept).cumsum(dim=-1)
+    targets = uniforms.to(cdf) * cdf[:, -1]
+    index = torch.searchsorted(cdf, targets[:, None], right=True)
+    # Float rounding can put a target at the very top of the CDF; stay inside the kept tokens.
+    index = torch.minimum(index, kept.sum(dim=-1, keepdim=True) - 1)
+    tokens = order.gather(1, index).squeeze(1)
+    return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
+
+
+def row_uniforms(seeds: Sequence[int], steps: int) -> torch.Tensor:
+    """(R, steps) uniforms; row r comes from its own CPU generator seeded with ``seeds[r]``."""
+    rows = []
+    for seed in seeds:
+        generator = torch.Generator().manual_seed(int(seed))
+        rows.append(torch.rand(steps, generator=generator))
+    return torch.stack(rows)
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.inference_mode()
+def sample_rows(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    seeds: Sequence[int],
+    sampling: SamplingConfig,
+    stops: StopMatcher,
+    eos_ids: Iterable[int],
+    pad_id: int,
+) -> list[Candidate]:
+    """Generate one candidate per (prompt, seed) row, in one left-padded batch with a KV cache.
+
+    Rows that finish are dropped from the batch (and from the cache) so they cost nothing more.
+    """
+    if len(prompts) != len(seeds):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    results = [Candidate() for _ in prompts]
+    runnable = []
+    for row, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
+        if len(prompt) > sampling.max_input_tokens:
+            results[row].finish_reason = "prompt_too_long"
+        else:
+            runnable.append(row)
+    if not runnable:
+        return results
+
+    device = next(model.parameters()).device
+    eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
+    uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(device)
+    ids, mask = _left_pad([prompts[r] for r in runnable], pad_id, device)
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    active = torch.tensor(runnable, device=device)  # batch slot -> row in `prompts`
+    slots = torch.arange(len(runnable), device=device)  # batch slot -> row in `uniforms`
+    output = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                   use_cache=True, logits_to_keep=1)
+    cache = output.past_key_values
+    next_position = positions[:, -1] + 1
+
+    for step in range(sampling.max_new_tokens):
+        tokens, logprobs = sample_next_tokens(
+            output.logits[:, -1], uniforms[slots, step], sampling.temperature, sampling.top_p
+        )
+        finished = []
+        for slot, (row, token, logprob) in enumerate(zip(active.tolist(), tokens.tolist(), logprobs.tolist())):
+            candidate = results[row]
+            candidate.token_ids.append(token)
+            candidate.logprobs.append(logprob)
+            if token in eos:
+                candidate.finish_reason = "eos"
+            elif stops.stopped(candidate.token_ids):
+                candidate.finish_reason = "stop"
+            else:
+                continue
+            finished.append(slot)
+        if step == sampling.max_new_tokens - 1:
+            break
+        if finished:
+            keep = torch.tensor(
+                [s for s in range(len(active)) if s not in set(finished)], dtype=torch.long, device=device
+            )
+            if len(keep) == 0:
+                break
+            cache.batch_select_indices(keep)
+            active, slots, tokens = active[keep], slots[keep], tokens[keep]
+            mask, next_position = mask[keep], next_position[keep]
+        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+        output = model(input_ids=tokens[:, None], attention_mask=mask,
+                       position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
+        cache = output.past_key_values
+        next_position = next_position + 1
+    return results

@@ -1,0 +1,126 @@
+"""Rule-based policies for the three roles: a debugging team that solves easy (one-hop) questions.
+
+* Leader: delegates the whole question as one subtask, then selects every report.
+* Searcher: searches its task once, then reports the retrieved sentence that shares the most
+  words with the task.
+* Answerer: answers with the longest run of report words that the question does not contain
+  ("Where was X born?" + "X was born in Tarvel." -> "Tarvel").
+
+They read only what an LLM would read (the ``AgentTurn`` messages), so they exercise exactly the
+same observation path. World-aware expert teams (``envs.synthwiki``) build on the same pieces.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from agents.policy import AgentOutput, AgentTurn, RoleRouter
+
+STOPWORDS = frozenset(
+    "a an the of in on at to for by with from is was are were be been which what who whom where when "
+    "how did does do its it he she they his her their this that as and or".split()
+)
+_WORD = re.compile(r"[\w'-]+", re.UNICODE)
+_PASSAGE_LINE = re.compile(r"^\[\d+\] (?P<title>[^:]*): (?P<text>.*)$")
+_REPORT_LINE = re.compile(r"^\[Report \d+\] \((?P<task>.*?)\) (?P<text>.*)$")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+def content_words(text: str) -> set[str]:
+    return {w.lower() for w in words(text) if w.lower() not in STOPWORDS}
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+
+
+def latest_passages(turn: AgentTurn) -> list[tuple[str, str]]:
+    """(title, text) of the passages in the most recent ``<information>`` message."""
+    for message in reversed(turn.messages):
+        if message["role"] == "user" and message["content"].startswith("<information>"):
+            return [
+                (m.group("title"), m.group("text"))
+                for m in map(_PASSAGE_LINE.match, message["content"].splitlines())
+                if m
+            ]
+    return []
+
+
+def report_texts(text: str) -> list[str]:
+    return [m.group("text") for m in map(_REPORT_LINE.match, text.splitlines()) if m]
+
+
+def best_sentence(task: str, passages: Sequence[tuple[str, str]]) -> str | None:
+    """The passage sentence sharing the most content words with ``task`` (earliest on ties)."""
+    wanted = content_words(task)
+    best, best_overlap = None, 0
+    for _, text in passages:
+        for sentence in sentences(text):
+            overlap = len(wanted & content_words(sentence))
+            if overlap > best_overlap:
+                best, best_overlap = sentence, overlap
+    return best
+
+
+def novel_span(question: str, text: str) -> str:
+    """The longest run of words in ``text`` that are neither in ``question`` nor stopwords (last on ties)."""
+    asked = {w.lower() for w in words(question)}
+    best: list[str] = []
+    run: list[str] = []
+    for word in words(text) + [""]:
+        if word and word.lower() not in asked and word.lower() not in STOPWORDS:
+            run.append(word)
+            continue
+        if run and len(run) >= len(best):
+            best = run
+        run = []
+    return " ".join(best)
+
+
+def strip_prefix(text: str, prefix: str) -> str:
+    return text[len(prefix) :].strip() if text.startswith(prefix) else text.strip()
+
+
+class ScriptedLeader:
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self.decide(turn)]) for turn in turns]
+
+    def decide(self, turn: AgentTurn) -> str:
+        has_reports = any(m["role"] == "user" and m["content"].startswith("Reports:") for m in turn.messages)
+        if "delegate" in turn.allowed and not has_reports:
+            question = strip_prefix(turn.task.splitlines()[0], "Question:")
+            return f"<delegate>\n{question}\n</delegate>"
+        return "<select>all</select>"
+
+
+class ScriptedSearcher:
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self.decide(turn)]) for turn in turns]
+
+    def decide(self, turn: AgentTurn) -> str:
+        task = strip_prefix(turn.task, "Task:")
+        searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
+        if not searched and "search" in turn.allowed:
+            return f"<search>{task}</search>"
+        fact = best_sentence(task, latest_passages(turn))
+        return f"<report>{fact or 'No relevant information found.'}</report>"
+
+
+class ScriptedAnswerer:
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self.decide(turn)] * turn.num_candidates) for turn in turns]
+
+    def decide(self, turn: AgentTurn) -> str:
+        body = turn.messages[-1]["content"]
+        question = strip_prefix(body.split("\n\n", 1)[0], "Question:")
+        passages = [("", text) for text in report_texts(body)]
+        fact = best_sentence(question, passages) or ""
+        return f"<answer>{novel_span(question, fact)}</answer>"
+
+
+def scripted_team() -> RoleRouter:
+    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": ScriptedAnswerer()})

@@ -1,0 +1,93 @@
+"""Tiny random-initialised Qwen3 models, built offline from a seed, for tests and CPU demos.
+
+The model has the architecture of the paper's Qwen3 policy (``Qwen3ForCausalLM``) at a size two
+CPU cores run in milliseconds per token. Its weights are random: it produces gibberish, but real
+token ids, log-probs, KV caches and gradients, which is what the rollout, scoring and training
+code needs to be tested end to end. The same seed and config give identical weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 128
+    max_position_embeddings: int = 16384
+    # Larger than Qwen's 0.02 so that a random model's next-token distributions are far from
+    # uniform, which makes sampling, top-p and stop-tag tests meaningful.
+    initializer_range: float = 0.2
+    tie_word_embeddings: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "max_position_embeddings"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"TinyModelConfig.{name} must be a positive integer")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("TinyModelConfig.num_heads must be a multiple of num_kv_heads")
+
+
+def qwen3_config(tokenizer: PreTrainedTokenizerBase, config: TinyModelConfig) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        initializer_range=config.initializer_range,
+        tie_word_embeddings=config.tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerBase,
+    config: TinyModelConfig | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Qwen3ForCausalLM:
+    """A random ``Qwen3ForCausalLM`` over ``tokenizer``'s vocabulary, identical for one seed."""
+    config = config or TinyModelConfig()
+    # fork_rng keeps the caller's global RNG state untouched by our seeding.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Qwen3ForCausalLM(qwen3_config(tokenizer, config))
+    return model.to(dtype).eval()
+
+
+def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:
+    """Save model and tokenizer side by side, loadable with ``load_model`` or ``from_pretrained``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def load_model(
+    directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local directory (never from a hub)."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory}: no config.json; not a saved model directory")
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    return model.to(device).eval(), tokenizer

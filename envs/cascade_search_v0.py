@@ -1,0 +1,89 @@
+"""Cascade search (C-MAS): one Searcher, then the Answerer.
+
+=====================  ==================================================================
+Import                 ``from envs import cascade_search_v0``
+Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
+Parallel API           Yes (``parallel_env``)
+Agents                 ``agents = ["searcher_0", "answerer"]``
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Budget                 5 environment steps (``max_steps``)
+=====================  ==================================================================
+
+The Searcher receives the question and acts ReAct-style: each step it writes
+``<search>query</search>`` (the top-``topk`` passages come back inside ``<information>``) or
+``<report>…</report>``. The Answerer then answers from the report with ``<answer>…</answer>``,
+one text per candidate (``num_candidates``: 5 in training, 1 in evaluation).
+
+Budget rule: the Searcher may act in steps 1 … ``max_steps``-1, and in step ``max_steps``-1 it
+may only report (its observation says so and ``action_kinds`` masks ``search``). A Searcher that
+has not reported by then gets the forced report ``(no report)`` and a format failure. The
+Answerer acts in the step after the report, at the latest in step ``max_steps``; the episode
+ends after it.
+
+Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
+R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j, and any role with
+a format failure -1 (see ``envs.rewards``). The finished workflow record (envs/records.py; it holds a wall-clock duration, so it is kept out
+of ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
+
+``observation_space(agent).contains`` holds for any Unicode history. ``action_kinds`` orders
+``("search", "report", "delegate", "select", "answer")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import prompts
+from envs.parallel import parallel_wrapper_fn
+from envs.search_env import SearchEnv
+
+
+class raw_env(SearchEnv):
+    metadata = {**SearchEnv.metadata, "name": "cascade_search_v0"}
+    workflow = "cascade"
+    default_max_steps = 5
+    min_steps = 2
+
+    def _agent_names(self) -> list[str]:
+        return ["searcher_0", "answerer"]
+
+    def _start_episode(self) -> None:
+        self._answered = False
+        self._assign("searcher_0", 1, self.question.question)
+
+    def _searcher_last_step(self) -> int:
+        return self.max_steps - 1
+
+    def _schedule(self) -> list[str]:
+        if self._answered:
+            return []
+        if self.active:
+            return ["searcher_0"]
+        if self.answer_turn is None:
+            self._start_answer([report["number"] for report in self.reports])
+        return ["answerer"]
+
+    def _allowed(self, agent: str) -> tuple[str, ...]:
+        if agent == "answerer":
+            return ("answer",)
+        return self._searcher_allowed(self.env_step + 1)
+
+    def _messages(self, agent: str) -> list[dict[str, str]]:
+        if agent == "answerer":
+            return self.answer_turn.messages if self.answer_turn else [prompts.system_message("answerer")]
+        return self._searcher_messages(agent)
+
+    def _resolve(self, actions: dict[str, Any]) -> None:
+        if "answerer" in actions:
+            self._resolve_answer(actions["answerer"])
+            self._answered = True
+        else:
+            self._resolve_searchers(actions)
+
+
+def env(**kwargs: Any) -> raw_env:
+    """The cascade environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
+    return raw_env(**kwargs)
+
+
+parallel_env = parallel_wrapper_fn(env)

@@ -1,0 +1,161 @@
+"""Hierarchical search (H-MAS): a Leader delegates subtasks to Searchers in waves, then the Answerer answers.
+
+=====================  ==================================================================
+Import                 ``from envs import hierarchical_search_v0``
+Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
+Parallel API           Yes (``parallel_env``)
+Agents                 ``agents = ["leader", "searcher_0", …, "searcher_{num_searchers-1}", "answerer"]``
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Budget                 12 environment steps (``max_steps``), at most 5 delegation rounds (``max_rounds``)
+=====================  ==================================================================
+
+The Leader sees the question and writes ``<delegate>one subtask per line</delegate>``: subtask k
+goes to ``searcher_k`` (subtasks beyond ``num_searchers`` are dropped and recorded). The Searchers
+of a wave act concurrently, one action each per environment step, running the same ReAct loop as
+in the cascade until each has reported. The Leader then sees the wave's reports (numbered across
+waves) and either delegates another wave or writes ``<select>numbers</select>`` /
+``<select>all</select>`` to hand reports to the Answerer, who answers with ``<answer>…</answer>``.
+
+Budget rule (B = ``max_steps``): the last two steps are reserved for the Leader's selection and
+the Answerer.
+* The Leader may delegate in step s only while s ≤ B-3 and fewer than ``max_rounds`` waves ran;
+  otherwise ``action_kinds`` allows only ``select``.
+* Searchers may act until step B-2, where they may only report; a Searcher without a report then
+  gets the forced report ``(no report)`` and a format failure.
+* A Leader format failure costs it the step and it gets feedback; if it fails in step B-1 (or any
+  step after which no Leader step is left), all reports go to the Answerer (forced finish).
+* The Answerer acts in the step after the selection, at the latest step B. The episode then ends.
+
+Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): Leader R_L = 0.9·R_EM +
+0.1·min(C_tool, 6)/6 (Eq. 6); Answerer the mean over candidates of R_A,j = c_j; each Searcher slot
+the mean over its assignments of 0.9·R_EM + 0.1·b_S; a role's format failure gives it -1. The
+finished workflow record (envs/records.py; it holds a wall-clock duration, so it is kept out of
+``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import prompts
+from envs import rewards as R
+from envs.parallel import parallel_wrapper_fn
+from envs.search_env import SearchEnv, Turn, with_notice
+
+
+class raw_env(SearchEnv):
+    metadata = {**SearchEnv.metadata, "name": "hierarchical_search_v0"}
+    workflow = "hierarchical"
+    default_max_steps = 12
+    min_steps = 5
+
+    def _agent_names(self) -> list[str]:
+        searchers = [f"searcher_{k}" for k in range(self.config.num_searchers)]
+        return ["leader", *searchers, "answerer"]
+
+    def _start_episode(self) -> None:
+        self._answered = False
+        self.rounds = 0
+        question = prompts.question_message(self.question.question, self.config.num_searchers, self.config.max_rounds)
+        self.leader = Turn("leader", "leader", [prompts.system_message("leader"), question])
+
+    def _searcher_last_step(self) -> int:
+        return self.max_steps - 2
+
+    def _leader_allowed(self, step: int) -> tuple[str, ...]:
+        if self.rounds < self.config.max_rounds and step <= self.max_steps - 3:
+            return ("delegate", "select")
+        return ("select",)
+
+    def _leader_last_step(self, step: int) -> bool:
+        return step >= self.max_steps - 1
+
+    def _schedule(self) -> list[str]:
+        if self._answered:
+            return []
+        if self.active:
+            return [agent for agent in self.possible_agents if agent in self.active]
+        if self.answer_turn is not None:
+            return ["answerer"]
+        return ["leader"]
+
+    def _allowed(self, agent: str) -> tuple[str, ...]:
+        role = self.role_of(agent)
+        if role == "leader":
+            return self._leader_allowed(self.env_step + 1)
+        if role == "answerer":
+            return ("answer",)
+        return self._searcher_allowed(self.env_step + 1)
+
+    def _messages(self, agent: str) -> list[dict[str, str]]:
+        role = self.role_of(agent)
+        if role == "leader":
+            acting = agent in self.acting_agents() and self._leader_last_step(self.env_step + 1)
+            return with_notice(self.leader.messages, "leader") if acting else list(self.leader.messages)
+        if role == "answerer":
+            return self.answer_turn.messages if self.answer_turn else [prompts.system_message("answerer")]
+        return self._searcher_messages(agent)
+
+    def _resolve(self, actions: dict[str, Any]) -> None:
+        if "leader" in actions:
+            self._resolve_leader(actions["leader"])
+        elif "answerer" in actions:
+            self._resolve_answer(actions["answerer"])
+            self._answered = True
+        else:
+            self._resolve_searchers(actions)
+            if not self.active:
+                reports = self.reports[self._wave_start :]
+                self.leader.messages.append(prompts.reports_message([(r["number"], r["task"], r["text"]) for r in reports]))
+
+    def _resolve_leader(self, action: Any) -> None:
+        step = self.env_step
+        allowed = self._leader_allowed(step)
+        leader = self.leader
+        if self._leader_last_step(step):
+            leader.messages = with_notice(leader.messages, "leader")
+        texts, n_in, n_out = self._texts(action, 1)
+        text = texts[0]
+        leader.outputs.append(text)
+        leader.input_tokens += n_in
+        leader.output_tokens += n_out
+        parsed = self._parse("leader", text, allowed)
+        leader.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
+        self._log(f"[step {step}] leader: {' '.join(text.split())[:200]}")
+        if parsed.kind == "delegate":
+            self.rounds += 1
+            self.counters.delegation_rounds += 1
+            self._wave_start = len(self.reports)
+            kept = parsed.subtasks[: self.config.num_searchers]
+            self.dropped_subtasks.extend(parsed.subtasks[self.config.num_searchers :])
+            for k, task in enumerate(kept):
+                agent = f"searcher_{k}"
+                self.subtasks.append({"wave": self.rounds, "agent": agent, "task": task})
+                self._assign(agent, self.rounds, task)
+            self._log(f"  wave {self.rounds}: {len(kept)} subtasks")
+        elif parsed.kind == "select":
+            numbers = [r["number"] for r in self.reports]
+            chosen = numbers if parsed.selection is None else [n for n in parsed.selection if n in numbers]
+            self._start_answer(chosen)
+            self._log(f"  selected reports {chosen}")
+        else:
+            leader.format_failed = True
+            if self._leader_last_step(step):
+                self._start_answer([r["number"] for r in self.reports])
+                self._log("  forced finish: all reports go to the Answerer")
+            else:
+                leader.messages.append(prompts.feedback_message(parsed.error or "", self._leader_allowed(step + 1)))
+
+    def _leader_reward(self, r_em: float) -> float:
+        return R.leader_reward(r_em, self.counters.tool_steps, self.leader.format_failed)
+
+    def _turns(self) -> list[Turn]:
+        return [self.leader, *super()._turns()]
+
+
+def env(**kwargs: Any) -> raw_env:
+    """The hierarchical environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
+    return raw_env(**kwargs)
+
+
+parallel_env = parallel_wrapper_fn(env)

@@ -1,0 +1,569 @@
+"""The machinery both search workflows share: a PettingZoo AEC environment over a retriever.
+
+Vocabulary
+----------
+*Environment step*: every agent scheduled in it acts once (the Searchers of a wave act
+concurrently; their searches go to the retriever as one batch). Budgets count environment steps.
+*Call*: one model conversation. The Leader has one multi-turn call per trajectory, each Searcher
+assignment is a new call (``searcher_0@w2``), the Answerer has one call.
+
+Workflows subclass ``SearchEnv`` and implement ``_schedule`` (who acts in the next step) and
+``_resolve`` (apply the buffered actions of a finished step). Everything else, including the
+format-failure rule, rewards and the record, lives here so both workflows behave identically.
+
+Bad input
+---------
+An action that is not text, is over-long, has no complete tag of the role, has an empty
+query/report, or uses a kind the ``action_kinds`` mask forbids is a *format failure*: it is
+recorded in ``format_errors``, counted, gives the role a total reward of -1 (see envs/rewards.py),
+and the agent gets a feedback message. The episode continues under the budget rules of the
+workflow, so it always ends within ``max_steps`` environment steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+
+from agents import prompts
+from agents.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
+from agents.policy import AgentOutput, AgentTurn
+from envs import rewards as R
+from envs.datasets import Question, load_questions
+from envs.records import Counters
+from envs.retrieval.base import Retriever
+from envs.retrieval.corpus import Corpus, load_corpus
+from envs.retrieval.factory import RetrieverConfig, build_retriever
+
+MAX_OBSERVATION_CHARS = 1_000_000
+
+
+class UnicodeText(spaces.Text):
+    """A ``Text`` space whose members may hold any Unicode character.
+
+    Gymnasium's ``Text`` only contains strings over its (alphanumeric) charset, but model
+    histories hold arbitrary Unicode. Sampling still draws from the default charset.
+    """
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+@dataclass
+class SearchEnvConfig:
+    """Construction options shared by both workflows; ``max_steps=None`` takes the workflow's budget."""
+
+    max_steps: int | None = None
+    max_rounds: int = 5
+    num_searchers: int = 3
+    num_candidates: int = 1
+    topk: int = 3
+    max_action_chars: int = 4096
+    max_passage_chars: int = 600
+    corpus: str | None = None
+    questions: str | None = None
+    split: str = "train"
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+
+    def validate(self, min_steps: int) -> None:
+        checks = {
+            "max_steps": self.max_steps is None or self.max_steps >= min_steps,
+            "max_rounds": self.max_rounds >= 1,
+            "num_searchers": self.num_searchers >= 1,
+            "num_candidates": self.num_candidates >= 1,
+            "topk": self.topk >= 1,
+            "max_action_chars": self.max_action_chars >= 16,
+            "max_passage_chars": self.max_passage_chars >= 16,
+        }
+        minimum = {"max_steps": min_steps, "max_action_chars": 16, "max_passage_chars": 16}
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
+                )
+
+
+@dataclass
+class SearcherCall:
+    """One Searcher assignment: a ReAct loop of searches that ends in a report."""
+
+    agent: str
+    wave: int
+    task: str
+    messages: list[dict[str, str]]
+    search_steps: int = 0
+    report: str | None = None
+    forced: bool = False
+    format_failed: bool = False
+    outputs: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def call_id(self) -> str:
+        return f"{self.agent}@w{self.wave}"
+
+    @property
+    def done(self) -> bool:
+        return self.report is not None
+
+
+@dataclass
+class Turn:
+    """A call's history plus what the role produced, for calls other than Searcher assignments."""
+
+    agent: str
+    role: str
+    messages: list[dict[str, str]]
+    format_failed: bool = False
+    outputs: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+def _default_world(split: str) -> tuple[Corpus, list[Question]]:
+    from envs.fixture import load_fixture
+
+    return load_fixture(split)
+
+
+class SearchEnv(AECEnv):
+    """Base AEC environment; see the module docstring. Subclasses set the class attributes."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
+    workflow: str = ""
+    default_max_steps: int = 0
+    min_steps: int = 2
+
+    def __init__(
+        self,
+        config: SearchEnvConfig | None = None,
+        *,
+        retriever: Retriever | None = None,
+        corpus: Corpus | None = None,
+        questions: Sequence[Question | dict] | None = None,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ):
+        super().__init__()
+        config = config or SearchEnvConfig()
+        for name, value in overrides.items():
+            if not hasattr(config, name):
+                raise TypeError(f"{type(self).__name__}() got an unknown argument {name!r}")
+            setattr(config, name, value)
+        config.validate(self.min_steps)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r} is invalid; expected one of {self.metadata['render_modes']}")
+        self.config = config
+        self.render_mode = render_mode
+        self.max_steps = config.max_steps or self.default_max_steps
+
+        if corpus is None and config.corpus is not None:
+            corpus = load_corpus(config.corpus)
+        if questions is None and config.questions is not None:
+            questions = load_questions(config.questions)
+        if corpus is None and retriever is None or questions is None:
+            default_corpus, default_questions = _default_world(config.split)
+            corpus = corpus if corpus is not None or retriever is not None else default_corpus
+            questions = questions if questions is not None else default_questions
+        self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions]
+        if not self.questions:
+            raise ValueError("questions: the question set is empty")
+        self.retriever = retriever if retriever is not None else build_retriever(config.retriever, corpus)
+
+        self.possible_agents = self._agent_names()
+        self.agents = []
+        self._action_space_cache = {agent: self._make_action_space(agent) for agent in self.possible_agents}
+        message = spaces.Dict(
+            {"role": spaces.Text(16), "content": UnicodeText(MAX_OBSERVATION_CHARS, min_length=0)}
+        )
+        self._observation_space = spaces.Dict(
+            {
+                "role": spaces.Text(16),
+                "messages": spaces.Sequence(message),
+                "action_kinds": spaces.MultiBinary(len(ACTION_KINDS)),
+            }
+        )
+
+    # ----- spaces -----------------------------------------------------------------------
+    def _agent_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def _make_action_space(self, agent: str) -> spaces.Space:
+        text = spaces.Text(self.config.max_action_chars)
+        if agent == "answerer" and self.config.num_candidates > 1:
+            return spaces.Tuple([text] * self.config.num_candidates)
+        return text
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._observation_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._action_space_cache[agent]
+
+    @staticmethod
+    def role_of(agent: str) -> str:
+        return agent.split("_")[0]
+
+    # ----- episode lifecycle ------------------------------------------------------------
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        if seed is not None or not hasattr(self, "np_random"):
+            self.np_random, _ = gymnasium.utils.seeding.np_random(seed)
+        options = options or {}
+        if "question" in options:
+            question = options["question"]
+            self.question = question if isinstance(question, Question) else Question.from_dict(question)
+        elif "question_index" in options:
+            self.question = self.questions[int(options["question_index"]) % len(self.questions)]
+        else:
+            self.question = self.questions[int(self.np_random.integers(len(self.questions)))]
+
+        self.agents = list(self.possible_agents)
+        self.rewards = {agent: 0.0 for agent in self.agents}
+        self._cumulative_rewards = {agent: 0.0 for agent in self.agents}
+        self.terminations = {agent: False for agent in self.agents}
+        self.truncations = {agent: False for agent in self.agents}
+        self.infos = {agent: {} for agent in self.agents}
+
+        self.env_step = 0
+        self.counters = Counters()
+        self.format_errors: list[dict[str, Any]] = []
+        self.searches: list[dict[str, Any]] = []
+        self.searcher_calls: list[SearcherCall] = []
+        self.active: dict[str, SearcherCall] = {}
+        self.reports: list[dict[str, Any]] = []
+        self.subtasks: list[dict[str, Any]] = []
+        self.dropped_subtasks: list[str] = []
+        self.selected: list[int] = []
+        self.answer_turn: Turn | None = None
+        self.transcript: list[str] = [f"Question: {self.question.question}"]
+        self.record: dict[str, Any] | None = None
+        self._started = time.perf_counter()
+        self._pending: dict[str, Any] = {}
+        self._candidate_valid: list[bool] = []
+        self._start_episode()
+        self._schedule_next()
+
+    def _start_episode(self) -> None:
+        raise NotImplementedError
+
+    def _schedule_next(self) -> None:
+        """Schedule the agents of the next environment step, or end the episode."""
+        self._scheduled = self._schedule()
+        self._cursor = 0
+        if not self._scheduled:
+            self._finish()
+            return
+        for agent in self.agents:
+            self.infos[agent] = self._info(agent)
+        self.agent_selection = self._scheduled[0]
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        self._pending[agent] = action
+        self._cursor += 1
+        if self._cursor < len(self._scheduled):
+            self.agent_selection = self._scheduled[self._cursor]
+            return
+        self.env_step += 1
+        actions, self._pending = self._pending, {}
+        self._resolve(actions)
+        self._schedule_next()
+
+    def acting_agents(self) -> list[str]:
+        """Agents still to act in the current environment step, in order (empty once done)."""
+        if not self.agents or self.record is not None:
+            return []
+        return self._scheduled[self._cursor :]
+
+    # ----- what an agent sees --------------------------------------------------------------
+    def allowed_actions(self, agent: str) -> tuple[str, ...]:
+        if agent not in self.acting_agents():
+            return ()
+        return self._allowed(agent)
+
+    def _allowed(self, agent: str) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _messages(self, agent: str) -> list[dict[str, str]]:
+        raise NotImplementedError
+
+    def _call_id(self, agent: str) -> str:
+        call = self.active.get(agent)
+        return call.call_id if call else agent
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        allowed = self.allowed_actions(agent)
+        return {
+            "role": self.role_of(agent),
+            "messages": tuple(dict(m) for m in self._messages(agent)),
+            "action_kinds": np.array([kind in allowed for kind in ACTION_KINDS], dtype=np.int8),
+        }
+
+    def _info(self, agent: str) -> dict[str, Any]:
+        return {
+            "role": self.role_of(agent),
+            "call_id": self._call_id(agent),
+            "allowed_actions": self.allowed_actions(agent),
+            "num_candidates": self.config.num_candidates if agent == "answerer" else 1,
+            "env_step": self.env_step,
+        }
+
+    def turn(self, agent: str) -> AgentTurn:
+        """What a ``Policy`` needs to act for ``agent`` now."""
+        return AgentTurn(
+            agent=agent,
+            role=self.role_of(agent),
+            messages=tuple(dict(m) for m in self._messages(agent)),
+            allowed=self.allowed_actions(agent),
+            num_candidates=self.config.num_candidates if agent == "answerer" else 1,
+            call_id=self._call_id(agent),
+        )
+
+    # ----- interpreting actions --------------------------------------------------------------
+    def _texts(self, action: Any, count: int) -> tuple[list[str], int, int]:
+        """Normalize an action to ``count`` texts plus token counts; non-text becomes ''."""
+        input_tokens = output_tokens = 0
+        if isinstance(action, AgentOutput):
+            input_tokens, output_tokens = action.input_tokens or 0, action.output_tokens or 0
+            action = action.texts
+        elif isinstance(action, dict) and ("text" in action or "texts" in action):
+            input_tokens = int(action.get("input_tokens") or 0)
+            output_tokens = int(action.get("output_tokens") or 0)
+            action = action.get("texts", action.get("text"))
+        texts = [action] if isinstance(action, str) else list(action) if isinstance(action, (list, tuple)) else []
+        texts = [t if isinstance(t, str) else "" for t in texts][:count]
+        texts += [""] * (count - len(texts))
+        self.counters.input_tokens += input_tokens
+        self.counters.output_tokens += output_tokens
+        return texts, input_tokens, output_tokens
+
+    def _parse(self, agent: str, text: str, allowed: tuple[str, ...]) -> ParsedAction:
+        parsed = parse_action(text, self.role_of(agent), allowed, self.config.max_action_chars)
+        if not parsed.valid:
+            self.counters.format_failures += 1
+            self.format_errors.append({"env_step": self.env_step, "agent": agent, "error": parsed.error})
+            self._log(f"  ! {agent}: format failure: {parsed.error}")
+        return parsed
+
+    def _log(self, line: str) -> None:
+        self.transcript.append(line)
+
+    # ----- the shared Searcher loop --------------------------------------------------------------
+    def _assign(self, agent: str, wave: int, task: str) -> None:
+        messages = [prompts.system_message("searcher"), prompts.task_message(task)]
+        call = SearcherCall(agent, wave, task, messages)
+        self.active[agent] = call
+        self.searcher_calls.append(call)
+
+    def _searcher_last_step(self) -> int:
+        raise NotImplementedError
+
+    def _searcher_allowed(self, step: int) -> tuple[str, ...]:
+        """Kinds a Searcher may use in environment step ``step`` (1-based): report only at the end."""
+        if step >= self._searcher_last_step():
+            return ("report",)
+        return ROLE_ACTION_KINDS["searcher"]
+
+    def _searcher_messages(self, agent: str) -> list[dict[str, str]]:
+        call = self.active.get(agent) or next((c for c in reversed(self.searcher_calls) if c.agent == agent), None)
+        if call is None:
+            return [prompts.system_message("searcher")]
+        last_turn = agent in self.acting_agents() and self._searcher_allowed(self.env_step + 1) == ("report",)
+        return with_notice(call.messages, "searcher") if last_turn else list(call.messages)
+
+    def _resolve_searchers(self, actions: dict[str, Any]) -> None:
+        """Apply one environment step of every active Searcher; searches go out as one batch."""
+        allowed = self._searcher_allowed(self.env_step)
+        queries: list[tuple[SearcherCall, str]] = []
+        for agent, action in actions.items():
+            call = self.active[agent]
+            if allowed == ("report",):
+                call.messages = with_notice(call.messages, "searcher")
+            texts, n_in, n_out = self._texts(action, 1)
+            text = texts[0]
+            call.outputs.append(text)
+            call.input_tokens += n_in
+            call.output_tokens += n_out
+            parsed = self._parse(agent, text, allowed)
+            call.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
+            self._log(f"[step {self.env_step}] {agent} ({call.task}): {_short(text)}")
+            if parsed.kind == "search":
+                queries.append((call, parsed.content))
+            elif parsed.kind == "report":
+                call.report = parsed.content
+                self.counters.reports += 1
+            else:
+                call.format_failed = True
+                if allowed == ("report",):
+                    call.report, call.forced = "(no report)", True
+                    self.counters.forced_reports += 1
+                else:
+                    call.messages.append(prompts.feedback_message(parsed.error or "", allowed))
+        if queries:
+            self.counters.tool_steps += 1
+            results = self.retriever.search([q for _, q in queries], self.config.topk)
+            for (call, query), passages in zip(queries, results):
+                passages = passages[: self.config.topk]
+                call.search_steps += 1
+                self.counters.search_actions += 1
+                self.counters.searches_with_passages += bool(passages)
+                call.messages.append(prompts.information_message(passages, self.config.max_passage_chars))
+                self.searches.append(
+                    {"wave": call.wave, "agent": call.agent, "query": query, "passages": [p.to_dict() for p in passages]}
+                )
+                self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p.title for p in passages)}")
+        for agent in list(self.active):
+            call = self.active[agent]
+            if call.done:
+                number = len(self.reports) + 1
+                self.reports.append(
+                    {"number": number, "wave": call.wave, "agent": agent, "task": call.task, "text": call.report, "forced": call.forced}
+                )
+                self._log(f"  [Report {number}] {agent}: {_short(call.report)}")
+                del self.active[agent]
+
+    # ----- the shared Answerer ------------------------------------------------------------------
+    def _start_answer(self, report_numbers: list[int]) -> None:
+        self.selected = report_numbers
+        chosen = [(r["number"], r["task"], r["text"]) for r in self.reports if r["number"] in report_numbers]
+        messages = [prompts.system_message("answerer"), prompts.answerer_message(self.question.question, chosen)]
+        self.answer_turn = Turn("answerer", "answerer", messages)
+
+    def _resolve_answer(self, action: Any) -> None:
+        turn = self.answer_turn
+        texts, turn.input_tokens, turn.output_tokens = self._texts(action, self.config.num_candidates)
+        turn.outputs = texts
+        self._candidate_valid = []
+        for j, text in enumerate(texts):
+            valid = self._parse("answerer", text, ("answer",)).valid
+            self._candidate_valid.append(valid)
+            turn.format_failed |= not valid
+            self._log(f"[step {self.env_step}] answerer candidate {j}: {_short(text)}")
+
+    # ----- end of episode -----------------------------------------------------------------------
+    def _finish(self) -> None:
+        refs = self.question.golden_answers
+        candidates = self.answer_turn.outputs if self.answer_turn else []
+        clipped = [c[: self.config.max_action_chars] for c in candidates]
+        extracted = [strict_answer(c) for c in clipped]
+        scores = [R.exact_match(a, refs) for a in extracted]
+        r_em = R.team_outcome(scores)
+        answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, self._candidate_valid)]
+        call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in self.searcher_calls]
+        call_rewards = [
+            R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(self.searcher_calls, call_bonus)
+        ]
+        per_agent: dict[str, list[float]] = {}
+        for call, reward in zip(self.searcher_calls, call_rewards):
+            per_agent.setdefault(call.agent, []).append(reward)
+        leader_reward = self._leader_reward(r_em)
+
+        reward_parts = {
+            "em": r_em,
+            "leader": leader_reward,
+            "answerer": answerer_rewards,
+            "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
+            "searcher_calls": call_rewards,
+            "search_bonus": call_bonus,
+            "assign_bonus": R.assign_bonus(self.counters.tool_steps),
+        }
+        self.counters.env_steps = self.env_step
+        self.counters.task_assignments = len(self.subtasks)
+        self.record = {
+            "workflow": self.workflow,
+            "question_id": self.question.id,
+            "question": self.question.question,
+            "golden_answers": list(refs),
+            "subtasks": self.subtasks,
+            "dropped_subtasks": self.dropped_subtasks,
+            "reports": self.reports,
+            "selected_reports": self.selected,
+            "searches": self.searches,
+            "candidates": candidates,
+            "extracted_answers": extracted,
+            "candidate_scores": scores,
+            "rewards": reward_parts,
+            "counters": self.counters.to_dict(),
+            "format_errors": self.format_errors,
+            "calls": self._calls(),
+            "duration_s": time.perf_counter() - self._started,
+        }
+        self._log(f"Answer: {extracted[0] if extracted else None!r}  gold: {list(refs)}  EM={r_em:.0f}")
+
+        for agent in self.agents:
+            role = self.role_of(agent)
+            if role == "leader":
+                self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
+            elif role == "answerer":
+                self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
+            else:
+                self.rewards[agent] = reward_parts["searchers"].get(agent, 0.0)
+            self.terminations[agent] = True
+            self.infos[agent] = {**self._info(agent), "reward_parts": reward_parts, "counters": self.record["counters"]}
+        self._accumulate_rewards()
+        self.agent_selection = self.agents[0]
+
+    def _leader_reward(self, r_em: float) -> float | None:
+        return None
+
+    def _calls(self) -> list[dict[str, Any]]:
+        calls = []
+        for call in self.searcher_calls:
+            calls.append(_call_dict(call.call_id, call.agent, "searcher", call.wave, call))
+        for turn in self._turns():
+            calls.append(_call_dict(turn.agent, turn.agent, turn.role, None, turn))
+        return calls
+
+    def _turns(self) -> list[Turn]:
+        return [self.answer_turn] if self.answer_turn else []
+
+    # ----- rendering --------------------------------------------------------------------------
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
+            return None
+        text = "\n".join(self.transcript)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        pass
+
+
+def with_notice(messages: list[dict[str, str]], role: str) -> list[dict[str, str]]:
+    """``messages`` with the role's last-turn notice appended to the final (user) message."""
+    last = messages[-1]
+    return [*messages[:-1], {**last, "content": f"{last['content']}\n{prompts.LAST_TURN_NOTICE[role]}"}]
+
+
+def _short(text: str | None, limit: int = 160) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:
+    return {
+        "call_id": call_id,
+        "agent": agent,
+        "role": role,
+        "wave": wave,
+        "messages": call.messages,
+        "outputs": call.outputs,
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+    }

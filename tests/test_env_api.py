@@ -1,0 +1,33 @@
+"""PettingZoo's own conformance tests on both environments (AEC, parallel, seeding)."""
+
+import pytest
+from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+
+from envs import cascade_search_v0, hierarchical_search_v0
+
+MODULES = [cascade_search_v0, hierarchical_search_v0]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_api(module):
+    api_test(module.env(), num_cycles=200)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_api_with_answer_candidates(module):
+    api_test(module.env(num_candidates=5), num_cycles=100)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_seed(module):
+    seed_test(module.env, num_cycles=100)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_parallel_api(module):
+    parallel_api_test(module.parallel_env(), num_cycles=100)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_parallel_seed(module):
+    parallel_seed_test(module.parallel_env, num_cycles=100)
