@@ -15,6 +15,7 @@ import sys
 COMMAND_MODULES = [
     "envs.cli",
     "envs.retrieval.cli",
+    "benchmarks.eval.cli",
 ]
 
 

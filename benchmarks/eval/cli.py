@@ -1,0 +1,153 @@
+"""``maopd eval``: convert datasets, build manifests, run workflows and score records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("eval", help="evaluation protocol: datasets, manifests, runs, scoring")
+    commands = parser.add_subparsers(dest="eval_command", required=True, metavar="SUBCOMMAND")
+
+    convert = commands.add_parser("convert", help="convert a raw dataset file to FlashRAG JSONL")
+    convert.add_argument("input", help="raw dataset file (JSON Lines or a JSON array)")
+    convert.add_argument("output", help="FlashRAG JSONL file to write")
+    convert.add_argument("--format", required=True, help="raw format: flashrag, hotpotqa, 2wiki, musique, popqa, "
+                         "bamboogle-decomposed, dpr-nq")
+    convert.add_argument("--corpus", help="also write the rows' paragraphs, deduplicated, as a corpus JSONL")
+    convert.set_defaults(func=_reporting_errors(_convert))
+
+    manifest = commands.add_parser("manifest", help="sample a fixed test manifest (paper Appendix A)")
+    manifest.add_argument("--dataset", action="append", required=True, metavar="NAME=PATH[:FORMAT]",
+                          help="a test pool; FORMAT defaults to flashrag (repeatable)")
+    manifest.add_argument("--count", action="append", default=[], metavar="NAME=N",
+                          help="questions to sample from NAME (default: the paper's count, or the whole pool)")
+    manifest.add_argument("--training", action="append", default=[], metavar="PATH[:FORMAT]",
+                          help="training questions whose normalized text must not appear in the manifest")
+    manifest.add_argument("--seed", type=int, default=None, help="sampling seed (default 20260728)")
+    manifest.add_argument("--out", required=True, help="manifest JSONL; the removal report goes to OUT.report.json")
+    manifest.set_defaults(func=_reporting_errors(_manifest))
+
+    run = commands.add_parser("run", help="run k workflows per manifest question and save scored records")
+    run.add_argument("--manifest", required=True)
+    run.add_argument("--corpus", required=True, help="corpus JSONL for the in-process retriever (BM25)")
+    run.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
+    run.add_argument("--policy", choices=["scripted"], default="scripted",
+                     help="the team policy; LLM policies and checkpoints are wired in by the training CLI")
+    run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
+    run.add_argument("--attempts", type=int, default=4)
+    run.add_argument("--batch-size", type=int, default=8)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", required=True, help="records JSONL; appended to and resumed")
+    run.set_defaults(func=_reporting_errors(_run))
+
+    score = commands.add_parser("score", help="tables, plot and JSON summary from scored records")
+    score.add_argument("records", nargs="+", help="records JSONL files (docs/evaluation.md)")
+    score.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
+                       help="paired differences A - B (repeatable)")
+    score.add_argument("--out", default="eval_report", help="directory for summary.json, tables, plot, viewer")
+    score.add_argument("--draws", type=int, default=None, help="bootstrap draws (default 4000)")
+    score.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
+    score.add_argument("--viewer-questions", type=int, default=50, help="questions in the trajectory viewer")
+    score.set_defaults(func=_reporting_errors(_score))
+
+
+def _reporting_errors(command):
+    """Bad input (a malformed file, an unknown method) ends the command with its message, not a traceback."""
+
+    def run(args) -> int:
+        try:
+            return command(args)
+        except ValueError as exc:
+            raise SystemExit(f"maopd eval {args.eval_command}: {exc}") from None
+
+    return run
+
+
+def _split_spec(spec: str, default_format: str = "flashrag") -> tuple[str, str]:
+    """``PATH[:FORMAT]``: the part after the last colon is a format only if it names one."""
+    from benchmarks.eval.converters import CONVERTERS
+
+    path, _, fmt = spec.rpartition(":")
+    return (path, fmt) if path and fmt in CONVERTERS else (spec, default_format)
+
+
+def _convert(args) -> int:
+    from benchmarks.eval.converters import convert, pool_corpus
+    from envs.datasets import write_questions
+
+    examples = convert(args.input, args.format)
+    write_questions([e.question for e in examples], args.output)
+    print(f"wrote {len(examples)} questions to {args.output}")
+    if args.corpus:
+        corpus = pool_corpus(examples)
+        corpus.write_jsonl(args.corpus)
+        print(f"wrote {len(corpus)} paragraphs to {args.corpus}")
+    return 0
+
+
+def _manifest(args) -> int:
+    from benchmarks.eval.converters import convert
+    from benchmarks.eval.manifest import MANIFEST_SEED, PAPER_COUNTS, build_manifest, write_manifest
+
+    pools = {}
+    for spec in args.dataset:
+        name, sep, rest = spec.partition("=")
+        if not sep:
+            raise SystemExit(f"--dataset {spec!r}: expected NAME=PATH[:FORMAT]")
+        pools[name] = [e.question for e in convert(*_split_spec(rest))]
+    counts = {name: min(PAPER_COUNTS.get(name, len(pool)), len(pool)) for name, pool in pools.items()}
+    for spec in args.count:
+        name, sep, value = spec.partition("=")
+        if not sep or not value.isdigit() or name not in pools:
+            raise SystemExit(f"--count {spec!r}: expected NAME=N for one of {sorted(pools)}")
+        counts[name] = int(value)
+    training = [e.question.question for spec in args.training for e in convert(*_split_spec(spec))]
+    manifest = build_manifest(pools, counts, MANIFEST_SEED if args.seed is None else args.seed, training)
+    digest = write_manifest(manifest, args.out)
+    report = manifest.report
+    print(f"wrote {report['total']} questions to {args.out} (sha256 {digest[:16]}); removed "
+          f"{len(report['removed'])} training overlaps: {report['removed_per_dataset']}")
+    return 0
+
+
+def _run(args) -> int:
+    from agents.scripted import scripted_team
+    from envs.retrieval.corpus import load_corpus
+
+    from benchmarks.eval.manifest import load_manifest
+    from benchmarks.eval.runner import EvalSettings, run_attempts
+    from benchmarks.eval.solvers import team_solver
+
+    manifest = load_manifest(args.manifest)
+    solve = team_solver(args.workflow, scripted_team(), load_corpus(args.corpus), [e.question for e in manifest])
+    settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
+    ran = run_attempts(solve, manifest, args.out, args.method or f"{args.policy}-{args.workflow}", settings)
+    print(f"ran {ran} workflows; records in {args.out}")
+    return 0
+
+
+def _score(args) -> int:
+    from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
+    from benchmarks.eval.records import load_records
+    from benchmarks.eval.report import build_tables, plot_cost_accuracy, write_tables, write_viewer
+    from benchmarks.eval.summary import summarize
+
+    records = load_records(args.records)
+    summary = summarize(
+        records,
+        [tuple(pair) for pair in args.compare],
+        BOOTSTRAP_DRAWS if args.draws is None else args.draws,
+        BOOTSTRAP_SEED if args.seed is None else args.seed,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tables = build_tables(summary)
+    markdown = write_tables(tables, out)
+    print("\n".join(t.markdown() for t in tables.values()))
+    plot = plot_cost_accuracy(summary, out / "cost_accuracy.png")
+    viewer = write_viewer(records, out / "viewer.html", limit=args.viewer_questions)
+    print(f"wrote {out / 'summary.json'}, {markdown}, {plot or '(no cost counters: no plot)'}, {viewer}")
+    return 0
