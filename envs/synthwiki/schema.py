@@ -42,6 +42,7 @@ class Attribute:
     step: int
     smaller_wins: bool
     unit: str = ""
+    grouped: bool = False  # write thousands separators ("1,250,000"); never for years
 
 
 RELATIONS = {
@@ -76,12 +77,12 @@ ATTRIBUTES = {
         Attribute("birth_year", ("person",), "When was {x} born?",
                   ("{s} was born in {v}.", "{s} was born in the year {v}."),
                   "Who was born earlier, {a} or {b}?", 1900, 1999, 1, smaller_wins=True),
-        Attribute("founded_year", ("band", "company", "university"), "When was {x} founded?",
+        Attribute("founded_year", ("band", "company", "university", "city"), "When was {x} founded?",
                   ("{s} was founded in {v}.", "{s} was established in {v}."),
                   "Which was founded earlier, {a} or {b}?", 1800, 2015, 1, smaller_wins=True),
         Attribute("population", ("city", "country"), "What is the population of {x}?",
                   ("{s} has a population of {v}.", "{s} is home to {v} people."),
-                  "Which has more people, {a} or {b}?", 10_000, 9_000_000, 1_000, smaller_wins=False),
+                  "Which has more people, {a} or {b}?", 10_000, 9_000_000, 1_000, smaller_wins=False, grouped=True),
         Attribute("length", ("river",), "How long is {x}?",
                   ("{s} is {v} km long.", "{s} has a length of {v} km."),
                   "Which river is longer, {a} or {b}?", 40, 3_000, 1, smaller_wins=False, unit="km"),
@@ -102,7 +103,7 @@ INTRO = {
 DESCRIPTORS = {
     "university": ("public", "private", "technical", "small", "large"),
     "band": ("rock", "folk", "jazz", "punk", "pop"),
-    "person": ("singer", "painter", "writer", "engineer", "chef", "lawyer", "pilot"),
+    "person": ("singer", "painter", "writer", "banker", "chef", "lawyer", "pilot"),
     "company": ("shipping", "software", "mining", "music", "food", "textile"),
 }
 RELATED = {
@@ -123,15 +124,14 @@ TYPE_ATTRIBUTES = {t: tuple(a.name for a in ATTRIBUTES.values() if t in a.subjec
 
 def format_value(attribute: str, value: int) -> str:
     """The surface form of a value: thousands separators, and the unit if any."""
-    text = f"{value:,}"
-    unit = ATTRIBUTES[attribute].unit
-    return f"{text} {unit}" if unit else text
+    spec = ATTRIBUTES[attribute]
+    text = f"{value:,}" if spec.grouped else str(value)
+    return f"{text} {spec.unit}" if spec.unit else text
 
 
 def value_answers(attribute: str, value: int) -> tuple[str, ...]:
     """Every accepted surface form of a value (with and without separators and unit)."""
-    unit = ATTRIBUTES[attribute].unit
-    forms = [format_value(attribute, value), f"{value:,}", str(value)]
-    if unit:
-        forms.append(f"{value} {unit}")
+    forms = [format_value(attribute, value), str(value)]
+    if ATTRIBUTES[attribute].grouped:
+        forms.append(f"{value:,}")
     return tuple(dict.fromkeys(forms))

@@ -1,0 +1,167 @@
+"""A SynthWiki world: corpus plus train/dev/test questions, built from a seed and a size preset.
+
+``build_world(seed, size)`` builds one in memory; ``write_world`` streams one to a directory
+(the way to build the 100k-passage ``large`` preset); ``World.load(dir)`` reads one back;
+``load_default_world()`` returns the default world, cached on disk under ``$MAOPD_CACHE``
+(default ``~/.cache/maopd``) and in-process.
+
+Files in a world directory: ``corpus.jsonl`` (Search-R1 format), ``train.jsonl``, ``dev.jsonl``,
+``test.jsonl`` (FlashRAG format) and ``world.json`` (seed, size, counts, format version).
+The same seed and size give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envs.datasets import Question, load_questions
+from envs.retrieval.corpus import Corpus, load_corpus
+from envs.synthwiki.corpus import iter_documents
+from envs.synthwiki.generator import SPLITS, GraphSize, generate_graph
+from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
+
+# Bump when generated content changes, so that stale caches are rebuilt.
+FORMAT_VERSION = 1
+DEFAULT_SEED = 0
+DEFAULT_SIZE = "small"
+
+
+@dataclass(frozen=True)
+class SizePreset:
+    graph: GraphSize
+    questions: dict[str, int]
+
+
+def _counts(scale: float) -> dict[str, int]:
+    base = {"country": 6, "city": 45, "university": 20, "band": 25, "person": 110, "company": 45, "river": 15}
+    return {kind: round(count * scale) for kind, count in base.items()}
+
+
+SIZES = {
+    "tiny": SizePreset(GraphSize(_counts(1)), {"train": 200, "dev": 50, "test": 50}),
+    "small": SizePreset(GraphSize(_counts(8)), {"train": 2000, "dev": 300, "test": 300}),
+    "large": SizePreset(GraphSize(_counts(360)), {"train": 20000, "dev": 2000, "test": 2000}),
+}
+
+
+def _preset(size: str) -> SizePreset:
+    if size not in SIZES:
+        raise ValueError(f"size: unknown preset {size!r}; expected one of {sorted(SIZES)}")
+    return SIZES[size]
+
+
+@dataclass
+class World:
+    corpus: Corpus
+    splits: dict[str, list[Question]]
+    manifest: dict[str, Any]
+
+    def write(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.corpus.write_jsonl(out / "corpus.jsonl")
+        for split, questions in self.splits.items():
+            _write_questions(questions, out / f"{split}.jsonl")
+        _write_json(self.manifest, out / "world.json")
+        return out
+
+    @classmethod
+    def load(cls, directory: str | Path) -> World:
+        directory = Path(directory)
+        manifest_path = directory / "world.json"
+        if not manifest_path.is_file():
+            raise FileNotFoundError(f"{manifest_path} does not exist: not a SynthWiki world directory")
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        corpus = load_corpus(directory / "corpus.jsonl")
+        splits = {split: load_questions(directory / f"{split}.jsonl") for split in SPLITS}
+        return cls(corpus, splits, manifest)
+
+
+def _write_json(data: Any, path: Path) -> None:
+    path.write_text(json.dumps(data, sort_keys=True, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def _write_questions(questions: list[Question], path: Path) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for question in questions:
+            handle.write(json.dumps(question.to_dict(), sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
+    preset = _preset(size)
+    entities = generate_graph(seed, preset.graph)
+    rng = random.Random(f"{seed}:questions")
+    splits = {
+        split: QuestionWriter(entities, split, rng).write(preset.questions[split], hop_mix or DEFAULT_HOP_MIX)
+        for split in SPLITS
+    }
+    manifest = {
+        "generator": "synthwiki",
+        "format_version": FORMAT_VERSION,
+        "seed": seed,
+        "size": size,
+        "hop_mix": dict(hop_mix or DEFAULT_HOP_MIX),
+        "passages": len(entities),
+        "questions": {split: len(questions) for split, questions in splits.items()},
+    }
+    return entities, splits, manifest
+
+
+def build_world(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE, hop_mix: Mapping[str, float] | None = None) -> World:
+    """Build a world in memory. ``hop_mix`` weights the kinds ``1-hop``, ``2-hop``, ``3-hop``, ``comparison``."""
+    entities, splits, manifest = _generate(seed, size, hop_mix)
+    return World(Corpus(iter_documents(entities, seed)), splits, manifest)
+
+
+def write_world(out_dir: str | Path, seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE,
+                hop_mix: Mapping[str, float] | None = None, progress: bool = False) -> Path:
+    """Build a world straight to ``out_dir``, streaming passages (memory stays flat in corpus size)."""
+    entities, splits, manifest = _generate(seed, size, hop_mix)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    documents = iter_documents(entities, seed)
+    if progress:
+        from tqdm import tqdm
+
+        documents = tqdm(documents, total=len(entities), desc="passages", unit="doc")
+    with (out / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+        for document in documents:
+            handle.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
+    for split, questions in splits.items():
+        _write_questions(questions, out / f"{split}.jsonl")
+    _write_json(manifest, out / "world.json")
+    return out
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MAOPD_CACHE") or Path.home() / ".cache" / "maopd")
+
+
+@functools.lru_cache(maxsize=4)
+def load_default_world(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE) -> World:
+    """The world for ``seed`` and ``size``, from the disk cache (built and cached on first use)."""
+    directory = cache_dir() / "synthwiki" / f"v{FORMAT_VERSION}-{size}-seed{seed}"
+    if (directory / "world.json").is_file():
+        return World.load(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
+    try:
+        write_world(staging, seed, size)
+        try:
+            staging.rename(directory)  # atomic: concurrent builders never see a half-written world
+        except OSError:
+            if not (directory / "world.json").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return World.load(directory)
