@@ -25,11 +25,12 @@ recorded is exactly what was sampled:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from agents.actions import STOP_STRINGS
 
@@ -134,6 +135,11 @@ def row_uniforms(seeds: Sequence[int], steps: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def _cache_keyword(model: torch.nn.Module) -> str:
+    """``cache`` in recent transformers, ``past_key_values`` before it was renamed."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -173,15 +179,17 @@ def sample_rows(
         return results
 
     device = next(model.parameters()).device
-    eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
+    eos = set(eos_ids)
     uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(device)
     ids, mask = _left_pad([prompts[r] for r in runnable], pad_id, device)
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
     active = torch.tensor(runnable, device=device)  # batch slot -> row in `prompts`
     slots = torch.arange(len(runnable), device=device)  # batch slot -> row in `uniforms`
+    # The cache is filled in place by every forward call.
+    cache = DynamicCache(config=model.config)
+    cache_arg = {_cache_keyword(model): cache}
     output = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   use_cache=True, logits_to_keep=1)
-    cache = output.past_key_values
+                   use_cache=True, logits_to_keep=1, **cache_arg)
     next_position = positions[:, -1] + 1
 
     for step in range(sampling.max_new_tokens):
@@ -204,7 +212,7 @@ def sample_rows(
             break
         if finished:
             keep = torch.tensor(
-                [s for s in range(len(active)) if s not in set(finished)], dtype=torch.long, device=device
+                [s for s in range(len(active)) if s not in finished], dtype=torch.long, device=device
             )
             if len(keep) == 0:
                 break
@@ -213,7 +221,6 @@ def sample_rows(
             mask, next_position = mask[keep], next_position[keep]
         mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
         output = model(input_ids=tokens[:, None], attention_mask=mask,
-                       position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
-        cache = output.past_key_values
+                       position_ids=next_position[:, None], use_cache=True, **cache_arg)
         next_position = next_position + 1
     return results
