@@ -18,6 +18,11 @@ def register(subparsers) -> None:
     convert.add_argument("--corpus", help="also write the rows' paragraphs, deduplicated, as a corpus JSONL")
     convert.set_defaults(func=_reporting_errors(_convert))
 
+    corpus = commands.add_parser("corpus", help="pool the paragraphs of raw dataset files into one corpus")
+    corpus.add_argument("inputs", nargs="+", metavar="PATH:FORMAT", help="raw dataset files with their formats")
+    corpus.add_argument("--out", required=True, help="corpus JSONL (Search-R1 format), deduplicated by title + text")
+    corpus.set_defaults(func=_corpus)
+
     manifest = commands.add_parser("manifest", help="sample a fixed test manifest (paper Appendix A)")
     manifest.add_argument("--dataset", action="append", required=True, metavar="NAME=PATH[:FORMAT]",
                           help="a test pool; FORMAT defaults to flashrag (repeatable)")
@@ -84,6 +89,16 @@ def _convert(args) -> int:
         corpus = pool_corpus(examples)
         corpus.write_jsonl(args.corpus)
         print(f"wrote {len(corpus)} paragraphs to {args.corpus}")
+    return 0
+
+
+def _corpus(args) -> int:
+    from benchmarks.eval.converters import convert, pool_corpus
+
+    examples = [e for spec in args.inputs for e in convert(*_split_spec(spec))]
+    corpus = pool_corpus(examples)
+    corpus.write_jsonl(args.out)
+    print(f"wrote {len(corpus)} paragraphs from {len(examples)} questions to {args.out}")
     return 0
 
 
