@@ -21,6 +21,7 @@ from envs.retrieval.corpus import Corpus, Document
 from envs.retrieval.encoder import TextEncoder
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+IVFPQ_MIN_VECTORS = 1000
 
 
 @dataclass
@@ -51,6 +52,11 @@ def make_faiss_index(vectors: np.ndarray, index_type: str, hnsw_m: int = 32, ivf
         index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efSearch = 128
     else:
+        if len(vectors) < IVFPQ_MIN_VECTORS:
+            raise ValueError(
+                f"index type 'ivfpq' needs at least {IVFPQ_MIN_VECTORS} vectors to train its quantisers, "
+                f"got {len(vectors)}; use 'flat' for small corpora"
+            )
         # Rules of thumb from the faiss wiki: ~sqrt(N) lists, at least 39 training points per list.
         lists = ivf_lists or max(1, min(int(np.sqrt(len(vectors))), len(vectors) // 39))
         subquantizers = next(m for m in (48, 32, 24, 16, 12, 8, 4, 2, 1) if dim % m == 0)

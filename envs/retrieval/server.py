@@ -15,6 +15,10 @@ import socket
 import threading
 from dataclasses import dataclass
 
+# Module-level on purpose: FastAPI resolves the endpoints' (string) annotations in module globals.
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+
 from envs.retrieval.base import Passage, Retriever
 from envs.retrieval.protocol import encode_results
 
@@ -81,9 +85,6 @@ class _Batcher:
 
 
 def create_app(retriever: Retriever, limits: ServerLimits | None = None):
-    from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse
-
     limits = limits or ServerLimits()
     batcher = _Batcher(retriever, limits)
     app = FastAPI(title="MultiAgent-OPD retriever")
@@ -119,8 +120,6 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None):
 
 def validate_request(payload: object, limits: ServerLimits) -> tuple[list[str], int, bool]:
     """Check a Search-R1 request; raise a 4xx naming the offending field."""
-    from fastapi import HTTPException
-
     if not isinstance(payload, dict):
         raise HTTPException(422, "request must be a JSON object with 'queries'")
     queries = payload.get("queries")
