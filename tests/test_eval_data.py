@@ -6,8 +6,20 @@ from pathlib import Path
 import pytest
 
 from benchmarks.eval.converters import CONVERTERS, convert, pool_corpus
-from benchmarks.eval.manifest import build_manifest, load_manifest, normalize_question, question_hash, write_manifest
-from benchmarks.eval.records import RecordError, from_workflow, iter_records, load_records, record_line
+from benchmarks.eval.manifest import (
+    build_manifest,
+    load_manifest,
+    normalize_question,
+    question_hash,
+    write_manifest,
+)
+from benchmarks.eval.records import (
+    RecordError,
+    from_workflow,
+    iter_records,
+    load_records,
+    record_line,
+)
 from envs.datasets import DatasetError, Question
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
@@ -49,7 +61,7 @@ def test_popqa_answers_and_pooled_corpus():
 def test_bad_lines_name_file_and_line(tmp_path, fmt):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "1", "question": "q?", "golden_answers": ["a"]}\n{broken\n', encoding="utf-8")
-    with pytest.raises(DatasetError, match=rf"bad.jsonl:[12]"):
+    with pytest.raises(DatasetError, match=r"bad.jsonl:[12]"):
         convert(path, fmt)
 
 

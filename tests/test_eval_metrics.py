@@ -110,7 +110,7 @@ def test_paired_differences_use_the_same_resampled_questions():
     # Paired: every draw's difference is (count of question 0 in the draw) * its gap / 40, never negative,
     # and far tighter than the unpaired intervals of the two methods.
     assert diff["ci"][0] >= 0.0
-    width = lambda ci: ci[1] - ci[0]  # noqa: E731
+    width = lambda ci: ci[1] - ci[0]
     assert width(diff["ci"]) < width(summary["methods"]["A"]["accuracy"]["avg@4"]["ci"]) / 2
     # Identical methods differ by exactly zero in every draw.
     same = summarize(make_records("B", {"d": base}) + make_records("C", {"d": base}), [("B", "C")], draws=100)

@@ -129,11 +129,10 @@ def _manifest(args) -> int:
 
 def _run(args) -> int:
     from agents.scripted import scripted_team
-    from envs.retrieval.corpus import load_corpus
-
     from benchmarks.eval.manifest import load_manifest
     from benchmarks.eval.runner import EvalSettings, run_attempts
     from benchmarks.eval.solvers import team_solver
+    from envs.retrieval.corpus import load_corpus
 
     manifest = load_manifest(args.manifest)
     solve = team_solver(args.workflow, scripted_team(), load_corpus(args.corpus), [e.question for e in manifest])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.eval.jsonl import iter_json_lines
 from envs.datasets import DatasetError, Question, iter_questions
 from envs.retrieval.corpus import Corpus, Document
 
@@ -30,24 +31,16 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
     if not path.is_file():
         raise DatasetError(f"dataset file {path} does not exist")
     with path.open(encoding="utf-8") as handle:
-        first = handle.read(1)
-        while first.isspace():
-            first = handle.read(1)
-        handle.seek(0)
-        if first == "[":
-            try:
-                items = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-            for number, row in enumerate(items, start=1):
-                yield f"{path}: item {number}", row
-            return
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    yield f"{path}:{number}", json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+        is_array = handle.read(4096).lstrip().startswith("[")
+    if not is_array:
+        yield from iter_json_lines(path, DatasetError, "dataset file")
+        return
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    for number, row in enumerate(items, start=1):
+        yield f"{path}: item {number}", row
 
 
 def _field(row: Any, name: str, where: str, kind: type | tuple[type, ...] = str) -> Any:

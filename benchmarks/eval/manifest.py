@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.eval.jsonl import iter_json_lines
 from envs.datasets import DatasetError, Question
 
 MANIFEST_SEED = 20260728
@@ -117,21 +118,10 @@ def write_manifest(manifest: Manifest, path: str | Path) -> str:
 
 
 def load_manifest(path: str | Path) -> list[ManifestEntry]:
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"manifest file {path} does not exist")
     entries = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from None
-            question = Question.from_dict(row, where)
-            if not isinstance(row.get("dataset"), str) or not row["dataset"]:
-                raise DatasetError(f"{where}: missing field 'dataset'")
-            entries.append(ManifestEntry(row["dataset"], question, question_hash(question.question)))
+    for where, row in iter_json_lines(path, DatasetError, "manifest file"):
+        question = Question.from_dict(row, where)
+        if not isinstance(row.get("dataset"), str) or not row["dataset"]:
+            raise DatasetError(f"{where}: missing field 'dataset'")
+        entries.append(ManifestEntry(row["dataset"], question, question_hash(question.question)))
     return entries

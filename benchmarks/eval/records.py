@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.actions import strict_answer
-from envs.rewards import exact_match
-
 from benchmarks.eval.extraction import failure_kind, flexible_answer
+from benchmarks.eval.jsonl import iter_json_lines
+from envs.rewards import exact_match
 
 # Workload counters, copied from the workflow record's ``counters`` (Appendix A).
 COUNTER_FIELDS = (
@@ -158,19 +158,8 @@ def record_from_dict(row: Any, where: str) -> EvalRecord:
 
 
 def iter_records(path: str | Path) -> Iterator[EvalRecord]:
-    path = Path(path)
-    if not path.is_file():
-        raise RecordError(f"record file {path} does not exist")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"{where}: invalid JSON ({exc.msg})") from None
-            yield record_from_dict(row, where)
+    for where, row in iter_json_lines(path, RecordError, "record file"):
+        yield record_from_dict(row, where)
 
 
 def load_records(paths: Iterable[str | Path]) -> list[EvalRecord]:

@@ -22,10 +22,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from envs.datasets import Question
-
 from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
+from envs.datasets import Question
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 

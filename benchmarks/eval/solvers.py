@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.policy import Policy
+from benchmarks.eval.runner import Solve
 from envs.datasets import Question
 from envs.retrieval.corpus import Corpus
-
-from benchmarks.eval.runner import Solve
 
 WORKFLOWS = ("hierarchical", "cascade")
 
