@@ -15,7 +15,7 @@ from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, RELATIONS
 
 # Names are capitalized words, optionally joined by "of" ("University of Brask").
 NAME = r"[A-Z][a-z]+(?:(?: of)? [A-Z][a-z]+)*"
-VALUE = r"\d[\d,]*"
+VALUE = r"\d[\d,]*(?: km)?"  # values carry their unit, if any
 _SENTENCE_END = re.compile(r"(?<=\.)\s+")
 
 

@@ -84,7 +84,7 @@ ATTRIBUTES = {
                   ("{s} has a population of {v}.", "{s} is home to {v} people."),
                   "Which has more people, {a} or {b}?", 10_000, 9_000_000, 1_000, smaller_wins=False, grouped=True),
         Attribute("length", ("river",), "How long is {x}?",
-                  ("{s} is {v} km long.", "{s} has a length of {v} km."),
+                  ("{s} is {v} long.", "{s} has a length of {v}."),
                   "Which river is longer, {a} or {b}?", 40, 3_000, 1, smaller_wins=False, unit="km"),
     )
 }

@@ -1,0 +1,160 @@
+"""A noisy SynthWiki team: the expert team with per-role failure knobs.
+
+Each knob is the probability of one realistic mistake. Call-level mistakes (skip the search,
+query the wrong entity, report too early) are drawn once when a Searcher call starts and kept for
+the whole call; output-level mistakes (misformat, drop a report, answer from the wrong report)
+are drawn per output. Draws come from one ``random.Random(seed)`` consumed in call order, so a
+run is reproducible from the seed. Accuracy falls smoothly as the knobs rise (see
+docs/synthwiki.md for measured figures).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from agents.policy import AgentOutput, AgentTurn
+from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
+from envs.synthwiki.teams import (
+    NO_FACTS,
+    ExpertAnswerer,
+    ExpertLeader,
+    ExpertSearcher,
+    Knowledge,
+    Step,
+    own_actions,
+    passage_texts,
+    reports,
+    resolve,
+    strip_label,
+)
+
+
+@dataclass
+class NoiseConfig:
+    """Probabilities of each mistake, per role."""
+
+    searcher_skip_search: float = 0.0  # report at once, without searching
+    searcher_wrong_entity: float = 0.0  # query a misspelt entity and report what comes back
+    searcher_early_report: float = 0.0  # report after the first search, with its first sentence
+    searcher_misformat: float = 0.0  # an output without a complete action tag
+    leader_drop_report: float = 0.0  # leave one report out of the selection
+    leader_misformat: float = 0.0
+    answerer_wrong_report: float = 0.0  # answer with a fact of another report
+    answerer_misformat: float = 0.0
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{spec.name}={value!r} is invalid: must be a probability in [0, 1]")
+
+    @classmethod
+    def uniform(cls, rate: float) -> NoiseConfig:
+        """Every knob at ``rate``."""
+        return cls(**{spec.name: rate for spec in fields(cls)})
+
+
+def misformat(text: str) -> str:
+    """Drop the closing tag: the most common format failure of a small model."""
+    return text[: text.rfind("</")] if "</" in text else text
+
+
+def misspell(name: str, rng: random.Random) -> str:
+    vowels = [i for i, ch in enumerate(name) if ch in "aeiou"]
+    if not vowels:
+        return name
+    i = rng.choice(vowels)
+    return name[:i] + rng.choice([v for v in "aeiou" if v != name[i]]) + name[i + 1 :]
+
+
+def named_entity(plan: Chain | Comparison | None) -> str | None:
+    """The entity a question names (the first one, for a comparison)."""
+    if isinstance(plan, Chain):
+        return plan.topic
+    return plan.first if isinstance(plan, Comparison) else None
+
+
+class NoisyTeam:
+    """A ``Policy`` playing every role like the expert, with the mistakes of ``noise``."""
+
+    def __init__(self, noise: NoiseConfig, seed: int = 0):
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.leader, self.searcher, self.answerer = ExpertLeader(), ExpertSearcher(), ExpertAnswerer()
+        self._call_mistakes: dict[tuple[str, str], str | None] = {}
+
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self._one(turn) for _ in range(turn.num_candidates)]) for turn in turns]
+
+    def _chance(self, probability: float) -> bool:
+        return probability > 0 and self.rng.random() < probability
+
+    def _one(self, turn: AgentTurn) -> str:
+        role = turn.role
+        if role == "leader":
+            text = self._leader(turn)
+        elif role == "searcher":
+            text = self._searcher(turn)
+        else:
+            text = self._answerer(turn)
+        if self._chance(getattr(self.noise, f"{role}_misformat")):
+            return misformat(text)
+        return text
+
+    def _leader(self, turn: AgentTurn) -> str:
+        text = self.leader.decide(turn)
+        if text.startswith("<select>") and self._chance(self.noise.leader_drop_report):
+            numbers = [n for message in turn.messages if message["role"] == "user" for n, _, _ in reports(message["content"])]
+            if numbers:
+                numbers.remove(self.rng.choice(numbers))
+                kept = numbers or [max(numbers, default=0) + 99]  # select nothing that exists
+                return "<select>" + ", ".join(map(str, kept)) + "</select>"
+        return text
+
+    def _searcher(self, turn: AgentTurn) -> str:
+        key = (turn.call_id, turn.task)
+        if not any(m["role"] == "assistant" for m in turn.messages):
+            self._call_mistakes[key] = self._draw_call_mistake()
+        mistake = self._call_mistakes.get(key)
+        searched = own_actions(turn, "search")
+        task = strip_label(turn.task, "Task:")
+        if mistake == "skip_search":
+            return f"<report>{NO_FACTS}</report>"
+        if mistake == "wrong_entity":
+            topic = named_entity(parse_question(task)) or task
+            if not searched and "search" in turn.allowed:
+                return f"<search>{task.replace(topic, misspell(topic, self.rng))}</search>"
+            return self._report_top_passage(turn, task)
+        if mistake == "early_report" and searched:
+            passages = passage_texts(turn)
+            first = passages[0].split(". ")[0].rstrip(".") + "." if passages else NO_FACTS
+            return f"<report>{first}</report>"
+        return self.searcher.decide(turn)
+
+    def _draw_call_mistake(self) -> str | None:
+        for mistake in ("skip_search", "wrong_entity", "early_report"):
+            if self._chance(getattr(self.noise, f"searcher_{mistake}")):
+                return mistake
+        return None
+
+    @staticmethod
+    def _report_top_passage(turn: AgentTurn, task: str) -> str:
+        """Report the asked predicate from whatever passage came back, as if it were the task's subject."""
+        plan = parse_question(task)
+        missing = resolve(plan, Knowledge())[1] if plan is not None else []
+        for step in missing:
+            for text in passage_texts(turn):
+                for fact in parse_facts(text):
+                    if fact.predicate == step.predicate:
+                        return f"<report>{Step(step.predicate, step.subject, fact.value).sentence()}</report>"
+        return f"<report>{NO_FACTS}</report>"
+
+    def _answerer(self, turn: AgentTurn) -> str:
+        if self._chance(self.noise.answerer_wrong_report):
+            found = reports(turn.messages[-1]["content"])
+            values = [fact.value for _, _, text in found for fact in parse_facts(text)]
+            if values:
+                return f"<answer>{self.rng.choice(values)}</answer>"
+        return self.answerer.decide(turn)
