@@ -1,0 +1,320 @@
+"""Advantage estimators (Eq. 1, 5, 7) against values computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from maopd.config import ConfigError, from_dict
+from training.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageConfig,
+    assign_token_advantages,
+    get_advantage_estimator,
+    grpo_advantages,
+    opd_advantages,
+    searcher_token_mask,
+    sequence_kl,
+    team_token_advantages,
+)
+from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError
+
+
+def test_grpo_binary_group_matches_hand_computation():
+    # rewards 1,0,0,0: mean 0.25, population std sqrt(3)/4.
+    adv = grpo_advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+    std = math.sqrt(3) / 4
+    expected = torch.tensor([[0.75, -0.25, -0.25, -0.25]]) / (std + 1e-6)
+    torch.testing.assert_close(adv, expected)
+    assert adv[0, 0].item() == pytest.approx(math.sqrt(3), rel=1e-5)
+
+
+def test_grpo_unbiased_std_divides_by_group_size_minus_one():
+    adv = grpo_advantages(torch.tensor([[1.0, 0.0]]), unbiased_std=True, eps=0.0)
+    # mean 0.5, sample std sqrt(0.5) → ±0.5/sqrt(0.5)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0]]) / math.sqrt(2))
+
+
+def test_grpo_is_per_row_and_uses_population_std():
+    rewards = torch.tensor([[0.9, 0.1, 0.5], [2.0, 4.0, 6.0]])
+    adv = grpo_advantages(rewards, eps=0.0)
+    for row in range(2):
+        values = rewards[row].tolist()
+        mean = sum(values) / 3
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / 3)
+        for g in range(3):
+            assert adv[row, g].item() == pytest.approx((values[g] - mean) / std, rel=1e-5, abs=1e-6)
+
+
+def test_grpo_zero_variance_groups_give_exactly_zero():
+    # 0.1 is not representable: mean of three 0.1s minus 0.1 is round-off, not 0, in float32.
+    rewards = torch.tensor([[0.1, 0.1, 0.1], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]])
+    adv = grpo_advantages(rewards)
+    assert torch.equal(adv[:3], torch.zeros(3, 3))
+    assert adv[3].abs().min() > 0.5
+
+
+def test_grpo_answerer_candidates_normalize_within_parent_workflow():
+    # [B=1, G=2, n=3]: workflow 0 has candidates 1,0,0; workflow 1 has all 1 (zero variance).
+    rewards = torch.tensor([[[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]])
+    adv = grpo_advantages(rewards, eps=0.0)
+    std = math.sqrt(2) / 3
+    torch.testing.assert_close(adv[0, 0], torch.tensor([2 / 3, -1 / 3, -1 / 3]) / std)
+    assert torch.equal(adv[0, 1], torch.zeros(3))
+
+
+def test_grpo_valid_mask_leaves_entries_out_of_the_statistics():
+    rewards = torch.tensor([[1.0, 0.0, float("nan"), 5.0]])
+    valid = torch.tensor([[True, True, False, False]])
+    adv = grpo_advantages(rewards, valid, eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0, 0.0, 0.0]]))
+    # a group with a single valid entry has zero variance → 0
+    single = grpo_advantages(torch.tensor([[3.0, 1.0]]), torch.tensor([[True, False]]))
+    assert torch.equal(single, torch.zeros(1, 2))
+
+
+def test_grpo_rejects_mask_of_wrong_shape():
+    with pytest.raises(ValueError, match="valid_mask shape"):
+        grpo_advantages(torch.zeros(2, 3), torch.ones(2, 2))
+
+
+def test_opd_is_beta_times_masked_log_ratio():
+    teacher = torch.tensor([[-1.0, -0.5, -2.0, float("-inf")]])
+    old = torch.tensor([[-2.0, -0.5, -1.0, -3.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    adv = opd_advantages(teacher, old, mask)
+    # the -inf sits under mask 0 and must not leak
+    torch.testing.assert_close(adv, torch.tensor([[0.01, 0.0, -0.01, 0.0]]))
+
+
+def test_opd_clamp_bounds_extreme_log_ratios():
+    teacher = torch.tensor([[-40.0, -0.1]])
+    old = torch.tensor([[-0.1, -30.0]])
+    mask = torch.ones(1, 2)
+    adv = opd_advantages(teacher, old, mask, beta=0.5, log_ratio_clamp=5.0)
+    torch.testing.assert_close(adv, torch.tensor([[-2.5, 2.5]]))
+    unclamped = opd_advantages(teacher, old, mask, beta=0.5)
+    torch.testing.assert_close(unclamped, torch.tensor([[-19.95, 14.95]]))
+
+
+def test_registry_names_the_paper_estimators():
+    assert get_advantage_estimator("grpo") is grpo_advantages
+    assert get_advantage_estimator("opd") is opd_advantages
+    assert set(ADVANTAGE_ESTIMATORS) >= {"grpo", "opd"}
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
+        get_advantage_estimator("gae")
+
+
+def test_searcher_token_mask_keeps_only_searcher_generated_tokens():
+    role_ids = torch.tensor([LEADER, SEARCHER, ANSWERER])
+    response = torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
+    expected = torch.tensor([[0, 0, 0], [1, 0, 1], [0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(searcher_token_mask(role_ids, response), expected)
+
+
+def test_sequence_kl_k1_sums_log_ratio_over_generated_tokens():
+    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, 0.0]])
+    ref = torch.tensor([[-1.5, -1.0, float("nan")], [-0.5, -1.5, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    torch.testing.assert_close(sequence_kl(logprobs, ref, mask), torch.tensor([0.5 - 1.0, 1.0]))
+
+
+ROLES = torch.tensor([LEADER, SEARCHER, ANSWERER])
+RESPONSE = torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
+
+
+def test_assign_token_advantages_opd_mode():
+    sequence = torch.tensor([0.7, 99.0, -0.4])
+    opd = torch.tensor([[5.0, 5.0, 5.0], [0.02, 0.0, -0.03], [5.0, 5.0, 5.0]])
+    adv = assign_token_advantages(ROLES, RESPONSE, sequence, opd, "opd")
+    expected = torch.tensor([[0.7, 0.7, 0.0], [0.02, 0.0, -0.03], [-0.4, -0.4, -0.4]])
+    torch.testing.assert_close(adv, expected)
+
+
+@pytest.mark.parametrize("signal", ["grpo_final_em", "grpo_rs"])
+def test_assign_token_advantages_outcome_modes_broadcast_the_sequence_value(signal):
+    adv = assign_token_advantages(ROLES, RESPONSE, torch.tensor([0.7, 0.3, -0.4]), None, signal)
+    expected = torch.tensor([[0.7, 0.7, 0.0], [0.3, 0.0, 0.3], [-0.4, -0.4, -0.4]])
+    torch.testing.assert_close(adv, expected)
+
+
+def test_assign_token_advantages_none_mode_zeroes_searchers():
+    adv = assign_token_advantages(ROLES, RESPONSE, torch.tensor([0.7, 0.3, -0.4]), None, "none")
+    assert torch.equal(adv[1], torch.zeros(3))
+    torch.testing.assert_close(adv[0], torch.tensor([0.7, 0.7, 0.0]))
+
+
+def test_assign_token_advantages_rejects_bad_input():
+    with pytest.raises(ValueError, match="searcher_signal"):
+        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), None, "judge")
+    with pytest.raises(ValueError, match="needs opd_token_advantages"):
+        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), None, "opd")
+    with pytest.raises(ValueError, match="role_ids must be in"):
+        assign_token_advantages(torch.tensor([0, 3, 1]), RESPONSE, torch.zeros(3), None, "none")
+    with pytest.raises(ValueError, match="sequence_advantages must have shape"):
+        assign_token_advantages(ROLES, RESPONSE, torch.zeros(2), None, "none")
+
+
+def _team_batch():
+    """B=1 question, G=2 trajectories, n=2 candidates, T=3.
+
+    Sequences: trajectory 0 has a Leader call, two Searcher calls and two Answerer candidates;
+    trajectory 1 has a Leader call, one Searcher call and two candidates.
+    """
+    role_ids = torch.tensor(
+        [LEADER, SEARCHER, SEARCHER, ANSWERER, ANSWERER, LEADER, SEARCHER, ANSWERER, ANSWERER]
+    )
+    traj_index = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1])
+    candidate_index = torch.tensor([-1, -1, -1, 0, 1, -1, -1, 0, 1])
+    response_mask = torch.ones(9, 3)
+    response_mask[1, 2] = 0  # a retrieved passage inside a Searcher call
+    old = torch.full((9, 3), -1.0)
+    teacher = old.clone()
+    teacher[1] = torch.tensor([-0.5, -2.0, float("-inf")])  # -inf under the passage mask
+    return {
+        "role_ids": role_ids,
+        "traj_index": traj_index,
+        "candidate_index": candidate_index,
+        "response_mask": response_mask,
+        "old_logprobs": old,
+        "teacher_logprobs": teacher,
+    }
+
+
+def test_team_advantages_all_equal_outcomes_grpo_zero_opd_signal():
+    batch = _team_batch()
+    result = team_token_advantages(
+        **batch,
+        leader_rewards=torch.tensor([[0.9, 0.9]]),
+        answerer_rewards=torch.tensor([[[1.0, 1.0], [1.0, 1.0]]]),
+    )
+    adv = result.token_advantages
+    non_searcher = batch["role_ids"] != SEARCHER
+    assert torch.equal(adv[non_searcher], torch.zeros(int(non_searcher.sum()), 3))
+    torch.testing.assert_close(adv[1], torch.tensor([0.005, -0.01, 0.0]))
+    assert torch.equal(adv[2], torch.zeros(3)) and torch.equal(adv[6], torch.zeros(3))
+
+
+def test_team_advantages_resolve_trajectory_and_candidate_levels():
+    batch = _team_batch()
+    config = AdvantageConfig(kl_in_reward_coef=0.0, grpo_eps=0.0)
+    result = team_token_advantages(
+        **batch,
+        leader_rewards=torch.tensor([[1.0, 0.0]]),
+        answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 0.0]]]),
+        config=config,
+    )
+    seq = result.sequence_advantages
+    torch.testing.assert_close(seq, torch.tensor([1.0, 0, 0, 1.0, -1.0, -1.0, 0, 0, 0]))
+    torch.testing.assert_close(result.token_advantages[3], torch.ones(3))
+    assert set(result.group_advantages) == {"leader", "answerer"}
+
+
+def test_team_advantages_kl_enters_leader_and_answerer_rewards_before_normalization():
+    batch = _team_batch()
+    # trajectory 0's Leader call has k1 KL 3·(−1 − (−2)) = 3 toward π_T; candidate (0, 1) has 1.5.
+    batch["teacher_logprobs"][0] = -2.0
+    batch["teacher_logprobs"][4] = -1.5
+    config = AdvantageConfig(kl_in_reward_coef=0.1)
+    result = team_token_advantages(
+        **batch,
+        leader_rewards=torch.tensor([[1.0, 1.0]]),
+        answerer_rewards=torch.tensor([[[1.0, 1.0], [0.0, 1.0]]]),
+        config=config,
+    )
+    torch.testing.assert_close(result.shaped_rewards["leader"], torch.tensor([[0.7, 1.0]]))
+    torch.testing.assert_close(
+        result.shaped_rewards["answerer"], torch.tensor([[[1.0, 0.85], [0.0, 1.0]]])
+    )
+    # equal outcomes but different KL: the penalty alone orders the group
+    assert result.sequence_advantages[0] < 0 < result.sequence_advantages[5]
+    assert result.sequence_advantages[3] > 0 > result.sequence_advantages[4]
+
+
+@pytest.mark.parametrize(
+    ("signal", "field"), [("grpo_final_em", "final_em"), ("grpo_rs", "searcher_rewards")]
+)
+def test_team_outcome_searcher_variants_give_every_call_its_trajectory_advantage(signal, field):
+    batch = _team_batch()
+    config = AdvantageConfig(searcher_signal=signal, kl_in_reward_coef=0.0, grpo_eps=0.0)
+    result = team_token_advantages(
+        **batch,
+        leader_rewards=torch.tensor([[0.5, 0.5]]),
+        answerer_rewards=torch.tensor([[[1.0, 1.0], [0.0, 0.0]]]),
+        config=config,
+        **{field: torch.tensor([[0.0, 1.0]])},
+    )
+    adv = result.token_advantages
+    torch.testing.assert_close(adv[1], torch.tensor([-1.0, -1.0, 0.0]))
+    torch.testing.assert_close(adv[2], torch.full((3,), -1.0))
+    torch.testing.assert_close(adv[6], torch.full((3,), 1.0))
+
+
+def test_team_outcome_variant_requires_its_reward():
+    config = AdvantageConfig(searcher_signal="grpo_rs", kl_in_reward_coef=0.0)
+    with pytest.raises(ValueError, match="searcher_rewards is None"):
+        team_token_advantages(
+            **_team_batch(),
+            leader_rewards=torch.zeros(1, 2),
+            answerer_rewards=torch.zeros(1, 2, 2),
+            config=config,
+        )
+
+
+def test_team_stage_one_without_leader_or_teacher():
+    # Stage I: one Searcher and n=2 candidates per trajectory, no Leader, no Teacher.
+    role_ids = torch.tensor([SEARCHER, ANSWERER, ANSWERER, SEARCHER, ANSWERER, ANSWERER])
+    result = team_token_advantages(
+        role_ids=role_ids,
+        traj_index=torch.tensor([0, 0, 0, 1, 1, 1]),
+        candidate_index=torch.tensor([-1, 0, 1, -1, 0, 1]),
+        response_mask=torch.ones(6, 2),
+        old_logprobs=torch.zeros(6, 2),
+        teacher_logprobs=None,
+        leader_rewards=None,
+        answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 0.0]]]),
+        searcher_rewards=torch.tensor([[0.95, -1.0]]),
+        config=AdvantageConfig(searcher_signal="grpo_rs", kl_in_reward_coef=0.0, grpo_eps=0.0),
+    )
+    torch.testing.assert_close(
+        result.sequence_advantages, torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0])
+    )
+
+
+def test_team_nan_reward_raises_naming_the_role():
+    rewards = torch.tensor([[1.0, float("nan")]])
+    with pytest.raises(NonFiniteError, match="leader rewards .*role\\(s\\): leader") as info:
+        team_token_advantages(
+            **_team_batch(), leader_rewards=rewards, answerer_rewards=torch.zeros(1, 2, 2)
+        )
+    assert info.value.tensor_name == "leader rewards" and info.value.roles == ("leader",)
+
+
+def test_team_inf_teacher_logprob_on_a_searcher_token_raises():
+    batch = _team_batch()
+    batch["teacher_logprobs"][2, 1] = float("-inf")
+    with pytest.raises(NonFiniteError, match="teacher_logprobs") as info:
+        team_token_advantages(
+            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
+        )
+    assert info.value.roles == ("searcher",)
+
+
+def test_team_rejects_out_of_range_candidate_index():
+    batch = _team_batch()
+    batch["candidate_index"][3] = 2
+    with pytest.raises(
+        ValueError, match="candidate_index of the answerer sequences must lie in 0..1"
+    ):
+        team_token_advantages(
+            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
+        )
+
+
+def test_advantage_config_loads_from_dict_and_names_bad_fields():
+    config = from_dict(AdvantageConfig, {"searcher_signal": "none", "opd_log_ratio_clamp": 10})
+    assert config.searcher_signal == "none" and config.opd_log_ratio_clamp == 10.0
+    with pytest.raises(ConfigError, match="searcher_signal"):
+        from_dict(AdvantageConfig, {"searcher_signal": "judge"})
+    with pytest.raises(ConfigError, match="opd_beta"):
+        from_dict(AdvantageConfig, {"opd_beta": -1})

@@ -1,0 +1,439 @@
+"""The PPO loss of the shared policy as small pure functions over token tensors.
+
+Layout (shared with ``training/advantages.py``; see docs/algorithms.md). One PPO batch holds
+N sequences (one model call each) padded to T tokens:
+
+* ``logprobs`` [N, T]       log π_θ(a_t | h_t) of the sampled tokens under the current parameters
+* ``old_logprobs`` [N, T]   the same under π_old, the policy that sampled the batch
+* ``ref_logprobs`` [N, T]   the same under the frozen Teacher π_T (KL terms and metrics)
+* ``advantages`` [N, T]     token advantages (Eq. 7, from ``assign_token_advantages``)
+* ``loss_mask`` [N, T]      1 on the tokens that count in the loss denominator: tokens the
+                            policy generated; 0 on prompts, retrieved passages and padding
+* ``weight`` [N, T]         optional per-token multiplier of the numerator only. Weight 0 removes a
+                            token's gradient but keeps it in the denominator, which is how the
+                            "w/o direct Searcher supervision" variant (paper, Table 3) is written
+* ``role_ids`` [N]          0 = Leader, 1 = Searcher, 2 = Answerer, one per sequence
+
+Entries outside ``loss_mask`` may hold anything (padding garbage, -inf); they are replaced by
+zeros before any arithmetic, so they can never reach a loss or a gradient as NaN.
+
+The registries (``KL_ESTIMATORS``, ``LOSS_AGGREGATIONS``) follow verl's core_algos: a name in a
+config selects a pure function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from maopd.config import ConfigError
+
+ROLE_NAMES = ("leader", "searcher", "answerer")
+LEADER, SEARCHER, ANSWERER = 0, 1, 2
+ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLE_NAMES)}
+
+# exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
+# clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
+LOG_RATIO_LIMIT = 20.0
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss, advantage or reward holds NaN or inf. Names the tensor and the roles affected."""
+
+    def __init__(self, tensor_name: str, roles: tuple[str, ...], count: int) -> None:
+        self.tensor_name = tensor_name
+        self.roles = roles
+        self.count = count
+        super().__init__(
+            f"{tensor_name} has {count} non-finite (NaN or inf) value(s) "
+            f"in role(s): {', '.join(roles)}"
+        )
+
+
+def check_finite(
+    name: str,
+    tensor: torch.Tensor,
+    *,
+    role_ids: torch.Tensor | None = None,
+    role: str | None = None,
+    mask: torch.Tensor | None = None,
+) -> None:
+    """Raise ``NonFiniteError`` if ``tensor`` holds NaN/inf where ``mask`` is 1.
+
+    The roles are read from ``role_ids`` ([N], one per row of ``tensor``) when given, else taken
+    from ``role`` (for group tensors such as the Leader's [B, G] rewards).
+    """
+    bad = ~torch.isfinite(tensor.detach())
+    if mask is not None:
+        bad &= mask.bool()
+    count = int(bad.sum())
+    if count == 0:
+        return
+    if role_ids is not None:
+        bad_rows = bad.reshape(bad.shape[0], -1).any(dim=1)
+        roles = tuple(role_name(int(r)) for r in torch.unique(role_ids[bad_rows]))
+    else:
+        roles = (role or "unspecified",)
+    raise NonFiniteError(name, roles, count)
+
+
+def role_name(role_id: int) -> str:
+    if not 0 <= role_id < len(ROLE_NAMES):
+        return f"unknown role id {role_id}"
+    return ROLE_NAMES[role_id]
+
+
+def check_role_ids(role_ids: torch.Tensor, num_sequences: int) -> None:
+    if role_ids.shape != (num_sequences,):
+        raise ValueError(f"role_ids must have shape [{num_sequences}], got {list(role_ids.shape)}")
+    if role_ids.numel() and not bool(((role_ids >= 0) & (role_ids < len(ROLE_NAMES))).all()):
+        raise ValueError(f"role_ids must be in 0..{len(ROLE_NAMES) - 1} ({', '.join(ROLE_NAMES)})")
+
+
+def masked_where(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` where ``mask`` is 1, else 0 (unlike ``values * mask``, NaN*0 cannot leak)."""
+    return torch.where(mask.bool(), values, torch.zeros_like(values))
+
+
+# --------------------------------------------------------------------------- KL estimators
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+
+
+def register_kl_estimator(name: str):
+    def decorate(fn):
+        if name in KL_ESTIMATORS:
+            raise ValueError(f"KL estimator {name!r} is already registered")
+        KL_ESTIMATORS[name] = fn
+        return fn
+
+    return decorate
+
+
+@register_kl_estimator("k1")
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k1 = log π(a)/π_ref(a) for a ~ π: unbiased for KL(π‖π_ref), high variance, can be < 0.
+
+    The right estimator for a KL penalty inside a *reward*: its score-function gradient is the
+    gradient of KL(π‖π_ref) (Schulman, "Approximating KL divergence", 2020).
+    """
+    return logprobs - ref_logprobs
+
+
+@register_kl_estimator("k2")
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k2 = ½ (log π(a)/π_ref(a))²: biased, low variance, ≥ 0."""
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+@register_kl_estimator("k3")
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 = ρ − 1 − log ρ with ρ = π_ref(a)/π(a): unbiased for KL(π‖π_ref), low variance, ≥ 0.
+
+    The log-ratio is clamped to ±LOG_RATIO_LIMIT before exp so the value stays finite.
+    """
+    log_rho = (ref_logprobs - logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    return torch.exp(log_rho) - 1.0 - log_rho
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π‖π_ref) at the sampled tokens with the named estimator."""
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"unknown KL estimator {estimator!r}; choose one of {sorted(KL_ESTIMATORS)}"
+        )
+    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
+
+
+# --------------------------------------------------------------------------- loss aggregation
+
+LossAggregation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LOSS_AGGREGATIONS: dict[str, LossAggregation] = {}
+
+
+def register_loss_aggregation(name: str):
+    def decorate(fn):
+        if name in LOSS_AGGREGATIONS:
+            raise ValueError(f"loss aggregation {name!r} is already registered")
+        LOSS_AGGREGATIONS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _num_sequences(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Sequences with at least one counted token; fully padded rows do not dilute a mean."""
+    return loss_mask.any(dim=-1).sum().clamp(min=1)
+
+
+@register_loss_aggregation("token-mean")
+def token_mean(weighted_loss: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Σ_{i,t} w·ℓ / Σ_{i,t} m: every counted token of the batch has the same weight (default)."""
+    return weighted_loss.sum() / loss_mask.sum().clamp(min=1)
+
+
+@register_loss_aggregation("seq-mean-token-sum")
+def seq_mean_token_sum(weighted_loss: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """mean_i Σ_t w·ℓ: long sequences weigh more, in proportion to their length."""
+    return weighted_loss.sum() / _num_sequences(loss_mask)
+
+
+@register_loss_aggregation("seq-mean-token-mean")
+def seq_mean_token_mean(weighted_loss: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """mean_i (Σ_t w·ℓ / Σ_t m): every sequence has the same weight, whatever its length."""
+    per_sequence = weighted_loss.sum(dim=-1) / loss_mask.sum(dim=-1).clamp(min=1)
+    return per_sequence.sum() / _num_sequences(loss_mask)
+
+
+@register_loss_aggregation("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(weighted_loss: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """mean_i Σ_t w·ℓ / T with T the padded length (Dr. GRPO's constant normalizer).
+
+    Pad every batch to the same T (the generation budget) for the normalizer to be constant.
+    """
+    return weighted_loss.sum() / (_num_sequences(loss_mask) * loss_mask.shape[-1])
+
+
+def aggregate_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    mode: str = "token-mean",
+) -> torch.Tensor:
+    """Reduce a [N, T] token loss to a scalar. ``loss_mask`` sets the denominator; ``weight``
+    scales the numerator only, so a weight-0 token adds nothing but still counts in the mean."""
+    if mode not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"unknown loss_agg_mode {mode!r}; choose one of {sorted(LOSS_AGGREGATIONS)}"
+        )
+    if loss_mat.shape != loss_mask.shape:
+        raise ValueError(
+            f"loss_mask shape {list(loss_mask.shape)} != loss shape {list(loss_mat.shape)}"
+        )
+    weighted = masked_where(loss_mask, loss_mat)
+    if weight is not None:
+        weighted = weighted * weight
+    return LOSS_AGGREGATIONS[mode](weighted, loss_mask.bool())
+
+
+# --------------------------------------------------------------------------- token losses
+
+
+def ppo_clipped_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO loss −min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A) with ρ = π_θ/π_old.
+
+    The clipped surrogate of Schulman et al. (2017) that both stages maximize with the token
+    advantages of Eq. 7. Returns the [N, T] loss and a bool [N, T] of tokens where the clipped
+    branch was taken (its gradient is zero there).
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high) * advantages
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy H(π_θ(·|h_t)) of each position's full next-token distribution: [N, T, V] → [N, T]."""
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapping[str, float]):
+    """[N, T] weights: ``role_weights[name]`` on every token of that role's sequences, 1 otherwise.
+
+    ``{"searcher": 0.0}`` is the "w/o direct Searcher supervision" variant.
+    """
+    unknown = sorted(set(role_weights) - set(ROLE_IDS))
+    if unknown:
+        raise ValueError(f"role_loss_weights: unknown role {unknown[0]!r}; roles are {ROLE_NAMES}")
+    per_role = torch.tensor([float(role_weights.get(name, 1.0)) for name in ROLE_NAMES])
+    return per_role.to(role_ids.device)[role_ids][:, None].expand(-1, num_tokens)
+
+
+# --------------------------------------------------------------------------- the PPO loss
+
+
+@dataclass
+class PPOLossConfig:
+    """Settings of the PPO update; see docs/algorithms.md."""
+
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    # The paper adds an entropy bonus without stating its coefficient; 1e-3 is our choice.
+    entropy_coef: float = 1e-3
+    # Direct KL loss toward π_T. Off by default: in the paper the Leader/Answerer KL enters the
+    # rewards (``AdvantageConfig.kl_in_reward_coef``) and Searchers get no extra KL.
+    kl_loss_coef: float = 0.0
+    kl_loss_estimator: Literal["k1", "k2", "k3"] = "k3"
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "token-mean"
+    # Per-role numerator weights, e.g. {"searcher": 0.0} for "w/o direct Searcher supervision".
+    role_loss_weights: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("clip_ratio_low", "clip_ratio_high", "entropy_coef", "kl_loss_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
+        if unknown:
+            raise ConfigError(
+                f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLE_NAMES}"
+            )
+
+
+@dataclass
+class PPOLossTerms:
+    """The scalar loss to backpropagate and the token tensors the metrics are computed from."""
+
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    entropy: torch.Tensor | None
+    kl_loss: torch.Tensor | None
+    token_policy_loss: torch.Tensor
+    token_clipped: torch.Tensor
+
+
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    role_ids: torch.Tensor,
+    config: PPOLossConfig | None = None,
+    *,
+    weight: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+) -> PPOLossTerms:
+    """loss = agg(PPO surrogate) − entropy_coef·agg(H) + kl_loss_coef·agg(KL(π_θ‖π_T)).
+
+    All three terms share ``loss_mask`` (denominator) and the numerator weight
+    ``weight × role_loss_weight``, so a role weighted 0 loses its policy, entropy and KL losses
+    together while its tokens stay in the denominator. ``entropy`` ([N, T], e.g. from
+    ``token_entropy``) is needed when ``entropy_coef > 0``; ``ref_logprobs`` when
+    ``kl_loss_coef > 0``. Raises ``NonFiniteError`` naming the tensor and role on NaN/inf.
+    """
+    config = config or PPOLossConfig()
+    num_sequences, num_tokens = logprobs.shape
+    for name, tensor in (
+        ("old_logprobs", old_logprobs),
+        ("advantages", advantages),
+        ("loss_mask", loss_mask),
+    ):
+        if tensor.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} shape {list(tensor.shape)} != logprobs shape {list(logprobs.shape)}"
+            )
+    check_role_ids(role_ids, num_sequences)
+    mask = loss_mask.bool()
+    for name, tensor in (
+        ("logprobs", logprobs),
+        ("old_logprobs", old_logprobs),
+        ("advantages", advantages),
+    ):
+        check_finite(name, tensor, role_ids=role_ids, mask=mask)
+
+    total_weight = role_loss_weight(role_ids, num_tokens, config.role_loss_weights).to(
+        logprobs.dtype
+    )
+    if weight is not None:
+        total_weight = total_weight * weight
+
+    def aggregate(token_values: torch.Tensor) -> torch.Tensor:
+        return aggregate_loss(token_values, mask, total_weight, config.loss_agg_mode)
+
+    token_policy_loss, token_clipped = ppo_clipped_surrogate(
+        masked_where(mask, logprobs),
+        masked_where(mask, old_logprobs),
+        masked_where(mask, advantages),
+        config.clip_ratio_low,
+        config.clip_ratio_high,
+    )
+    check_finite("policy loss", token_policy_loss, role_ids=role_ids, mask=mask)
+    policy_loss = aggregate(token_policy_loss)
+    loss = policy_loss
+
+    mean_entropy = None
+    if config.entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the token entropy tensor `entropy`")
+        check_finite("entropy", entropy, role_ids=role_ids, mask=mask)
+        mean_entropy = aggregate(masked_where(mask, entropy))
+        loss = loss - config.entropy_coef * mean_entropy
+
+    kl_loss = None
+    if config.kl_loss_coef > 0:
+        if ref_logprobs is None:
+            raise ValueError("kl_loss_coef > 0 needs the Teacher's `ref_logprobs`")
+        token_kl = kl_estimate(
+            masked_where(mask, logprobs), masked_where(mask, ref_logprobs), config.kl_loss_estimator
+        )
+        check_finite("KL loss", token_kl, role_ids=role_ids, mask=mask)
+        kl_loss = aggregate(token_kl)
+        loss = loss + config.kl_loss_coef * kl_loss
+
+    check_finite("total loss", loss, role="all")
+    return PPOLossTerms(loss, policy_loss, mean_entropy, kl_loss, token_policy_loss, token_clipped)
+
+
+# --------------------------------------------------------------------------- per-role metrics
+
+
+def role_token_means(
+    role_ids: torch.Tensor, loss_mask: torch.Tensor, token_values: Mapping[str, torch.Tensor]
+) -> dict[str, float]:
+    """``{"<role>/<name>": mean over that role's counted tokens}`` for every role present."""
+    mask = loss_mask.bool()
+    metrics = {}
+    for role_id, name in enumerate(ROLE_NAMES):
+        role_mask = mask & (role_ids == role_id)[:, None]
+        count = int(role_mask.sum())
+        if count == 0:
+            continue
+        for metric, values in token_values.items():
+            metrics[f"{name}/{metric}"] = (
+                float(masked_where(role_mask, values.detach().float()).sum()) / count
+            )
+    return metrics
+
+
+def ppo_role_metrics(
+    role_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    terms: PPOLossTerms,
+    *,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Per-role loss, clip fraction, approx KL to π_old and to π_T (k3), entropy, mean advantage.
+
+    Metrics use ``loss_mask`` only, not the loss weights, so a role trained with weight 0 is still
+    observed. Keys look like ``"searcher/clip_frac"``.
+    """
+    mask = loss_mask.bool()
+    logprobs, old_logprobs = masked_where(mask, logprobs), masked_where(mask, old_logprobs)
+    values = {
+        "policy_loss": terms.token_policy_loss,
+        "clip_frac": terms.token_clipped.float(),
+        "approx_kl_old": kl_k3(logprobs, old_logprobs),
+        "advantage": advantages,
+    }
+    if ref_logprobs is not None:
+        values["approx_kl_teacher"] = kl_k3(logprobs, masked_where(mask, ref_logprobs))
+    if entropy is not None:
+        values["entropy"] = entropy
+    return role_token_means(role_ids, loss_mask, values)
