@@ -1,0 +1,67 @@
+"""Demonstrations for supervised fine-tuning: scripted-team episodes, one chat per model call.
+
+Each demonstration is the call's final chat history exactly as the environment built it (role
+prompt, task, retrieved passages, the scripted outputs), so a model trained on it sees at
+training time the format it will see at rollout time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.policy import Policy
+from envs.datasets import Question
+from envs.episode import run_episode
+from envs.retrieval.base import Retriever
+
+WORKFLOWS = ("hierarchical", "cascade")
+
+
+def make_env(workflow: str, retriever: Retriever, questions: Sequence[Question]):
+    if workflow == "hierarchical":
+        from envs import hierarchical_search_v0 as module
+    elif workflow == "cascade":
+        from envs import cascade_search_v0 as module
+    else:
+        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
+    return module.env(retriever=retriever, questions=list(questions))
+
+
+def call_chat(call: dict[str, Any]) -> list[dict[str, str]]:
+    """The call's messages, ending with its last output (the Answerer's is not in its history)."""
+    messages = list(call["messages"])
+    if call["outputs"] and (messages[-1]["role"] != "assistant" or messages[-1]["content"] != call["outputs"][-1]):
+        messages.append({"role": "assistant", "content": call["outputs"][-1]})
+    return messages
+
+
+def demonstrations(workflow: str, policy: Policy, retriever: Retriever, questions: Sequence[Question],
+                   successful_only: bool = True) -> Iterator[dict[str, Any]]:
+    """Play every question once and yield one demonstration per model call."""
+    env = make_env(workflow, retriever, questions)
+    for index in range(len(questions)):
+        record = run_episode(env, policy, seed=index, options={"question_index": index})
+        em = max(record["candidate_scores"], default=0.0)
+        if successful_only and em < 1.0:
+            continue
+        for call in record["calls"]:
+            yield {
+                "question_id": record["question_id"],
+                "workflow": workflow,
+                "role": call["role"],
+                "call_id": call["call_id"],
+                "em": em,
+                "messages": call_chat(call),
+            }
+
+
+def write_demonstrations(rows: Iterator[dict[str, Any]], path: str | Path) -> int:
+    count = 0
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+            count += 1
+    return count

@@ -1,0 +1,138 @@
+"""SynthWiki scripted teams: the expert on hand-built turns and through both environments; the noisy team."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import prompts
+from agents.actions import parse_action
+from agents.policy import AgentTurn
+from envs.retrieval.base import Passage
+from envs.retrieval.bm25 import BM25Retriever
+from envs.synthwiki import build_world
+from envs.synthwiki.demos import demonstrations
+from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
+from envs.synthwiki.teams import ExpertAnswerer, ExpertLeader, ExpertSearcher, expert_team
+
+QUESTION = "Where was the founder of Vellora born?"
+VELLORA = Passage("1", "Vellora Records", "Vellora Records is a music company. Vellora Records is also known as "
+                  "Vellora. Dalen Marsk founded Vellora Records. Vellora Records was founded in 1931.", 9.0)
+DALEN = Passage("2", "Dalen Marsk", "Dalen Marsk is a singer. Dalen Marsk is a native of Kelvar. "
+                "Dalen Marsk was born in 1960.", 8.0)
+DISTRACTOR = Passage("3", "Dalen Morsk", "Dalen Morsk is a chef. Dalen Morsk was born in Tarvel.", 7.0)
+
+
+def leader_turn(*extra: dict) -> AgentTurn:
+    messages = (prompts.system_message("leader"), prompts.question_message(QUESTION, 3, 5), *extra)
+    return AgentTurn("leader", "leader", messages, ("delegate", "select"))
+
+
+def searcher_turn(task: str, *extra: dict, allowed=("search", "report")) -> AgentTurn:
+    messages = (prompts.system_message("searcher"), prompts.task_message(task), *extra)
+    return AgentTurn("searcher_0", "searcher", messages, allowed, call_id="searcher_0@w1")
+
+
+def test_expert_leader_delegates_hop_by_hop_then_selects():
+    leader = ExpertLeader()
+    first = leader.decide(leader_turn())
+    assert parse_action(first, "leader").subtasks == ("Who founded Vellora?",)
+    after_wave_1 = leader_turn(
+        {"role": "assistant", "content": first},
+        prompts.reports_message([(1, "Who founded Vellora?", "Vellora was founded by Dalen Marsk.")]),
+    )
+    second = leader.decide(after_wave_1)
+    assert parse_action(second, "leader").subtasks == ("Where was Dalen Marsk born?",)
+    done = leader_turn(
+        *after_wave_1.messages[2:],
+        {"role": "assistant", "content": second},
+        prompts.reports_message([(2, "Where was Dalen Marsk born?", "Dalen Marsk was born in Kelvar.")]),
+    )
+    assert leader.decide(done) == "<select>all</select>"
+
+
+def test_expert_leader_delegates_a_comparison_in_one_wave():
+    turn = AgentTurn("leader", "leader", (prompts.system_message("leader"),
+                     prompts.question_message("Who was born earlier, Dalen Marsk or Kira Vell?", 3, 5)),
+                     ("delegate", "select"))
+    action = parse_action(ExpertLeader().decide(turn), "leader")
+    assert action.subtasks == ("When was Dalen Marsk born?", "When was Kira Vell born?")
+
+
+def test_expert_searcher_resolves_aliases_and_ignores_near_duplicates():
+    searcher = ExpertSearcher()
+    assert searcher.decide(searcher_turn("Who founded Vellora?")) == "<search>Who founded Vellora?</search>"
+    info = prompts.information_message([VELLORA, DISTRACTOR], 600)
+    turn = searcher_turn("Who founded Vellora?", {"role": "assistant", "content": "<search>Who founded Vellora?</search>"}, info)
+    assert searcher.decide(turn) == "<report>Vellora was founded by Dalen Marsk.</report>"
+    # born_in, not the birth year nor the near-duplicate's birthplace
+    info = prompts.information_message([DISTRACTOR, DALEN], 600)
+    turn = searcher_turn("Where was Dalen Marsk born?", {"role": "assistant", "content": "<search>x</search>"}, info)
+    assert searcher.decide(turn) == "<report>Dalen Marsk was born in Kelvar.</report>"
+
+
+def test_expert_searcher_chains_a_full_question_and_reports_on_its_last_turn():
+    searcher = ExpertSearcher()
+    first_search = {"role": "assistant", "content": "<search>Who founded Vellora?</search>"}
+    turn = searcher_turn(QUESTION, first_search, prompts.information_message([VELLORA], 600))
+    assert searcher.decide(turn) == "<search>Where was Dalen Marsk born?</search>"
+    missed = prompts.information_message([DISTRACTOR], 600)
+    last = searcher_turn(QUESTION, first_search, prompts.information_message([VELLORA], 600),
+                         {"role": "assistant", "content": "<search>Where was Dalen Marsk born?</search>"}, missed,
+                         allowed=("report",))
+    assert searcher.decide(last) == "<report>Vellora was founded by Dalen Marsk.</report>"
+
+
+def test_expert_answerer_follows_the_chain_and_compares():
+    reports = [(1, "Who founded Vellora?", "Vellora was founded by Dalen Marsk."),
+               (2, "Where was Dalen Marsk born?", "Dalen Marsk was born in Kelvar.")]
+    turn = AgentTurn("answerer", "answerer", (prompts.system_message("answerer"), prompts.answerer_message(QUESTION, reports)), ("answer",))
+    assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
+    reports = [(1, "t", "Kelvar has a population of 1,200,000."), (2, "t", "Tarvel is home to 950,000 people.")]
+    turn = AgentTurn("answerer", "answerer", (prompts.system_message("answerer"),
+                     prompts.answerer_message("Which has more people, Tarvel or Kelvar?", reports)), ("answer",))
+    assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
+
+
+@pytest.fixture(scope="module")
+def small():
+    world = build_world(seed=0, size="small")
+    return world, BM25Retriever(world.corpus)
+
+
+def _em(workflow, team, world, retriever, questions):
+    rows = demonstrations(workflow, team, retriever, questions, successful_only=False)
+    by_question = {}
+    for row in rows:
+        by_question[row["question_id"]] = row["em"]
+    return sum(by_question.values()) / len(questions)
+
+
+@pytest.mark.parametrize("workflow", ["hierarchical", "cascade"])
+def test_expert_team_reaches_95_percent_exact_match_with_bm25(small, workflow):
+    world, retriever = small
+    questions = world.splits["test"][:150]
+    assert _em(workflow, expert_team(), world, retriever, questions) >= 0.95
+
+
+def test_noisy_team_accuracy_falls_as_noise_rises(small):
+    world, retriever = small
+    questions = world.splits["dev"][:80]
+    accuracies = [_em("hierarchical", NoisyTeam(NoiseConfig.uniform(rate), seed=1), world, retriever, questions)
+                  for rate in (0.0, 0.1, 0.3)]
+    assert accuracies[0] >= 0.95 and accuracies[0] > accuracies[1] > accuracies[2]
+
+
+def test_noise_knobs_are_validated():
+    with pytest.raises(ValueError, match="leader_drop_report"):
+        NoiseConfig(leader_drop_report=1.5)
+
+
+def test_demonstrations_are_the_environment_chats(small):
+    world, retriever = small
+    rows = list(demonstrations("hierarchical", expert_team(), retriever, world.splits["train"][:5]))
+    roles = {row["role"] for row in rows}
+    assert roles == {"leader", "searcher", "answerer"}
+    for row in rows:
+        assert row["messages"][0] == prompts.system_message(row["role"])
+        assert row["messages"][-1]["role"] == "assistant"
+        assert parse_action(row["messages"][-1]["content"], row["role"]).valid
