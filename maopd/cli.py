@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "envs.cli",
     "envs.retrieval.cli",
     "benchmarks.eval.cli",
+    "envs.synthwiki.cli",
 ]
 
 
