@@ -38,7 +38,7 @@ def register(subparsers) -> None:
     run.add_argument("--manifest", required=True)
     run.add_argument("--corpus", required=True, help="corpus JSONL for the in-process retriever (BM25)")
     run.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
-    run.add_argument("--policy", choices=["scripted"], default="scripted",
+    run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer"], default="scripted",
                      help="the team policy; LLM policies and checkpoints are wired in by the training CLI")
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
     run.add_argument("--attempts", type=int, default=4)
@@ -128,14 +128,13 @@ def _manifest(args) -> int:
 
 
 def _run(args) -> int:
-    from agents.scripted import scripted_team
     from benchmarks.eval.manifest import load_manifest
     from benchmarks.eval.runner import EvalSettings, run_attempts
-    from benchmarks.eval.solvers import team_solver
+    from benchmarks.eval.solvers import debugging_policy, team_solver
     from envs.retrieval.corpus import load_corpus
 
     manifest = load_manifest(args.manifest)
-    solve = team_solver(args.workflow, scripted_team(), load_corpus(args.corpus), [e.question for e in manifest])
+    solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), load_corpus(args.corpus), [e.question for e in manifest])
     settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
     ran = run_attempts(solve, manifest, args.out, args.method or f"{args.policy}-{args.workflow}", settings)
     print(f"ran {ran} workflows; records in {args.out}")

@@ -154,12 +154,12 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
         return None
     figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.6), sharey=True)
     for axis, cost in zip(axes, PLOT_COSTS):
-        for name, m in methods.items():
+        for index, (name, m) in enumerate(methods.items()):
             x, x_low, x_high = _estimate(m["costs"][cost])
             y, y_low, y_high = (100 * v for v in _estimate(m["accuracy"][f"avg@{k}"]))
             axis.errorbar(x, y, xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]],
                           fmt="o", capsize=3, label=name)
-            axis.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+            axis.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 + 10 * index), fontsize=8)  # staggered: points may coincide
         axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow")
         axis.grid(alpha=0.3)
     axes[0].set_ylabel(f"macro EM avg@{k} (%)")

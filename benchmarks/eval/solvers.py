@@ -18,6 +18,20 @@ from envs.retrieval.corpus import Corpus
 WORKFLOWS = ("hierarchical", "cascade")
 
 
+def debugging_policy(name: str, seed: int = 0) -> Policy:
+    """The rule-based teams that need no model: ``scripted``, or ``scripted-noisy-answerer``
+    (the scripted Leader and Searchers with a misbehaving Answerer, which exercises the failure
+    taxonomy and the flexible extractor)."""
+    from agents.misbehaving import MisbehavingPolicy
+    from agents.policy import RoleRouter
+    from agents.scripted import ScriptedAnswerer, ScriptedLeader, ScriptedSearcher
+
+    answerers = {"scripted": ScriptedAnswerer(), "scripted-noisy-answerer": MisbehavingPolicy(seed, valid_rate=0.5)}
+    if name not in answerers:
+        raise ValueError(f"policy: unknown policy {name!r}; expected one of {sorted(answerers)}")
+    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": answerers[name]})
+
+
 def team_solver(workflow: str, policy: Policy, corpus: Corpus, questions: Sequence[Question], **env_options: Any) -> Solve:
     """A ``solve`` over one environment (one retriever index) built for ``questions``."""
     from envs import cascade_search_v0, hierarchical_search_v0
