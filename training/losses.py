@@ -242,12 +242,6 @@ def ppo_clipped_surrogate(
     return -torch.minimum(unclipped, clipped), clipped < unclipped
 
 
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy H(π_θ(·|h_t)) of each position's full next-token distribution: [N, T, V] → [N, T]."""
-    log_p = torch.log_softmax(logits.float(), dim=-1)
-    return -(log_p.exp() * log_p).sum(dim=-1)
-
-
 def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapping[str, float]):
     """[N, T] weights: ``role_weights[name]`` on every token of that role's sequences, 1 otherwise.
 
@@ -320,8 +314,9 @@ def ppo_loss(
 
     All three terms share ``loss_mask`` (denominator) and the numerator weight
     ``weight × role_loss_weight``, so a role weighted 0 loses its policy, entropy and KL losses
-    together while its tokens stay in the denominator. ``entropy`` ([N, T], e.g. from
-    ``token_entropy``) is needed when ``entropy_coef > 0``; ``ref_logprobs`` when
+    together while its tokens stay in the denominator. ``entropy`` ([N, T], from
+    ``training.token_scoring.score_tokens(..., with_entropy=True)``) is needed when
+    ``entropy_coef > 0``; ``ref_logprobs`` when
     ``kl_loss_coef > 0``. Raises ``NonFiniteError`` naming the tensor and role on NaN/inf.
     """
     config = config or PPOLossConfig()
