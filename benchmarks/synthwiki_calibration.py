@@ -26,9 +26,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from envs.datasets import Question
+from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
 from envs.synthwiki.demos import WORKFLOWS, make_env
-from envs.episode import run_episode
 from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
 from envs.synthwiki.questions import KINDS
 from envs.synthwiki.teams import expert_team
@@ -76,8 +76,10 @@ def team_accuracy(workflow: str, team, retriever: BM25Retriever, questions: list
 def markdown(report: dict) -> str:
     columns = [*KINDS, "all"]
     lines = [
-        f"SynthWiki calibration: seed {report['seed']}, size `{report['size']}`, split `{report['split']}` "
-        f"({report['questions']} questions, {report['passages']} passages), BM25 top-{TOPK}.",
+        (
+            f"SynthWiki calibration: seed {report['seed']}, size `{report['size']}`, split `{report['split']}` "
+            f"({report['questions']} questions, {report['passages']} passages), BM25 top-{TOPK}."
+        ),
         "",
         f"Command: `{report['command']}`",
         "",

@@ -10,7 +10,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from envs.synthwiki.schema import ATTRIBUTES, DESCRIPTORS, ENTITY_TYPES, RELATIONS, TYPE_ATTRIBUTES, TYPE_RELATIONS
+from envs.synthwiki.schema import (
+    ATTRIBUTES,
+    DESCRIPTORS,
+    ENTITY_TYPES,
+    RELATIONS,
+    TYPE_ATTRIBUTES,
+    TYPE_RELATIONS,
+)
 
 SPLITS = ("train", "dev", "test")
 SPLIT_FRACTIONS = {"train": 0.7, "dev": 0.15, "test": 0.15}

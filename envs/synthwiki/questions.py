@@ -14,8 +14,21 @@ from collections.abc import Mapping, Sequence
 
 from envs.datasets import Question
 from envs.synthwiki.generator import Entity, mention
-from envs.synthwiki.grammar import Chain, Comparison, chain_question, comparison_question, subquestion
-from envs.synthwiki.schema import ATTRIBUTES, ENTITY_TYPES, RELATIONS, TYPE_ATTRIBUTES, format_value, value_answers
+from envs.synthwiki.grammar import (
+    Chain,
+    Comparison,
+    chain_question,
+    comparison_question,
+    subquestion,
+)
+from envs.synthwiki.schema import (
+    ATTRIBUTES,
+    ENTITY_TYPES,
+    RELATIONS,
+    TYPE_ATTRIBUTES,
+    format_value,
+    value_answers,
+)
 
 KINDS = ("1-hop", "2-hop", "3-hop", "comparison")
 DEFAULT_HOP_MIX = {"1-hop": 0.3, "2-hop": 0.35, "3-hop": 0.15, "comparison": 0.2}

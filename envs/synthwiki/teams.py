@@ -21,7 +21,14 @@ from dataclasses import dataclass
 
 from agents.actions import parse_subtasks
 from agents.policy import AgentOutput, AgentTurn, RoleRouter
-from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts, parse_question, subquestion
+from envs.synthwiki.grammar import (
+    Chain,
+    Comparison,
+    fact_sentence,
+    parse_facts,
+    parse_question,
+    subquestion,
+)
 from envs.synthwiki.schema import ATTRIBUTES
 
 NO_FACTS = "No relevant information found."
