@@ -47,10 +47,16 @@ def test_grpo_is_per_row_and_uses_population_std():
 
 
 def test_grpo_zero_variance_groups_give_exactly_zero():
-    # 0.1 is not representable: mean of three 0.1s minus 0.1 is round-off, not 0, in float32.
-    rewards = torch.tensor([[0.1, 0.1, 0.1], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]])
+    # R_L = 0.9 + 0.1·5/6 for all five trajectories: in float32 the mean differs from the value
+    # in the last bit, and (R − μ)/(0 + ε) would turn that round-off into advantages of ~0.06.
+    leader_reward = 0.9 + 0.1 * 5 / 6
+    rewards = torch.tensor([[leader_reward] * 5, [1.0] * 5, [0.0] * 5, [1.0, 0.0, 1.0, 0.0, 0.0]])
+    naive = (rewards - rewards.mean(-1, keepdim=True)) / (
+        rewards.std(-1, unbiased=False, keepdim=True) + 1e-6
+    )
+    assert naive[0].abs().max() > 0.01
     adv = grpo_advantages(rewards)
-    assert torch.equal(adv[:3], torch.zeros(3, 3))
+    assert torch.equal(adv[:3], torch.zeros(3, 5))
     assert adv[3].abs().min() > 0.5
 
 

@@ -19,6 +19,8 @@ from training.losses import (
     ppo_clipped_surrogate,
     ppo_loss,
     ppo_role_metrics,
+    register_kl_estimator,
+    register_loss_aggregation,
     role_loss_weight,
 )
 
@@ -278,3 +280,10 @@ def test_per_role_metrics_average_each_roles_counted_tokens():
     assert metrics["leader/policy_loss"] == pytest.approx(
         float(terms.token_policy_loss[0, :3].mean())
     )
+
+
+def test_registries_reject_a_second_function_under_the_same_name():
+    with pytest.raises(ValueError, match="KL estimator 'k1' is already registered"):
+        register_kl_estimator("k1")(kl_estimate)
+    with pytest.raises(ValueError, match="loss_agg_mode 'token-mean' is already registered"):
+        register_loss_aggregation("token-mean")(aggregate_loss)

@@ -36,7 +36,9 @@ from training.losses import (
     check_finite,
     check_role_ids,
     kl_estimate,
+    lookup,
     masked_where,
+    registry_decorator,
 )
 
 GRPO_EPS = 1e-6
@@ -48,22 +50,11 @@ SEARCHER_SIGNALS: tuple[str, ...] = ("opd", "grpo_final_em", "grpo_rs", "none")
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {}
 
 
-def register_advantage_estimator(name: str):
-    def decorate(fn):
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return decorate
+register_advantage_estimator = registry_decorator(ADVANTAGE_ESTIMATORS, "advantage estimator")
 
 
 def get_advantage_estimator(name: str) -> Callable[..., torch.Tensor]:
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; choose one of {sorted(ADVANTAGE_ESTIMATORS)}"
-        )
-    return ADVANTAGE_ESTIMATORS[name]
+    return lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
 
 
 @register_advantage_estimator("grpo")

@@ -100,17 +100,31 @@ def masked_where(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- KL estimators
 
+
+def registry_decorator(registry: dict[str, Callable], kind: str):
+    """``@register(name)`` adds a function to ``registry``; a name can be used once."""
+
+    def register(name: str):
+        def decorate(fn):
+            if name in registry:
+                raise ValueError(f"{kind} {name!r} is already registered")
+            registry[name] = fn
+            return fn
+
+        return decorate
+
+    return register
+
+
+def lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
+    """The function registered as ``name``; an unknown name lists the known ones."""
+    if name not in registry:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(registry)}")
+    return registry[name]
+
+
 KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
-
-
-def register_kl_estimator(name: str):
-    def decorate(fn):
-        if name in KL_ESTIMATORS:
-            raise ValueError(f"KL estimator {name!r} is already registered")
-        KL_ESTIMATORS[name] = fn
-        return fn
-
-    return decorate
+register_kl_estimator = registry_decorator(KL_ESTIMATORS, "KL estimator")
 
 
 @register_kl_estimator("k1")
@@ -141,27 +155,14 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token estimate of KL(π‖π_ref) at the sampled tokens with the named estimator."""
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(
-            f"unknown KL estimator {estimator!r}; choose one of {sorted(KL_ESTIMATORS)}"
-        )
-    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs)
+    return lookup(KL_ESTIMATORS, "KL estimator", estimator)(logprobs, ref_logprobs)
 
 
 # --------------------------------------------------------------------------- loss aggregation
 
 LossAggregation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSS_AGGREGATIONS: dict[str, LossAggregation] = {}
-
-
-def register_loss_aggregation(name: str):
-    def decorate(fn):
-        if name in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss aggregation {name!r} is already registered")
-        LOSS_AGGREGATIONS[name] = fn
-        return fn
-
-    return decorate
+register_loss_aggregation = registry_decorator(LOSS_AGGREGATIONS, "loss_agg_mode")
 
 
 def _num_sequences(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -205,10 +206,7 @@ def aggregate_loss(
 ) -> torch.Tensor:
     """Reduce a [N, T] token loss to a scalar. ``loss_mask`` sets the denominator; ``weight``
     scales the numerator only, so a weight-0 token adds nothing but still counts in the mean."""
-    if mode not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"unknown loss_agg_mode {mode!r}; choose one of {sorted(LOSS_AGGREGATIONS)}"
-        )
+    aggregation = lookup(LOSS_AGGREGATIONS, "loss_agg_mode", mode)
     if loss_mat.shape != loss_mask.shape:
         raise ValueError(
             f"loss_mask shape {list(loss_mask.shape)} != loss shape {list(loss_mat.shape)}"
@@ -216,7 +214,7 @@ def aggregate_loss(
     weighted = masked_where(loss_mask, loss_mat)
     if weight is not None:
         weighted = weighted * weight
-    return LOSS_AGGREGATIONS[mode](weighted, loss_mask.bool())
+    return aggregation(weighted, loss_mask.bool())
 
 
 # --------------------------------------------------------------------------- token losses
