@@ -84,9 +84,12 @@ class TextEncoder:
         from tqdm import tqdm
 
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # Batching texts of similar length wastes less compute on padding; rows go back in place.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         starts = range(0, len(texts), self.batch_size)
         for start in tqdm(starts, desc="encoding", unit="batch", disable=not show_progress):
-            out[start : start + self.batch_size] = self._encode_batch(texts[start : start + self.batch_size])
+            rows = order[start : start + self.batch_size]
+            out[rows] = self._encode_batch([texts[i] for i in rows])
         return out
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
