@@ -324,3 +324,13 @@ def test_advantage_config_loads_from_dict_and_names_bad_fields():
         from_dict(AdvantageConfig, {"searcher_signal": "judge"})
     with pytest.raises(ConfigError, match="opd_beta"):
         from_dict(AdvantageConfig, {"opd_beta": -1})
+
+
+def test_team_inf_teacher_logprob_on_a_leader_token_raises_before_kl_shaping():
+    batch = _team_batch()
+    batch["teacher_logprobs"][5, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match="teacher_logprobs") as info:
+        team_token_advantages(
+            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
+        )
+    assert info.value.roles == ("leader",)

@@ -294,11 +294,14 @@ def team_token_advantages(
         raise ValueError(
             "kl_in_reward_coef > 0 needs teacher_logprobs; set it to 0 without a Teacher"
         )
-    seq_kl = (
-        sequence_kl(old_logprobs, teacher_logprobs, response_mask, config.kl_in_reward_estimator)
-        if use_kl
-        else None
-    )
+    seq_kl = None
+    if use_kl:
+        penalized = response_mask.bool() & ((role_ids == LEADER) | (role_ids == ANSWERER))[:, None]
+        check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=penalized)
+        check_finite("old_logprobs", old_logprobs, role_ids=role_ids, mask=penalized)
+        seq_kl = sequence_kl(
+            old_logprobs, teacher_logprobs, response_mask, config.kl_in_reward_estimator
+        )
 
     sequence_advantages = torch.zeros(
         num_sequences, dtype=torch.float32, device=response_mask.device
