@@ -1,4 +1,4 @@
-"""``maopd play``: run one episode with the scripted team and print its transcript."""
+"""``maopd play``: run one episode of the default world with a scripted team and print its transcript."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ def register(subparsers) -> None:
     play.add_argument("--seed", type=int, default=0, help="picks the question")
     play.add_argument("--question-index", type=int, default=None, help="play this question instead of a seeded one")
     play.add_argument("--num-searchers", type=int, default=3)
+    play.add_argument("--split", default="test", help="split of the default world")
+    play.add_argument("--team", choices=["expert", "generic"], default="expert",
+                      help="the SynthWiki expert team, or the world-agnostic scripted team")
     play.add_argument("--json", action="store_true", help="also print the workflow record as JSON")
     play.set_defaults(func=_play)
 
@@ -19,13 +22,15 @@ def _play(args) -> int:
     from agents.scripted import scripted_team
     from envs import cascade_search_v0, hierarchical_search_v0
     from envs.episode import run_episode
+    from envs.synthwiki.teams import expert_team
 
     if args.workflow == "hierarchical":
-        env = hierarchical_search_v0.env(render_mode="ansi", num_searchers=args.num_searchers)
+        env = hierarchical_search_v0.env(render_mode="ansi", num_searchers=args.num_searchers, split=args.split)
     else:
-        env = cascade_search_v0.env(render_mode="ansi")
+        env = cascade_search_v0.env(render_mode="ansi", split=args.split)
+    team = expert_team() if args.team == "expert" else scripted_team()
     options = None if args.question_index is None else {"question_index": args.question_index}
-    record = run_episode(env, scripted_team(), seed=args.seed, options=options)
+    record = run_episode(env, team, seed=args.seed, options=options)
     print(env.render())
     if args.json:
         print(json.dumps(record, indent=2, ensure_ascii=False))

@@ -22,9 +22,11 @@ workflow, so it always ends within ``max_steps`` environment steps.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -128,10 +130,27 @@ class Turn:
     output_tokens: int = 0
 
 
+@functools.lru_cache(maxsize=4)
 def _default_world(split: str) -> tuple[Corpus, list[Question]]:
-    from envs.fixture import load_fixture
+    """The embedded default: the SynthWiki world (seed 0, size ``small``), cached on disk and here."""
+    from envs.synthwiki import load_default_world
 
-    return load_fixture(split)
+    world = load_default_world()
+    if split not in world.splits:
+        raise ValueError(f"split={split!r} is invalid; the default world has {sorted(world.splits)}")
+    return world.corpus, world.splits[split]
+
+
+_SHARED_RETRIEVERS: dict[tuple[str, str], Retriever] = {}
+
+
+def shared_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retriever:
+    """One retriever per (config, corpus) in a process: environments built in bulk (G×B per
+    training step) share an index instead of rebuilding it. Retrievers are read-only."""
+    key = (repr(config), corpus.fingerprint if corpus is not None else "")
+    if key not in _SHARED_RETRIEVERS:
+        _SHARED_RETRIEVERS[key] = build_retriever(config, corpus)
+    return _SHARED_RETRIEVERS[key]
 
 
 class SearchEnv(AECEnv):
@@ -147,8 +166,8 @@ class SearchEnv(AECEnv):
         config: SearchEnvConfig | None = None,
         *,
         retriever: Retriever | None = None,
-        corpus: Corpus | None = None,
-        questions: Sequence[Question | dict] | None = None,
+        corpus: Corpus | str | Path | None = None,
+        questions: Sequence[Question | dict] | str | Path | None = None,
         render_mode: str | None = None,
         **overrides: Any,
     ):
@@ -165,18 +184,24 @@ class SearchEnv(AECEnv):
         self.render_mode = render_mode
         self.max_steps = config.max_steps or self.default_max_steps
 
+        if isinstance(corpus, (str, Path)):
+            config.corpus, corpus = str(corpus), None
+        if isinstance(questions, (str, Path)):
+            config.questions, questions = str(questions), None
         if corpus is None and config.corpus is not None:
             corpus = load_corpus(config.corpus)
         if questions is None and config.questions is not None:
             questions = load_questions(config.questions)
-        if corpus is None and retriever is None or questions is None:
+        if questions is None or (corpus is None and retriever is None):
             default_corpus, default_questions = _default_world(config.split)
-            corpus = corpus if corpus is not None or retriever is not None else default_corpus
-            questions = questions if questions is not None else default_questions
+            if questions is None:
+                questions = default_questions
+            if corpus is None and retriever is None:
+                corpus = default_corpus
         self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions]
         if not self.questions:
             raise ValueError("questions: the question set is empty")
-        self.retriever = retriever if retriever is not None else build_retriever(config.retriever, corpus)
+        self.retriever = retriever if retriever is not None else shared_retriever(config.retriever, corpus)
 
         self.possible_agents = self._agent_names()
         self.agents = []

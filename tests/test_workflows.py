@@ -181,12 +181,19 @@ def test_passage_injection_cannot_act():
 
 def test_scripted_team_accuracy_on_fixture():
     """The generic scripted team solves every one-hop fixture question (8 of 12); 2-hop needs decomposition."""
-    _, questions = load_fixture()
+    corpus, questions = load_fixture()
     for module in (cascade_search_v0, hierarchical_search_v0):
-        env = module.env()
+        env = module.env(corpus=corpus, questions=questions)
         em = {q.id: run_episode(env, scripted_team(), options={"question": q})["rewards"]["em"] for q in questions}
         one_hop = [em[q.id] for q in questions if q.metadata["hops"] == 1]
         assert sum(one_hop) == len(one_hop) == 8
+
+
+def test_corpus_and_questions_from_paths():
+    from envs.fixture import FIXTURE_DIR
+
+    env = cascade_search_v0.env(corpus=FIXTURE_DIR / "corpus.jsonl", questions=str(FIXTURE_DIR / "questions.jsonl"))
+    assert len(env.questions) == 12 and len(env.retriever.corpus) == 16
 
 
 def test_bad_constructor_arguments_are_named():
