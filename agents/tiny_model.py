@@ -8,12 +8,20 @@ code needs to be tested end to end. The same seed and config give identical weig
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from agents.tokenizer import train_tokenizer
 
 
 @dataclass
@@ -70,6 +78,14 @@ def build_tiny_model(
         torch.manual_seed(config.seed)
         model = Qwen3ForCausalLM(qwen3_config(tokenizer, config))
     return model.to(dtype).eval()
+
+
+def build_tiny_lm(
+    texts: Iterable[str] = (), config: TinyModelConfig | None = None, vocab_size: int = 4096
+) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
+    """A tokenizer trained on ``texts`` (see ``agents.tokenizer``) and a tiny model over it."""
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+    return build_tiny_model(tokenizer, config), tokenizer
 
 
 def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:

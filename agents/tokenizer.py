@@ -53,8 +53,10 @@ _TEMPLATE_TEXTS = (
     "Reports:\n[Report 1] (subtask) text\n[Report 2] (subtask) text",
     "Reports: none.",
     "Invalid action (no complete action tag). Use <search> or <report>.",
-    "<search>query</search> <report>facts</report> <delegate>subtask\nsubtask</delegate> "
-    "<select>1, 2</select> <select>all</select> <answer>short phrase</answer>",
+    (
+        "<search>query</search> <report>facts</report> <delegate>subtask\nsubtask</delegate> "
+        "<select>1, 2</select> <select>all</select> <answer>short phrase</answer>"
+    ),
 )
 
 

@@ -1,0 +1,124 @@
+import pytest
+import torch
+
+from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
+from agents.hf_policy import HFPolicy
+from agents.prompts import system_message, task_message
+from agents.sampling import SamplingConfig
+from agents.tiny_model import TinyModelConfig, build_tiny_lm, build_tiny_model
+from training.teacher import Teacher
+from training.token_scoring import pad_batch, score_tokens
+
+INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return build_tiny_lm(["The capital of France is Paris.", "Who wrote Hamlet? Shakespeare."])
+
+
+@pytest.fixture(scope="module")
+def model(lm):
+    return lm[0]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(lm):
+    return lm[1]
+
+
+@pytest.fixture(scope="module")
+def searcher_calls(model, tokenizer):
+    """Two-turn Searcher calls: generated ids, then env-inserted ids, then generated ids again."""
+    sampler = HFPolicy(model, tokenizer, SamplingConfig(temperature=1.0, max_new_tokens=12), seed=5)
+    calls = []
+    for task in ("capital of France", "who wrote Hamlet", "x"):
+        messages = [system_message("searcher"), task_message(task)]
+        ids = prompt_ids(tokenizer, messages)
+        mask, logprobs = [0] * len(ids), [0.0] * len(ids)
+        for _ in range(2):
+            (candidate,), = sampler.generate([ids], n=1)
+            inserted = turn_continuation_ids(tokenizer, candidate.token_ids, [INFO], history=messages)
+            ids = ids + candidate.token_ids + inserted
+            mask += [1] * len(candidate.token_ids) + [0] * len(inserted)
+            logprobs += candidate.logprobs + [0.0] * len(inserted)
+        calls.append((ids, mask, logprobs))
+    return calls
+
+
+def reference_scores(model, ids, mask, temperature=1.0):
+    """Naive scoring of one unpadded sequence with the full logits tensor."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float() / temperature, dim=-1)
+    values = torch.zeros(len(ids))
+    entropy = torch.zeros(len(ids))
+    for t in range(1, len(ids)):
+        if mask[t]:
+            values[t] = logprobs[t - 1, ids[t]]
+            entropy[t] = -(logprobs[t - 1].exp() * logprobs[t - 1]).sum()
+    return values, entropy
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_identical_teacher_gives_zero_log_ratio(model, tokenizer, searcher_calls, side):
+    ids, masks, recorded = zip(*searcher_calls)
+    batch = pad_batch(ids, masks, tokenizer.pad_token_id, side=side)
+    teacher_scores = Teacher(build_tiny_model(tokenizer), temperature=1.0).score(batch)
+    student_scores = score_tokens(model, batch, temperature=1.0)
+    assert torch.equal(teacher_scores.logprobs, student_scores.logprobs.detach())
+    for row, (sequence_mask, sampled) in enumerate(zip(masks, recorded)):
+        response = batch.response_mask[row]
+        assert response.sum() == sum(sequence_mask) > 0
+        ratio = teacher_scores.logprobs[row][response] - torch.tensor(sampled)[torch.tensor(sequence_mask, dtype=torch.bool)]
+        assert ratio.abs().max() < 1e-4
+
+
+def test_scores_match_naive_reference_and_mask_exactly(model, tokenizer, searcher_calls):
+    ids, masks, _ = zip(*searcher_calls)
+    for side in ("left", "right"):
+        batch = pad_batch(ids, masks, tokenizer.pad_token_id, side=side)
+        scores = Teacher(model, temperature=0.7, chunk_tokens=5).score(batch, with_entropy=True)
+        assert torch.equal(scores.mask, batch.response_mask)
+        assert not scores.logprobs[~batch.response_mask].any() and not scores.entropy[~batch.response_mask].any()
+        for row, (sequence, mask) in enumerate(zip(ids, masks)):
+            expected, entropy = reference_scores(model, sequence, mask, temperature=0.7)
+            real = batch.attention_mask[row].bool()
+            assert torch.allclose(scores.logprobs[row][real], expected, atol=1e-4, rtol=0)
+            assert torch.allclose(scores.entropy[row][real], entropy, atol=1e-4, rtol=0)
+
+
+def test_inserted_tokens_are_never_scored(model, tokenizer):
+    prompt = prompt_ids(tokenizer, [system_message("searcher"), task_message("x")])
+    generated = encode_text(tokenizer, "<search>Paris</search>")
+    inserted = turn_continuation_ids(tokenizer, generated, [INFO])
+    ids = prompt + generated + inserted
+    mask = [0] * len(prompt) + [1] * len(generated) + [0] * len(inserted)
+    scores = Teacher(model).score(pad_batch([ids], [mask], tokenizer.pad_token_id))
+    scored = scores.logprobs[0].nonzero().squeeze(1).tolist()
+    assert scored == list(range(len(prompt), len(prompt) + len(generated)))
+
+
+def test_padding_value_does_not_matter(model, tokenizer, searcher_calls):
+    ids, masks, _ = zip(*searcher_calls)
+    first = Teacher(model).score(pad_batch(ids, masks, pad_id=0, side="left"))
+    second = Teacher(model).score(pad_batch(ids, masks, pad_id=17, side="left"))
+    assert torch.allclose(first.logprobs, second.logprobs, atol=1e-6, rtol=0)
+
+
+def test_student_scoring_has_gradients(tokenizer, searcher_calls):
+    student = build_tiny_model(tokenizer, TinyModelConfig(seed=1)).train()
+    ids, masks, _ = zip(*searcher_calls)
+    scores = score_tokens(student, pad_batch(ids, masks, tokenizer.pad_token_id), with_entropy=True)
+    (scores.logprobs.sum() + scores.entropy.sum()).backward()
+    assert student.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_bad_masks_are_clear_errors(model, tokenizer):
+    with pytest.raises(ValueError, match="first token"):
+        Teacher(model).score(pad_batch([[1, 2, 3]], [[1, 1, 1]], tokenizer.pad_token_id))
+    with pytest.raises(ValueError, match="sequence 0"):
+        pad_batch([[1, 2, 3]], [[0, 1]], tokenizer.pad_token_id)
+    batch = pad_batch([[1, 2, 3], [1]], [[0, 1, 1], [0]], tokenizer.pad_token_id)
+    batch.response_mask[1, 2] = True
+    with pytest.raises(ValueError, match="padding"):
+        Teacher(model).score(batch)
