@@ -1,0 +1,349 @@
+"""Option-level action mode: each role chooses from a finite, masked menu instead of writing text.
+
+Classic MARL libraries (RLlib, small-policy credit-assignment experiments) cannot emit free text.
+``OptionWrapper`` turns either search environment into one with a ``Discrete(MENU_SIZE)`` action
+and a fixed-size numeric observation::
+
+    {"observations": Box(OBSERVATION_SIZE), "action_mask": Box(MENU_SIZE, int8)}
+
+(the form RLlib's action-masking modules expect). The menu is built from the acting agent's own
+text turn (``env.turn(agent)``), so it sees exactly what an LLM would:
+
+* Leader: candidate decompositions (the world-grammar parse of the question's next unresolved
+  hops, one hop only, the whole question, a hop-skipping sub-question, the bare entity names) and
+  "finish with reports {all | latest wave}";
+* Searcher: candidate queries (the next unresolved hop's sub-question, its entity, the task
+  itself, entity mentions in the task and in the latest passages) and "report" (the resolved
+  facts as canonical sentences);
+* Answerer: candidate answer spans (entity names and values in the selected reports and the
+  question) and "unknown".
+
+**One code path, two action interfaces**: a chosen index is rendered to the exact text action and
+passed to the *same* ``env.step``; budgets, rewards and the workflow record are therefore those of
+text mode by construction. A masked or out-of-range index, or anything not an integer, is
+rendered as the empty output, which the environment records as a format failure.
+
+Item features (``ITEM_FEATURES`` per menu slot) describe each option: present, finishes the call,
+``hint`` (the option the SynthWiki expert team would choose, from ``envs.synthwiki.teams``),
+repeated (query already searched / subtask already delegated), word overlap with the task, built
+from evidence (passages or reports), size (subtasks per Searcher slot, or resolved fraction of a
+report), fallback (the whole question, "unknown"). Menus are shuffled by a hash of the state, so
+a policy must read the features, not the slot. On questions outside the SynthWiki grammar the
+menus still work (entity mentions, whole-question delegation) but carry no hints.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo.utils import BaseWrapper
+
+from agents.actions import ACTION_KINDS, parse_subtasks
+from agents.policy import AgentTurn
+from envs.parallel import SearchParallelEnv
+from envs.search_env import SearchEnv
+from envs.synthwiki.grammar import (
+    NAME,
+    VALUE,
+    Chain,
+    fact_sentence,
+    parse_facts,
+    parse_question,
+    subquestion,
+)
+from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
+from envs.synthwiki.teams import (
+    NO_FACTS,
+    Knowledge,
+    final_answer,
+    own_actions,
+    passage_texts,
+    reports,
+    resolve,
+    strip_label,
+    user_texts,
+)
+
+MENU_SIZE = 8
+ITEM_FEATURES = 8
+ROLES = ("leader", "searcher", "answerer")
+GLOBAL_FEATURES = len(ROLES) + 5 + len(ACTION_KINDS)
+OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
+UNKNOWN = "unknown"
+_MENTION = re.compile(rf"\b(?:{VALUE}|{NAME})\b")
+_RANK = re.compile(r"^\[\d+\] ", re.MULTILINE)
+# Capitalized words of the templates and of inserted messages are not entity mentions.
+_TEMPLATE_WORDS = {
+    word
+    for text in [ALIAS_FACT, *INTRO.values(), *RELATED.values(), "No Reports Report Task Question"]
+    + [t for r in RELATIONS.values() for t in (r.question, r.noun_phrase, *r.facts)]
+    + [t for a in ATTRIBUTES.values() for t in (a.question, a.comparison, *a.facts)]
+    for word in re.findall(r"\b[A-Z][a-z]+\b", text)
+}
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One menu entry: the exact text action it stands for, and its description."""
+
+    kind: str
+    text: str
+    label: str
+    hint: bool = False
+    repeated: bool = False
+    overlap: float = 0.0
+    from_evidence: bool = False
+    size: float = 0.0
+    fallback: bool = False
+
+    def features(self) -> list[float]:
+        finishes = self.kind in ("report", "select", "answer")
+        return [1.0, float(finishes), float(self.hint), float(self.repeated), self.overlap,
+                float(self.from_evidence), self.size, float(self.fallback)]
+
+
+def mentions(text: str) -> list[str]:
+    """Entity names and values written in ``text``, in order, without repeats."""
+    found = (m.group(0) for m in _MENTION.finditer(_RANK.sub("", text)))
+    return list(dict.fromkeys(m for m in found if m not in _TEMPLATE_WORDS))
+
+
+def overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the lowercased word sets of ``a`` and ``b``."""
+    x, y = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    return len(x & y) / len(x | y) if x | y else 0.0
+
+
+def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """``pairs`` without repeated keys, each keeping its first value."""
+    seen: dict[str, bool] = {}
+    for key, value in pairs:
+        seen.setdefault(key, value)
+    return list(seen.items())
+
+
+# ----- menus, one function per role, each reading only the role's text turn ------------------------
+def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
+    question = strip_label(turn.task, "Question:")
+    plan = parse_question(question)
+    report_lines = [r for message in user_texts(turn, "Reports:") for r in reports(message)]
+    delegated = {task for content in own_actions(turn, "delegate") for task in parse_subtasks(content)}
+    menu: list[Option] = []
+    if "delegate" in turn.allowed:
+        wanted: list[str] = []
+        skip: list[str] = []  # asks the last hop of the first unresolved entity: a wrong decomposition
+        if plan is not None:
+            _, missing = resolve(plan, Knowledge(text for _, _, text in report_lines))
+            wanted = [subquestion(step.predicate, step.subject) for step in missing]
+            if isinstance(plan, Chain) and missing and missing[0].predicate != plan.steps[-1]:
+                skip = [subquestion(plan.steps[-1], missing[0].subject)]
+        fresh = [task for task in wanted if task not in delegated]
+        candidates = [(fresh, True, False), (wanted[:1], False, False), (skip, False, False),
+                      ([question], not plan and question not in delegated, True),
+                      (mentions(question)[:num_searchers], False, False)]
+        for tasks, hint, fallback in candidates:
+            if tasks:
+                menu.append(Option(
+                    "delegate", "<delegate>\n" + "\n".join(tasks) + "\n</delegate>", " | ".join(tasks),
+                    hint=hint, repeated=all(t in delegated for t in tasks), overlap=overlap(" ".join(tasks), question),
+                    size=min(len(tasks), num_searchers) / num_searchers, fallback=fallback,
+                ))
+    finish_now = not any(o.hint for o in menu)
+    menu.append(Option("select", "<select>all</select>", "all reports", hint=finish_now,
+                       from_evidence=bool(report_lines), fallback=not report_lines))
+    latest = reports(user_texts(turn, "Reports:")[-1]) if report_lines else []
+    if latest and len(latest) < len(report_lines):
+        numbers = ", ".join(str(number) for number, _, _ in latest)
+        menu.append(Option("select", f"<select>{numbers}</select>", f"reports {numbers}", from_evidence=True))
+    return menu
+
+
+def searcher_menu(turn: AgentTurn) -> list[Option]:
+    task = strip_label(turn.task, "Task:")
+    plan = parse_question(task)
+    searched = set(own_actions(turn, "search"))
+    if plan is None:
+        wanted, resolved, hops = [task], [], 1
+    else:
+        resolved, missing = resolve(plan, Knowledge(passage_texts(turn)))
+        wanted = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
+        hops = len(resolved) + len(missing)
+    expert_query = next((q for q in wanted if q not in searched), None)
+    menu: list[Option] = []
+    if "search" in turn.allowed:
+        latest = user_texts(turn, "<information>")[-1:]
+        evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
+        candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
+        for query, from_evidence in first_seen(candidates):
+            menu.append(Option("search", f"<search>{query}</search>", query, hint=query == expert_query,
+                               repeated=query in searched, overlap=overlap(query, task),
+                               from_evidence=from_evidence, fallback=query == task))
+    report = " ".join(step.sentence() for step in resolved) or NO_FACTS
+    menu.append(Option("report", f"<report>{report}</report>", report,
+                       hint=expert_query is None or "search" not in turn.allowed,
+                       from_evidence=bool(resolved), size=len(resolved) / hops, fallback=not resolved))
+    # Every fact the passages state about an entity the task names: useful for entity-only tasks.
+    named = set(mentions(task))
+    facts = [f for text in passage_texts(turn) for f in parse_facts(text) if f.subject in named]
+    if facts:
+        digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
+        menu.append(Option("report", f"<report>{digest}</report>", digest, from_evidence=True,
+                           size=min(len(facts), hops) / hops))
+    return menu
+
+
+def answerer_menu(turn: AgentTurn) -> list[Option]:
+    body = turn.messages[-1]["content"]
+    question = strip_label(body, "Question:")
+    plan = parse_question(question)
+    knowledge = Knowledge(text for _, _, text in reports(body))
+    answer = (final_answer(plan, knowledge) if plan is not None else None) or UNKNOWN
+    facts = {value for value in knowledge.values.values()}
+    spans = [(s, True) for s in mentions(" ".join(text for _, _, text in reports(body)))]
+    spans += [(s, False) for s in mentions(question)]
+    # Keep the values stated as facts first: they are the likely answers when the menu overflows.
+    spans.sort(key=lambda item: item[0] not in facts)
+    menu = [
+        Option("answer", f"<answer>{span}</answer>", span, hint=span == answer, repeated=span in question,
+               overlap=overlap(span, question), from_evidence=from_evidence, size=float(span in facts))
+        for span, from_evidence in first_seen(spans)
+    ]
+    menu.append(Option("answer", f"<answer>{UNKNOWN}</answer>", UNKNOWN, hint=answer == UNKNOWN, fallback=True))
+    return menu
+
+
+def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "") -> list[Option]:
+    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
+    if turn.role == "leader":
+        menu = leader_menu(turn, num_searchers)
+    elif turn.role == "searcher":
+        menu = searcher_menu(turn)
+    else:
+        menu = answerer_menu(turn)
+    unique: dict[str, Option] = {}
+    for option in sorted(menu, key=lambda o: not o.hint):
+        unique.setdefault(option.text, option)
+    menu = list(unique.values())[:size]
+    key = f"{salt}|{turn.call_id}|{len(turn.messages)}|{turn.messages[-1]['content'] if turn.messages else ''}"
+    random.Random(zlib.crc32(key.encode())).shuffle(menu)
+    return menu
+
+
+# ----- the wrappers ------------------------------------------------------------------------------
+class OptionWrapper(BaseWrapper):
+    """An AEC search environment with ``Discrete`` option actions; see the module docstring."""
+
+    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE):
+        super().__init__(env)
+        if menu_size < 2:
+            raise ValueError(f"menu_size={menu_size!r} is invalid: must be at least 2")
+        self.menu_size = menu_size
+        size = GLOBAL_FEATURES + menu_size * ITEM_FEATURES
+        self._option_observation_space = spaces.Dict({
+            "observations": spaces.Box(0.0, 1.0, (size,), np.float32),
+            # int8, so that ``action_space.sample(mask=...)`` takes it as it is.
+            "action_mask": spaces.Box(0, 1, (menu_size,), np.int8),
+        })
+        self._option_action_space = spaces.Discrete(menu_size)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._option_observation_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._option_action_space
+
+    def menu(self, agent: str) -> list[Option]:
+        """The options open to ``agent`` now; empty when it is not acting."""
+        raw = self.env.unwrapped
+        if agent not in raw.acting_agents():
+            return []
+        return build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size, raw.question.id)
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size)
+
+    def render_action(self, agent: str, action: Any) -> Any:
+        """The text action that option ``action`` stands for ('' if it is not a valid choice)."""
+        menu = self.menu(agent)
+        valid = isinstance(action, (int, np.integer)) and not isinstance(action, bool) and 0 <= action < len(menu)
+        text = menu[int(action)].text if valid else ""
+        candidates = self.env.unwrapped.config.num_candidates if agent == "answerer" else 1
+        return text if candidates == 1 else [text] * candidates
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self.env.step(None)
+            return
+        self.env.step(self.render_action(agent, action))
+
+
+def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_size: int) -> dict[str, np.ndarray]:
+    """Fixed-size features of ``agent``'s situation and menu, plus the action mask."""
+    role = env.role_of(agent)
+    call = env.active.get(agent)
+    allowed = env.allowed_actions(agent)
+    rounds = getattr(env, "rounds", 0)
+    max_reports = env.config.num_searchers * env.config.max_rounds
+    global_features = [
+        *(float(role == r) for r in ROLES),
+        env.env_step / env.max_steps,
+        rounds / env.config.max_rounds,
+        min(len(env.reports), max_reports) / max_reports,
+        min(call.search_steps if call else 0, env.max_steps) / env.max_steps,
+        len(menu) / menu_size,
+        *(float(kind in allowed) for kind in ACTION_KINDS),
+    ]
+    items = np.zeros((menu_size, ITEM_FEATURES), np.float32)
+    for slot, option in enumerate(menu):
+        items[slot] = option.features()
+    mask = np.zeros(menu_size, np.int8)
+    mask[: len(menu)] = 1.0
+    features = np.concatenate([np.asarray(global_features, np.float32), items.ravel()])
+    return {"observations": np.clip(features, 0.0, 1.0), "action_mask": mask}
+
+
+class OptionParallelEnv(SearchParallelEnv):
+    """The parallel API over ``OptionWrapper``: one ``step`` is one environment step."""
+
+    def __init__(self, aec_env: SearchEnv, menu_size: int = MENU_SIZE):
+        super().__init__(OptionWrapper(aec_env, menu_size))
+
+    @property
+    def unwrapped(self) -> SearchEnv:
+        return self.aec_env.unwrapped
+
+    def acting_agents(self) -> list[str]:
+        return self.aec_env.unwrapped.acting_agents()
+
+
+def option_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, **kwargs: Any) -> OptionWrapper:
+    """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
+    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size)
+
+
+def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, **kwargs: Any) -> OptionParallelEnv:
+    """An option-mode parallel environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
+    return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size)
+
+
+def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:
+    from envs import cascade_search_v0, hierarchical_search_v0
+
+    modules = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
+    if workflow not in modules:
+        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(modules)}")
+    return modules[workflow].env(**kwargs)
+
+
+def expert_choice(menu: Sequence[Option]) -> int:
+    """The index of the option the SynthWiki expert team would take (the hinted one, else the last)."""
+    return next((i for i, option in enumerate(menu) if option.hint), len(menu) - 1)

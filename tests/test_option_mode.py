@@ -1,0 +1,122 @@
+"""Option-level action mode: same workflow as text mode, finite masked menus, numeric observations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pettingzoo.test import api_test, parallel_api_test
+
+from envs import cascade_search_v0, hierarchical_search_v0
+from envs.episode import run_episode
+from envs.option_mode import (
+    MENU_SIZE,
+    OBSERVATION_SIZE,
+    expert_choice,
+    mentions,
+    option_env,
+    option_parallel_env,
+)
+from envs.synthwiki.teams import expert_team
+
+TEXT_ENVS = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
+SAME_FIELDS = ("subtasks", "reports", "selected_reports", "searches", "candidates", "rewards", "counters", "format_errors")
+
+
+def play(env, choose, question_index):
+    """Play one episode choosing with ``choose(env, agent)``; return the record and the menus seen."""
+    env.reset(options={"question_index": question_index})
+    seen = []
+    while env.agents:
+        agent = env.agent_selection
+        if env.terminations[agent]:
+            env.step(None)
+            continue
+        seen.append((agent, env.menu(agent), env.observe(agent)))
+        env.step(choose(env, agent))
+    return env.unwrapped.record, seen
+
+
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+def test_expert_choices_reproduce_the_scripted_expert_team_exactly(workflow):
+    option = option_env(workflow, split="test")
+    text = TEXT_ENVS[workflow].env(split="test")
+    team = expert_team()
+    ems = []
+    for i in range(30):
+        record, _ = play(option, lambda env, agent: expert_choice(env.menu(agent)), i)
+        reference = run_episode(text, team, options={"question_index": i})
+        for name in SAME_FIELDS:
+            assert record[name] == reference[name], (i, name)
+        ems.append(record["rewards"]["em"])
+    assert np.mean(ems) == 1.0  # the expert team's accuracy on SynthWiki (docs/synthwiki.md)
+
+
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+def test_observations_are_fixed_size_features_with_a_mask_matching_the_menu(workflow):
+    env = option_env(workflow, split="test")
+    rng = np.random.default_rng(0)
+    for i in range(10):
+        _, seen = play(env, lambda env, agent: int(rng.choice(np.flatnonzero(env.observe(agent)["action_mask"]))), i)
+        for agent, menu, obs in seen:
+            assert env.observation_space(agent).contains(obs)
+            assert obs["observations"].shape == (OBSERVATION_SIZE,)
+            assert obs["action_mask"].sum() == len(menu) and 1 <= len(menu) <= MENU_SIZE
+            assert len({o.text for o in menu}) == len(menu)
+            assert sum(o.hint for o in menu) <= 1 or agent == "answerer"
+    # A waiting agent has no options.
+    env.reset(options={"question_index": 0})
+    waiting = [a for a in env.agents if a != env.agent_selection]
+    assert all(env.observe(a)["action_mask"].sum() == 0 for a in waiting)
+
+
+def test_the_chosen_option_is_the_exact_text_the_environment_records():
+    env = option_env("cascade", split="test")
+    env.reset(options={"question_index": 3})
+    menu = env.menu("searcher_0")
+    env.step(1)
+    assert env.unwrapped.searcher_calls[0].outputs == [menu[1].text]
+
+
+@pytest.mark.parametrize("bad", [MENU_SIZE + 3, -1, "2", 2.0, True, None])
+def test_invalid_choices_are_recorded_format_failures_and_the_episode_still_ends(bad):
+    env = option_env("hierarchical", split="test", max_steps=6)
+    env.reset(options={"question_index": 0})
+    env.step(bad)
+    record, _ = play_on(env)
+    assert record["counters"]["format_failures"] >= 1
+    assert record["format_errors"][0]["agent"] == "leader"
+
+
+def play_on(env):
+    """Finish the current episode with the last option of every menu."""
+    while env.agents:
+        agent = env.agent_selection
+        env.step(None if env.terminations[agent] else len(env.menu(agent)) - 1)
+    return env.unwrapped.record, None
+
+
+def test_masked_slot_is_a_format_failure():
+    env = option_env("cascade", split="test")
+    env.reset(options={"question_index": 0})
+    mask = env.observe("searcher_0")["action_mask"]
+    env.step(int(np.flatnonzero(mask == 0)[0]))
+    assert env.unwrapped.counters.format_failures == 1
+
+
+def test_mentions_skip_template_words_and_passage_ranks():
+    assert mentions("[1] Dekuveth River: Which city is 2,684 km from University of Brask?") == [
+        "Dekuveth River", "2,684 km", "University of Brask"]
+
+
+def test_menus_without_the_world_grammar_still_offer_generic_options():
+    question = {"id": "q", "question": "Who painted the Night Watch?", "golden_answers": ["Rembrandt"]}
+    env = option_env("hierarchical", split="test", questions=[question])
+    env.reset()
+    labels = [o.label for o in env.menu("leader")]
+    assert "Who painted the Night Watch?" in labels and "all reports" in labels
+
+
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+def test_pettingzoo_api(workflow):
+    api_test(option_env(workflow, split="test"), num_cycles=30)
+    parallel_api_test(option_parallel_env(workflow, split="test"), num_cycles=30)
