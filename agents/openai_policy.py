@@ -1,0 +1,196 @@
+"""``OpenAIPolicy``: any OpenAI-compatible ``/chat/completions`` endpoint as a ``Policy``.
+
+Use it for any role: a ``vllm serve`` or SGLang server of our own model, or a hosted model for
+evaluation. Mixed into a team with ``RoleRouter``, it lets a strong external Leader direct our
+trained Searchers, for example.
+
+* **Requests.** One request per turn, with ``n = turn.num_candidates``, the turn's messages as
+  they are, and as ``stop`` the closing tags of the role's actions (at most two, so within the
+  four that OpenAI accepts). OpenAI-style servers cut the stop string from the text; we put the
+  closing tag back (from the server's ``stop_reason`` when it names it, else the last opened
+  action tag) so that the environment parses the action.
+* **Records.** ``input_tokens`` and ``output_tokens`` come from the response's ``usage`` (the
+  prompt is counted once, however many candidates). ``extra`` holds the URL, the model and each
+  candidate's ``finish_reason``. No token ids: this policy evaluates, it does not train.
+* **Robustness.** At most ``max_concurrency`` requests are in flight; each has ``timeout_s``;
+  connection errors, timeouts, 429 and 5xx are retried ``max_retries`` times with exponential
+  backoff. Every error names the URL.
+* **API key.** Read from the environment variable named by ``api_key_env`` (never from a config
+  file), sent only in the ``Authorization`` header, and never stored in the config, printed,
+  logged or put in records. Without the variable, requests go out without a key (a local server
+  needs none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agents.actions import ROLE_ACTION_KINDS
+from agents.policy import AgentOutput, AgentTurn
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+@dataclass
+class OpenAIPolicyConfig:
+    """Where the endpoint is and how to call it; the sampling defaults are the paper's eval ones."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 512
+    max_concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    backoff_s: float = 1.0
+    # Server-specific request fields, e.g. {"top_k": 20} for vLLM. Never put the key here.
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"OpenAIPolicyConfig.base_url must start with http:// or https://, got {self.base_url!r}")
+        if not self.model:
+            raise ValueError("OpenAIPolicyConfig.model must name the served model")
+        for name in ("max_tokens", "max_concurrency"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"OpenAIPolicyConfig.{name} must be a positive integer")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError("OpenAIPolicyConfig.max_retries must be a non-negative integer")
+        if not self.timeout_s > 0 or not self.backoff_s >= 0:
+            raise ValueError("OpenAIPolicyConfig.timeout_s must be > 0 and backoff_s >= 0")
+        if not self.temperature >= 0 or not 0 < self.top_p <= 1:
+            raise ValueError("OpenAIPolicyConfig: temperature must be >= 0 and top_p in (0, 1]")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+class OpenAIPolicyError(RuntimeError):
+    """A request to the endpoint failed for good (after retries where retrying made sense)."""
+
+
+_OPEN_TAG = re.compile(r"<([a-z]+)>")
+
+
+def restore_stop_tag(text: str, finish_reason: str | None, stop_reason: Any, stops: Sequence[str]) -> str:
+    """Put back the closing tag that the server's ``stop`` handling cut from ``text``."""
+    if finish_reason != "stop" or text.endswith(tuple(stops)):
+        return text
+    if isinstance(stop_reason, str):
+        return text + stop_reason if stop_reason in stops else text
+    # No stop_reason (OpenAI's API): the stop was EOS or a closing tag; it was a tag when an
+    # action tag is still open at the end of the text.
+    opened = [m.group(1) for m in _OPEN_TAG.finditer(text)]
+    if opened and f"</{opened[-1]}>" in stops and f"</{opened[-1]}>" not in text[text.rfind(f"<{opened[-1]}>"):]:
+        return text + f"</{opened[-1]}>"
+    return text
+
+
+def stops_for(turn: AgentTurn) -> list[str]:
+    """The closing tags that end a turn of this role (those of the allowed actions otherwise)."""
+    kinds = ROLE_ACTION_KINDS.get(turn.role, turn.allowed)
+    return [f"</{kind}>" for kind in kinds]
+
+
+class OpenAIPolicy:
+    def __init__(self, config: OpenAIPolicyConfig):
+        self.config = config
+        # Looked up at construction, kept only here: repr/str never show it.
+        self.__api_key = os.environ.get(config.api_key_env) or None
+        if self.__api_key is None:
+            logger.info("%s is not set; calling %s without an API key", config.api_key_env, config.url)
+
+    def __repr__(self) -> str:
+        key = "set" if self.__api_key else "unset"
+        return f"OpenAIPolicy(url={self.config.url!r}, model={self.config.model!r}, api key {key} via ${self.config.api_key_env})"
+
+    __str__ = __repr__
+
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        if not turns:
+            return []
+        return asyncio.run(self._act_all(turns))
+
+    async def _act_all(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        headers = {"Authorization": f"Bearer {self.__api_key}"} if self.__api_key else {}
+        limits = httpx.Limits(max_connections=self.config.max_concurrency)
+        semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        async with httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s, limits=limits) as client:
+            return list(await asyncio.gather(*(self._act_one(client, semaphore, t) for t in turns)))
+
+    async def _act_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn) -> AgentOutput:
+        stops = stops_for(turn)
+        body = {
+            **self.config.extra_body,
+            "model": self.config.model,
+            "messages": [dict(m) for m in turn.messages],
+            "n": turn.num_candidates,
+            "temperature": self.config.temperature,
+            "top_p": self.config.top_p,
+            "max_tokens": self.config.max_tokens,
+            "stop": stops,
+        }
+        async with semaphore:
+            response = await self._post(client, body)
+        choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != turn.num_candidates:
+            raise OpenAIPolicyError(
+                f"{self.config.url} returned {len(choices)} choices for n={turn.num_candidates}"
+            )
+        texts = [
+            restore_stop_tag((c.get("message") or {}).get("content") or "", c.get("finish_reason"),
+                             c.get("stop_reason"), stops)
+            for c in choices
+        ]
+        usage = response.get("usage") or {}
+        return AgentOutput(
+            texts=texts,
+            input_tokens=usage.get("prompt_tokens"),
+            output_tokens=usage.get("completion_tokens"),
+            extra={
+                "url": self.config.url,
+                "model": response.get("model", self.config.model),
+                "finish_reasons": [c.get("finish_reason") for c in choices],
+            },
+        )
+
+    async def _post(self, client: httpx.AsyncClient, body: dict) -> dict:
+        url = self.config.url
+        for attempt in range(self.config.max_retries + 1):
+            last = attempt == self.config.max_retries
+            try:
+                response = await client.post(url, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                problem = f"{type(exc).__name__} after {self.config.timeout_s:g} s timeout" if isinstance(
+                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        return response.json()
+                    except ValueError as exc:
+                        raise OpenAIPolicyError(f"{url} answered 200 with a body that is not JSON") from exc
+                problem = f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code not in RETRYABLE_STATUS:
+                    hint = f" (is ${self.config.api_key_env} set?)" if response.status_code in (401, 403) else ""
+                    raise OpenAIPolicyError(f"{url} failed with {problem}{hint}")
+            if last:
+                raise OpenAIPolicyError(
+                    f"{url} failed after {self.config.max_retries + 1} attempts; last error: {problem}"
+                )
+            delay = self.config.backoff_s * 2**attempt
+            logger.warning("%s: %s; retry %d/%d in %.1f s", url, problem, attempt + 1, self.config.max_retries, delay)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
