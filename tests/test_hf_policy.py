@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -7,6 +9,8 @@ from agents.policy import AgentTurn, Policy
 from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig, StopMatcher
 from agents.tiny_model import build_tiny_lm, build_tiny_model
+from envs import cascade_search_v0, hierarchical_search_v0
+from envs.episode import run_episode
 from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "a", "river through Paris",
@@ -183,3 +187,14 @@ def test_bad_arguments_are_clear_errors(model, tokenizer, prompts):
         sampler.generate([[]])
     with pytest.raises(ValueError, match="n must"):
         sampler.generate(prompts[:2], n=[1])
+
+
+@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
+def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
+    env = module.env(num_candidates=2, max_steps=5)
+    record = run_episode(env, policy(model, tokenizer, temperature=1.0, max_new_tokens=8), seed=0)
+    json.dumps(record)
+    assert 0 < record["counters"]["env_steps"] <= env.max_steps
+    assert record["counters"]["input_tokens"] > 0 and record["counters"]["output_tokens"] > 0
+    answerer_calls = [call for call in record["calls"] if call["role"] == "answerer"]
+    assert answerer_calls and all(len(call["outputs"]) == 2 for call in answerer_calls)
