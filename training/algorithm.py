@@ -1,0 +1,134 @@
+"""An RLlib-style API over the stage trainer, for scripts and notebooks.
+
+.. code-block:: python
+
+    from training.algorithm import OPDConfig, OPDAlgorithm
+
+    config = (
+        OPDConfig()
+        .environment(stage="stage2", num_candidates=5, max_steps=12)
+        .rollouts(batch_size=32, group_size=5, temperature=1.0)
+        .training(variant="full", lr=1e-6, minibatches=5, teacher_path="runs/stage1")
+    )
+    algo = config.build()
+    metrics = algo.train()          # one training step; returns its metrics dict
+    checkpoint = algo.save("runs/my_run")
+    algo = OPDAlgorithm.restore(checkpoint)
+
+Each builder method sets fields of ``TrainConfig`` (``training.config``) by name; the same
+stage/variant layering as ``maopd train --config FILE`` applies, so a script and the CLI build
+identical configs from identical settings.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
+from training.checkpoint import latest_checkpoint
+from training.config import TrainConfig, apply_settings, build_config, load_config
+
+# Builder keyword → TrainConfig field, for the names that do not match a field one to one.
+_ALIASES = {"teacher_path": "teacher.path", "teacher_source": "teacher.source", "model_path": "model.path"}
+
+
+SECTIONS = ("model", "teacher", "env", "rollout", "advantage", "ppo", "optim", "critic", "checkpoint", "logging")
+TOP_LEVEL = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SECTIONS)
+
+
+def _section_fields(section: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(type(getattr(TrainConfig(), section)))}
+
+
+class OPDConfig:
+    """Builds a ``TrainConfig`` step by step; every method returns the builder."""
+
+    def __init__(self, data: dict[str, Any] | None = None):
+        self._data: dict[str, Any] = copy.deepcopy(data or {})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> OPDConfig:
+        return cls(to_dict(load_config(path)))
+
+    def _set(self, names: dict[str, Any], sections: tuple[str, ...], top_level: tuple[str, ...] = ()) -> OPDConfig:
+        """Put each keyword at the top level, or into the first of ``sections`` with that field."""
+        settings = {}
+        for key, value in names.items():
+            if key in _ALIASES:
+                settings[_ALIASES[key]] = value
+            elif key in top_level:
+                settings[key] = value
+            else:
+                owners = [s for s in sections if key in _section_fields(s)]
+                if not owners:
+                    raise ConfigError(f"{key}: not a field of {', '.join((*top_level, *sections))}")
+                settings[f"{owners[0]}.{key}"] = value
+        self._data = apply_settings(self._data, settings)
+        return self
+
+    def environment(self, **env: Any) -> OPDConfig:
+        """``stage`` ("stage1"/"stage2") and ``SearchEnvConfig`` fields (num_candidates, max_steps…)."""
+        return self._set(env, ("env",), ("stage",))
+
+    def rollouts(self, **rollout: Any) -> OPDConfig:
+        """``RolloutConfig`` fields: batch_size (B), group_size (G), temperature, max_new_tokens…"""
+        return self._set(rollout, ("rollout",))
+
+    def training(self, **settings: Any) -> OPDConfig:
+        """variant, steps, seed, run_dir, searcher_reward, teacher_path, model_path, and fields of
+        ``optim``, ``ppo``, ``advantage``, ``critic`` (looked up in that order)."""
+        return self._set(settings, ("optim", "ppo", "advantage", "critic"), TOP_LEVEL)
+
+    def checkpointing(self, **checkpoint: Any) -> OPDConfig:
+        return self._set(checkpoint, ("checkpoint",))
+
+    def reporting(self, **logging: Any) -> OPDConfig:
+        return self._set(logging, ("logging",))
+
+    def update(self, overrides: list[str]) -> OPDConfig:
+        """``a.b=value`` overrides, as on the command line."""
+        self._data = apply_overrides(self._data, overrides)
+        return self
+
+    def to_train_config(self) -> TrainConfig:
+        return build_config(self._data)
+
+    def build(self) -> OPDAlgorithm:
+        return OPDAlgorithm(self.to_train_config())
+
+
+class OPDAlgorithm:
+    """``train()`` runs one step; ``save``/``restore`` use the trainer's checkpoints."""
+
+    def __init__(self, config: TrainConfig, checkpoint: str | Path | None = None):
+        from training.trainer import Trainer
+
+        self.config = config
+        self.trainer = Trainer(config, checkpoint)
+
+    @property
+    def iteration(self) -> int:
+        return self.trainer.step
+
+    def train(self) -> dict[str, float]:
+        """One training step (B questions × G trajectories, the PPO minibatch updates)."""
+        return {"step": self.trainer.step + 1, **self.trainer.train_step()}
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Write a checkpoint under ``directory`` (a run directory; default ``run_dir``)."""
+        return self.trainer.save(directory)
+
+    @classmethod
+    def restore(cls, path: str | Path) -> OPDAlgorithm:
+        """From a checkpoint directory or a run directory (its latest checkpoint)."""
+        import yaml
+
+        path = Path(path)
+        checkpoint = path if (path / "trainer_state.pt").is_file() else latest_checkpoint(path)
+        if checkpoint is None:
+            raise FileNotFoundError(f"{path}: neither a checkpoint nor a run directory with checkpoints")
+        data = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8"))
+        return cls(from_dict(TrainConfig, data), checkpoint)

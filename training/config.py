@@ -1,0 +1,258 @@
+"""The typed config of one training stage, and how stage and variant presets combine with it.
+
+A run is fully described by a ``TrainConfig`` (saved as ``RUN_DIR/config.yaml`` at start, seed
+included). Values come in layers, each overriding the one before:
+
+1. the dataclass defaults below;
+2. ``STAGE_SETTINGS[stage]``: what Stage I and Stage II differ in (workflow, Searcher signal,
+   Teacher, KL-in-reward);
+3. ``VARIANT_SETTINGS[variant]``: the paper's Table 3 ablations and the Prompted Critic baseline,
+   each a handful of field values, so variants share every line of trainer code;
+4. the YAML file (``configs/*.yaml``);
+5. ``key=value`` overrides from the command line or ``OPDConfig``.
+
+Because a file overrides a variant, preset files leave the fields variants control
+(``advantage.searcher_signal``, ``advantage.kl_in_reward_coef``, ``teacher.source``,
+``ppo.role_loss_weights``, ``searcher_reward``) to the stage and variant layers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from agents.tiny_model import TinyModelConfig
+from envs.search_env import SearchEnvConfig
+from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
+from training.advantages import AdvantageConfig
+from training.losses import PPOLossConfig
+
+Stage = Literal["stage1", "stage2"]
+Variant = Literal[
+    "full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision", "prompted_critic"
+]
+
+
+@dataclass
+class ModelConfig:
+    """The initial policy π_0: a local Hugging Face model directory, or ``"tiny"``.
+
+    ``"tiny"`` builds a random Qwen3 of ``tiny`` size over a tokenizer trained in-process on the
+    default world (deterministic: the same settings give the same model and vocabulary), for
+    tests and CPU demos.
+    """
+
+    path: str = "tiny"
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    tiny_vocab_size: int = 1200
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "auto"  # "auto": cuda when available, else cpu
+
+
+@dataclass
+class TeacherConfig:
+    """The frozen π_T: scores Searcher tokens (OPD) and is the KL reference of Leader/Answerer.
+
+    ``checkpoint``: a saved policy (a Stage I run directory, one of its checkpoints, or a model
+    directory); ``base_model``: π_0 itself ("w/ base-model teacher"); ``none``: no Teacher.
+    """
+
+    source: Literal["none", "checkpoint", "base_model"] = "none"
+    path: str | None = None
+
+
+@dataclass
+class RolloutConfig:
+    batch_size: int = 32  # questions per step (B)
+    group_size: int = 5  # trajectories per question (G)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    max_input_tokens: int = 8192
+    generation_batch_size: int = 64  # rows per batched generate call
+    max_questions: int | None = None  # train on the first N questions of the split only
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    minibatches: int = 5  # PPO minibatch updates (optimizer steps) per epoch over a batch
+    epochs: int = 1
+    micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate
+
+
+@dataclass
+class CriticConfig:
+    """The Prompted Critic's Searcher reward 0.3·R_EM + 0.5·R_judge + 0.2·b_S."""
+
+    em_weight: float = 0.3
+    judge_weight: float = 0.5
+    bonus_weight: float = 0.2
+    max_new_tokens: int = 16
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 100
+    keep_last: int = 3
+
+
+@dataclass
+class LoggingConfig:
+    every: int = 1
+    sample_every: int = 10  # write sample trajectories every N steps (0: never)
+    num_samples: int = 2
+    tensorboard: bool = True
+    wandb: bool = False  # used only when the wandb package is installed
+    wandb_project: str = "multiagent-opd"
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    stage: Stage = "stage2"
+    variant: Variant = "full"
+    seed: int = 0
+    steps: int = 500
+    run_dir: str = "runs/default"
+    searcher_reward: Literal["env", "critic"] = "env"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    env: SearchEnvConfig = field(default_factory=SearchEnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    ppo: PPOLossConfig = field(default_factory=PPOLossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def workflow(self) -> str:
+        return "cascade" if self.stage == "stage1" else "hierarchical"
+
+    def validate(self) -> None:
+        """Cross-field checks; each error names the field to change."""
+        positive = {
+            "steps": self.steps,
+            "rollout.batch_size": self.rollout.batch_size,
+            "rollout.group_size": self.rollout.group_size,
+            "rollout.max_new_tokens": self.rollout.max_new_tokens,
+            "optim.minibatches": self.optim.minibatches,
+            "optim.epochs": self.optim.epochs,
+            "optim.micro_batch_size": self.optim.micro_batch_size,
+            "checkpoint.every": self.checkpoint.every,
+            "checkpoint.keep_last": self.checkpoint.keep_last,
+            "logging.every": self.logging.every,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if self.optim.lr <= 0:
+            raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
+        if self.stage == "stage1" and self.variant != "full":
+            raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; Stage I has only 'full'")
+        signal = self.advantage.searcher_signal
+        has_teacher = self.teacher.source != "none"
+        if signal == "opd" and not has_teacher:
+            raise ConfigError("teacher.source: searcher_signal 'opd' needs a Teacher ('checkpoint' or 'base_model')")
+        if self.advantage.kl_in_reward_coef > 0 and not has_teacher:
+            raise ConfigError(
+                "advantage.kl_in_reward_coef: the KL penalty needs a Teacher; set it to 0 or set teacher.source"
+            )
+        if self.teacher.source == "checkpoint" and not self.teacher.path:
+            raise ConfigError("teacher.path: teacher.source 'checkpoint' needs the Stage I run or model directory")
+        if self.searcher_reward == "critic" and signal != "grpo_rs":
+            raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
+
+
+# What the two stages differ in (paper, "Stage I" and "Stage II").
+STAGE_SETTINGS: dict[str, dict[str, Any]] = {
+    "stage1": {
+        "advantage.searcher_signal": "grpo_rs",  # R_S = 0.9·R_EM + 0.1·b_S, Eq. 1
+        "advantage.kl_in_reward_coef": 0.0,  # there is no Teacher yet
+        "teacher.source": "none",
+        "env.max_steps": 5,
+        "env.num_candidates": 5,
+    },
+    "stage2": {
+        "advantage.searcher_signal": "opd",  # Eq. 5
+        "teacher.source": "checkpoint",  # the frozen Stage-I policy
+        "env.max_steps": 12,
+        "env.max_rounds": 5,
+        "env.num_candidates": 5,
+    },
+}
+
+# Table 3 and the Prompted Critic baseline: only the Searcher path changes.
+VARIANT_SETTINGS: dict[str, dict[str, Any]] = {
+    "full": {},
+    # Searchers get Eq. 1 on R_EM; there is no Teacher, hence no KL reference either.
+    "outcome_searcher_rl": {
+        "advantage.searcher_signal": "grpo_final_em",
+        "teacher.source": "none",
+        "advantage.kl_in_reward_coef": 0.0,
+    },
+    "base_model_teacher": {"teacher.source": "base_model"},
+    # Searcher policy/entropy/KL losses are zero; their tokens stay in the loss denominator.
+    "no_searcher_supervision": {
+        "advantage.searcher_signal": "none",
+        "ppo.role_loss_weights": {"searcher": 0.0},
+    },
+    "prompted_critic": {"advantage.searcher_signal": "grpo_rs", "searcher_reward": "critic"},
+}
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``update`` merged in, recursing into nested mappings."""
+    merged = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "role_loss_weights":
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def apply_settings(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each dotted ``a.b.c`` key of ``settings`` set to its (already typed) value."""
+    data = copy.deepcopy(data)
+    for key, value in settings.items():
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = copy.deepcopy(value)
+    return data
+
+
+def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Defaults < stage < variant < ``data`` (a parsed YAML file) < ``overrides`` (``a.b=value``)."""
+    user = apply_overrides(data or {}, overrides or [])
+    head = from_dict(TrainConfig, {k: user[k] for k in ("stage", "variant") if k in user})
+    layered = apply_settings(to_dict(TrainConfig()), STAGE_SETTINGS[head.stage])
+    layered = apply_settings(layered, VARIANT_SETTINGS[head.variant])
+    config = from_dict(TrainConfig, deep_merge(layered, user))
+    config.validate()
+    return config
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
+    """A ``TrainConfig`` from a YAML file (or only defaults when ``path`` is None) plus overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = loaded or {}
+    return build_config(data, overrides)

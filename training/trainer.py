@@ -1,0 +1,510 @@
+"""The stage trainer: team rollouts → role rewards → token advantages → PPO minibatch updates.
+
+One ``Trainer.train_step`` is one training step of the paper (B questions, G trajectories each):
+
+1. draw B training questions from the seeded ``QuestionLoader`` (its state is checkpointed);
+2. roll out G team trajectories per question with the current policy (``TeamRolloutCollector``);
+   every model call becomes a token-exact sequence with π_old log-probs;
+3. read the role rewards from the workflow records: R_EM, R_L (Eq. 6), c_ij, R_S (or, for the
+   Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
+4. score every sequence with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
+   tokens; the KL-in-reward penalty on Leader and Answerer tokens);
+5. build the token advantages with ``team_token_advantages`` (Eq. 1, 5, 7);
+6. for each of ``optim.minibatches`` minibatches (``optim.epochs`` passes): re-score the tokens
+   with gradients, ``ppo_loss``, backward (accumulated over micro-batches), clip, AdamW step.
+
+``train_stage(config)`` runs the steps, logs, writes samples and checkpoints. Stage I and Stage II
+and every variant are the same code; ``training.config`` says how they differ.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agents.hf_policy import HFPolicy
+from agents.sampling import SamplingConfig
+from envs.datasets import Question
+from envs.search_env import SearchEnv
+from maopd.config import save_yaml, to_dict
+from training.advantages import TeamAdvantages, team_token_advantages
+from training.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_trainer_state,
+    resolve_model_dir,
+    restore_rng_state,
+    save_checkpoint,
+)
+from training.config import ModelConfig, TrainConfig
+from training.critic import PromptedCritic
+from training.losses import (
+    ROLE_NAMES,
+    SEARCHER,
+    NonFiniteError,
+    PPOLossTerms,
+    ppo_loss,
+    ppo_role_metrics,
+)
+from training.rollout import TeamBatch, TeamRolloutCollector
+from training.run_logging import MetricsLogger, truncate_metrics
+from training.teacher import Teacher
+from training.token_scoring import TokenBatch, score_tokens
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TrainingStopped(RuntimeError):
+    """A step hit a non-finite loss, advantage or gradient; nothing of it was saved."""
+
+
+class TokenizerMismatchError(ValueError):
+    """The Teacher's vocabulary differs from the student's, so OPD cannot compare them."""
+
+
+# --------------------------------------------------------------------------- models
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_tiny_policy(config: ModelConfig) -> tuple[torch.nn.Module, Any]:
+    """The random tiny π_0 of ``model.path: tiny``: same settings, same weights and vocabulary."""
+    from agents.tiny_model import build_tiny_model
+    from agents.tokenizer import train_tokenizer
+    from envs.synthwiki import load_default_world
+
+    world = load_default_world()
+    texts = [d.contents for d in world.corpus.documents[:400]]
+    texts += [q.question for q in world.splits["train"][:200]]
+    tokenizer = train_tokenizer(texts, vocab_size=config.tiny_vocab_size)
+    return build_tiny_model(tokenizer, config.tiny), tokenizer
+
+
+def load_policy_model(config: ModelConfig, device: torch.device, path: str | Path | None = None):
+    """π_0 from ``config`` (tiny or a model directory), or the weights saved at ``path``."""
+    from agents.tiny_model import load_model
+
+    if path is None and config.path == "tiny":
+        model, tokenizer = build_tiny_policy(config)
+        return model.to(device=device, dtype=DTYPES[config.dtype]), tokenizer
+    return load_model(resolve_model_dir(path or config.path), DTYPES[config.dtype], device)
+
+
+def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> None:
+    """OPD needs the Teacher to read the student's token ids as the same strings."""
+    student_vocab, teacher_vocab = student.get_vocab(), teacher.get_vocab()
+    if student_vocab == teacher_vocab:
+        return
+    differing = sorted(set(student_vocab.items()) ^ set(teacher_vocab.items()))
+    example = differing[0] if differing else None
+    raise TokenizerMismatchError(
+        f"teacher.path {teacher_path}: the Teacher's tokenizer differs from the student's "
+        f"({len(student_vocab)} vs {len(teacher_vocab)} tokens; {len(differing)} (token, id) pairs "
+        f"differ, e.g. {example!r}). OPD scores log π_T(a_t|h_t) on the student's own token ids "
+        f"and compares it with log π_old token by token (Eq. 5), so teacher and student need the "
+        f"same vocabulary: use a Teacher trained from the same base model as the student."
+    )
+
+
+def load_teacher(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> Teacher | None:
+    needs_scores = config.advantage.searcher_signal == "opd" or config.advantage.kl_in_reward_coef > 0 \
+        or config.ppo.kl_loss_coef > 0
+    if config.teacher.source == "none" or not needs_scores:
+        return None
+    if config.teacher.source == "base_model":
+        model, tokenizer = load_policy_model(config.model, device)
+        where = f"model.path {config.model.path}"
+    else:
+        model, tokenizer = load_policy_model(config.model, device, config.teacher.path)
+        where = str(config.teacher.path)
+    check_tokenizers_match(student_tokenizer, tokenizer, where)
+    return Teacher(model, temperature=config.rollout.temperature)
+
+
+# --------------------------------------------------------------------------- data
+
+
+class QuestionLoader:
+    """Seeded epochs over the training questions; ``state_dict`` makes resuming exact."""
+
+    def __init__(self, questions: Sequence[Question], batch_size: int, seed: int):
+        if not questions:
+            raise ValueError("the training split has no questions")
+        self.questions = list(questions)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+
+    def _order(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.questions))
+
+    def next_batch(self) -> tuple[list[Question], list[int]]:
+        """B questions and their dataset indices (the indices seed their trajectories)."""
+        indices: list[int] = []
+        order = self._order()
+        while len(indices) < self.batch_size:
+            if self.position == len(self.questions):
+                self.epoch, self.position = self.epoch + 1, 0
+                order = self._order()
+            indices.append(int(order[self.position]))
+            self.position += 1
+        return [self.questions[i] for i in indices], indices
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
+
+
+def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
+    from envs import cascade_search_v0, hierarchical_search_v0
+
+    module = cascade_search_v0 if config.stage == "stage1" else hierarchical_search_v0
+    return lambda: module.env(config=replace(config.env))
+
+
+# --------------------------------------------------------------------------- the PPO batch
+
+
+@dataclass
+class PPOBatch:
+    """Everything the update needs, one row per model call (CPU tensors)."""
+
+    tokens: TokenBatch
+    role_ids: torch.Tensor  # [N]
+    old_logprobs: torch.Tensor  # [N, T]
+    teacher_logprobs: torch.Tensor | None  # [N, T]
+    advantages: TeamAdvantages
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.role_ids.shape[0])
+
+
+def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
+    """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
+    records = batch.records
+    rewards = [[r["rewards"] for r in row] for row in records]
+    num_candidates = max(len(r["answerer"]) for row in rewards for r in row)
+    answerer = torch.zeros(len(records), batch.group_size, num_candidates)
+    candidate_mask = torch.zeros_like(answerer, dtype=torch.bool)
+    for b, row in enumerate(rewards):
+        for g, r in enumerate(row):
+            answerer[b, g, : len(r["answerer"])] = torch.tensor(r["answerer"], dtype=torch.float32)
+            candidate_mask[b, g, : len(r["answerer"])] = True
+    has_leader = all(r["leader"] is not None for row in rewards for r in row)
+    return {
+        "em": torch.tensor([[r["em"] for r in row] for row in rewards]),
+        "leader": torch.tensor([[r["leader"] for r in row] for row in rewards]) if has_leader else None,
+        "answerer": answerer,
+        "candidate_mask": candidate_mask,
+        # R_S of a trajectory: the mean over its Searcher calls (0 when it made none)
+        "searcher": torch.tensor([[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0
+                                   for r in row] for row in rewards]),
+    }
+
+
+def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -> dict[str, float]:
+    """Rewards, EM and workflow counters averaged over the B·G trajectories of a step."""
+    records = [r for row in batch.records for r in row]
+    metrics = {
+        "reward/em": float(rewards["em"].mean()),
+        "reward/answerer": float(rewards["answerer"][rewards["candidate_mask"]].mean()),
+        "reward/searcher": float(rewards["searcher"].mean()),
+        "em/answerer_candidates": float(np.mean([s for r in records for s in r["candidate_scores"]] or [0.0])),
+    }
+    if rewards["leader"] is not None:
+        metrics["reward/leader"] = float(rewards["leader"].mean())
+    for counter in ("search_actions", "searches_with_passages", "reports", "format_failures",
+                    "delegation_rounds", "task_assignments", "tool_steps", "env_steps"):
+        metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
+    for role in ROLE_NAMES:
+        sequences = [s for s in batch.sequences if s.role == role]
+        if sequences:
+            metrics[f"{role}/sequences"] = float(len(sequences))
+            metrics[f"{role}/generated_tokens"] = float(np.mean([s.num_generated for s in sequences]))
+    return metrics
+
+
+def _rows(tokens: TokenBatch, rows: torch.Tensor, trim: bool) -> tuple[TokenBatch, int]:
+    """The given rows of a right-padded batch, cut to their longest row unless ``trim`` is off."""
+    width = int(tokens.attention_mask[rows].sum(dim=-1).max()) if trim else tokens.input_ids.shape[1]
+    return TokenBatch(tokens.input_ids[rows, :width], tokens.attention_mask[rows, :width],
+                      tokens.response_mask[rows, :width]), width
+
+
+def _denominator(mode: str, mask: torch.Tensor) -> float:
+    """What ``loss_agg_mode`` divides by, so that micro-batch losses add up to the minibatch's."""
+    if mode == "token-mean":
+        return float(mask.sum())
+    return float(mask.any(dim=-1).sum())  # the seq-mean modes average over sequences
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class Trainer:
+    """Holds the policy, optimizer, data and Teacher of one stage, and runs its steps."""
+
+    def __init__(self, config: TrainConfig, checkpoint: str | Path | None = None):
+        config.validate()
+        self.config = config
+        random.seed(config.seed)
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.device = resolve_device(config.model.device)
+        model_path = Path(checkpoint) if checkpoint is not None else None
+        self.model, self.tokenizer = load_policy_model(config.model, self.device, model_path)
+        if self.tokenizer.pad_token_id is None:
+            raise ValueError("the policy's tokenizer has no pad token")
+        sampling = SamplingConfig(
+            temperature=config.rollout.temperature, top_p=config.rollout.top_p,
+            max_new_tokens=config.rollout.max_new_tokens, max_input_tokens=config.rollout.max_input_tokens,
+        )
+        self.policy = HFPolicy(self.model, self.tokenizer, sampling, seed=config.seed,
+                               max_batch_size=config.rollout.generation_batch_size)
+        self.teacher = load_teacher(config, self.tokenizer, self.device)
+        self.critic = PromptedCritic(self.policy, config.critic) if config.searcher_reward == "critic" else None
+        self.make_env = env_factory(config)
+        questions = self.make_env().questions[: config.rollout.max_questions]
+        self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
+        self.collector = TeamRolloutCollector(self.make_env, self.policy)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
+            weight_decay=config.optim.weight_decay,
+        )
+        self.step = 0
+        self.last_batch: TeamBatch | None = None
+        if checkpoint is not None:
+            self.load_state(load_trainer_state(checkpoint))
+
+    # ----- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "loader": self.loader.state_dict(),
+            "rng": capture_rng_state(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.loader.load_state_dict(state["loader"])
+        restore_rng_state(state["rng"])
+
+    def save(self, run_dir: str | Path | None = None) -> Path:
+        return save_checkpoint(run_dir or self.config.run_dir, self.step, self.model, self.tokenizer,
+                               self.state_dict(), self.config, self.config.checkpoint.keep_last)
+
+    def _seed_for(self, purpose: int) -> int:
+        """A seed for this step's rollouts (0) or minibatch order (1), from the run seed alone."""
+        state = np.random.SeedSequence([self.config.seed, self.step, purpose])
+        return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(33))
+
+    # ----- one step ----------------------------------------------------------------------
+    def collect(self) -> TeamBatch:
+        questions, indices = self.loader.next_batch()
+        self.model.eval()
+        return self.collector.collect(questions, self.config.rollout.group_size,
+                                      seed=self._seed_for(0), group_keys=indices)
+
+    def prepare(self, batch: TeamBatch) -> tuple[PPOBatch, dict[str, float]]:
+        """Rewards, Teacher scores and token advantages of a rollout batch."""
+        tokens = batch.token_batch(self.tokenizer.pad_token_id)
+        role_ids = batch.role_ids()
+        old_logprobs = batch.old_logprobs()
+        rewards = record_rewards(batch)
+        metrics = rollout_metrics(batch, rewards)
+        if self.critic is not None:
+            rewards["searcher"] = self.critic.searcher_rewards(batch.records)
+            metrics["critic/judge_rate"] = self.critic.last_judge_rate
+            metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
+        teacher_logprobs = None
+        if self.teacher is not None:
+            started = time.perf_counter()
+            teacher_logprobs = self.teacher.score(tokens).logprobs.cpu()
+            metrics["time/teacher_s"] = time.perf_counter() - started
+        group_size = batch.group_size
+        advantages = team_token_advantages(
+            role_ids=role_ids,
+            traj_index=torch.tensor([s.group * group_size + s.trajectory for s in batch.sequences]),
+            candidate_index=torch.tensor([s.candidate for s in batch.sequences]),
+            response_mask=tokens.response_mask,
+            old_logprobs=old_logprobs,
+            teacher_logprobs=teacher_logprobs,
+            leader_rewards=rewards["leader"],
+            answerer_rewards=rewards["answerer"],
+            searcher_rewards=rewards["searcher"],
+            final_em=rewards["em"],
+            candidate_mask=rewards["candidate_mask"],
+            config=self.config.advantage,
+        )
+        return PPOBatch(tokens, role_ids, old_logprobs, teacher_logprobs, advantages), metrics
+
+    def _micro_loss(self, batch: PPOBatch, rows: torch.Tensor, with_grad: bool) -> tuple[PPOLossTerms, dict]:
+        """PPO loss of some rows, re-scored under the current parameters."""
+        ppo = self.config.ppo
+        tokens, width = _rows(batch.tokens, rows, trim=ppo.loss_agg_mode != "seq-mean-token-sum-norm")
+        with torch.set_grad_enabled(with_grad):
+            scores = score_tokens(self.model, tokens.to(self.device), self.config.rollout.temperature,
+                                  with_entropy=ppo.entropy_coef > 0)
+            teacher = batch.teacher_logprobs
+            tensors = {
+                "logprobs": scores.logprobs,
+                "old_logprobs": batch.old_logprobs[rows, :width].to(self.device),
+                "advantages": batch.advantages.token_advantages[rows, :width].to(self.device),
+                "loss_mask": tokens.response_mask.to(self.device),
+                "role_ids": batch.role_ids[rows].to(self.device),
+                "entropy": scores.entropy,
+                "ref_logprobs": teacher[rows, :width].to(self.device) if teacher is not None else None,
+            }
+            terms = ppo_loss(
+                tensors["logprobs"], tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
+                tensors["role_ids"], ppo, entropy=tensors["entropy"],
+                ref_logprobs=tensors["ref_logprobs"] if ppo.kl_loss_coef > 0 else None,
+            )
+        return terms, tensors
+
+    @torch.no_grad()
+    def evaluate_loss(self, batch: PPOBatch) -> float:
+        """The PPO loss of the whole batch under the current parameters (no update)."""
+        self.model.eval()
+        terms, _ = self._micro_loss(batch, torch.arange(batch.num_sequences), with_grad=False)
+        return float(terms.loss)
+
+    def update(self, batch: PPOBatch) -> dict[str, float]:
+        """``optim.epochs`` passes of ``optim.minibatches`` AdamW steps over the batch."""
+        optim, mode = self.config.optim, self.config.ppo.loss_agg_mode
+        self.model.train()
+        generator = torch.Generator().manual_seed(self._seed_for(1))
+        losses, policy_losses, entropies, grad_norms = [], [], [], []
+        role_metrics: dict[str, list[float]] = {}
+        for _epoch in range(optim.epochs):
+            order = torch.randperm(batch.num_sequences, generator=generator)
+            for minibatch in order.chunk(optim.minibatches):
+                self.optimizer.zero_grad(set_to_none=True)
+                total = max(_denominator(mode, batch.tokens.response_mask[minibatch]), 1.0)
+                minibatch_loss = 0.0
+                for rows in minibatch.split(optim.micro_batch_size):
+                    terms, tensors = self._micro_loss(batch, rows, with_grad=True)
+                    share = _denominator(mode, tensors["loss_mask"]) / total
+                    (terms.loss * share).backward()
+                    minibatch_loss += float(terms.loss.detach()) * share
+                    policy_losses.append(float(terms.policy_loss.detach()))
+                    if terms.entropy is not None:
+                        entropies.append(float(terms.entropy.detach()))
+                    metrics = ppo_role_metrics(
+                        tensors["role_ids"], tensors["loss_mask"], tensors["logprobs"], tensors["old_logprobs"],
+                        tensors["advantages"], terms, ref_logprobs=tensors["ref_logprobs"],
+                        entropy=tensors["entropy"],
+                    )
+                    for name, value in metrics.items():
+                        role_metrics.setdefault(name, []).append(value)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip)
+                if not torch.isfinite(grad_norm):
+                    raise NonFiniteError("gradient norm", ("all",), 1)
+                self.optimizer.step()
+                losses.append(minibatch_loss)
+                grad_norms.append(float(grad_norm))
+        self.model.eval()
+        metrics = {
+            "loss/total": float(np.mean(losses)),
+            "loss/policy": float(np.mean(policy_losses)),
+            "optim/grad_norm": float(np.mean(grad_norms)),
+            "optim/grad_norm_max": float(np.max(grad_norms)),
+            "optim/lr": optim.lr,
+            "optim/updates": float(len(losses)),
+        }
+        if entropies:
+            metrics["loss/entropy"] = float(np.mean(entropies))
+        metrics.update({name: float(np.mean(values)) for name, values in role_metrics.items()})
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        """One training step; returns its metrics. Raises ``NonFiniteError`` on NaN/inf."""
+        started = time.perf_counter()
+        batch = self.collect()
+        rollout_s = time.perf_counter() - started
+        ppo_batch, metrics = self.prepare(batch)
+        update_started = time.perf_counter()
+        metrics.update(self.update(ppo_batch))
+        searcher_tokens = (ppo_batch.role_ids == SEARCHER)[:, None] & ppo_batch.tokens.response_mask
+        metrics["searcher/token_advantage_abs"] = float(
+            ppo_batch.advantages.token_advantages[searcher_tokens].abs().mean()) if searcher_tokens.any() else 0.0
+        self.step += 1
+        self.last_batch = batch
+        metrics["time/rollout_s"] = rollout_s
+        metrics["time/update_s"] = time.perf_counter() - update_started
+        metrics["time/step_s"] = time.perf_counter() - started
+        return metrics
+
+    def sample_records(self) -> list[dict[str, Any]]:
+        """The first ``logging.num_samples`` trajectories of the last step."""
+        if self.last_batch is None:
+            return []
+        records = [r for row in self.last_batch.records for r in row]
+        return [{"step": self.step, **r} for r in records[: self.config.logging.num_samples]]
+
+
+# --------------------------------------------------------------------------- the stage loop
+
+
+def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
+    """Run one stage to ``config.steps``; returns the run directory.
+
+    ``resume=None`` resumes from the run directory's latest checkpoint when there is one;
+    ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints.
+    """
+    run_dir = Path(config.run_dir)
+    checkpoint = latest_checkpoint(run_dir)
+    if resume is True and checkpoint is None:
+        raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
+    if resume is False and checkpoint is not None:
+        raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_yaml(config, run_dir / "config.yaml")
+    trainer = Trainer(config, checkpoint)
+    if checkpoint is not None:
+        truncate_metrics(run_dir, trainer.step)
+    log = config.logging
+    logger = MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config))
+    progress = tqdm(total=config.steps, initial=trainer.step, disable=not log.progress,
+                    desc=f"{config.stage} {config.variant}", unit="step")
+    try:
+        while trainer.step < config.steps:
+            try:
+                metrics = trainer.train_step()
+            except NonFiniteError as exc:
+                last_good = latest_checkpoint(run_dir)
+                raise TrainingStopped(
+                    f"step {trainer.step + 1} stopped: {exc}. Nothing of this step was saved; the last "
+                    f"good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
+                ) from exc
+            step = trainer.step
+            if step % log.every == 0 or step == config.steps:
+                logger.log(step, metrics)
+            if log.sample_every and step % log.sample_every == 0:
+                logger.write_samples(step, trainer.sample_records())
+            if step % config.checkpoint.every == 0 or step == config.steps:
+                trainer.save(run_dir)
+            progress.update(1)
+            progress.set_postfix(em=f"{metrics['reward/em']:.2f}", loss=f"{metrics['loss/total']:.4f}")
+    finally:
+        progress.close()
+        logger.close()
+    return run_dir
