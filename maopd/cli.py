@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "envs.retrieval.cli",
     "benchmarks.eval.cli",
     "envs.synthwiki.cli",
+    "training.cli",
 ]
 
 
