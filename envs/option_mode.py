@@ -253,6 +253,7 @@ class OptionWrapper(BaseWrapper):
             "action_mask": spaces.Box(0, 1, (menu_size,), np.int8),
         })
         self._option_action_space = spaces.Discrete(menu_size)
+        self._menus: dict[tuple[str, int], list[Option]] = {}
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._option_observation_space
@@ -260,12 +261,20 @@ class OptionWrapper(BaseWrapper):
     def action_space(self, agent: str) -> spaces.Space:
         return self._option_action_space
 
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._menus = {}
+        super().reset(seed=seed, options=options)
+
     def menu(self, agent: str) -> list[Option]:
         """The options open to ``agent`` now; empty when it is not acting."""
         raw = self.env.unwrapped
         if agent not in raw.acting_agents():
             return []
-        return build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size, raw.question.id)
+        # A menu is observed, then rendered: build it once per (agent, environment step).
+        key = (agent, raw.env_step)
+        if key not in self._menus:
+            self._menus[key] = build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size, raw.question.id)
+        return self._menus[key]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size)
