@@ -1,0 +1,45 @@
+"""The Gymnasium single-role wrapper: one role learns, the others are played by a text policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from envs.option_mode import expert_choice
+from envs.single_role import SingleRoleEnv
+
+
+@pytest.mark.parametrize(("role", "workflow"), [("leader", "hierarchical"), ("searcher", "hierarchical"),
+                                                ("answerer", "cascade")])
+def test_passes_gymnasium_env_checker(role, workflow):
+    check_env(SingleRoleEnv(role, workflow, split="test"), skip_render_check=True)
+
+
+@pytest.mark.parametrize("role", ["leader", "searcher", "answerer"])
+def test_expert_choices_for_the_role_with_expert_others_score_full_reward(role):
+    env = SingleRoleEnv(role, "hierarchical", split="test")
+    for seed in range(5):
+        _, info = env.reset(seed=seed)
+        done = False
+        while not done:
+            assert env.raw.role_of(info["agent"]) == role
+            _, reward, done, _, info = env.step(expert_choice(env.options.menu(info["agent"])))
+        assert info["em"] == 1.0 and reward > 0.9
+
+
+def test_a_wrong_answer_scores_zero_and_the_others_still_play():
+    env = SingleRoleEnv("answerer", "hierarchical", split="test")
+    obs, info = env.reset(seed=1)
+    menu = env.options.menu("answerer")
+    wrong = next(i for i, option in enumerate(menu) if not option.hint)
+    _, reward, done, _, info = env.step(wrong)
+    assert done and reward == 0.0 and info["em"] == 0.0
+    assert np.all(obs["action_mask"][: len(menu)] == 1)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="role="):
+        SingleRoleEnv("critic")
+    with pytest.raises(ValueError, match="workflow="):
+        SingleRoleEnv("leader", "cascade")
