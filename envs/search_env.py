@@ -23,6 +23,7 @@ workflow, so it always ends within ``max_steps`` environment steps.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
 
 MAX_OBSERVATION_CHARS = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnicodeText(spaces.Text):
@@ -369,7 +371,7 @@ class SearchEnv(AECEnv):
             output_tokens = int(action.get("output_tokens") or 0)
             action = action.get("texts", action.get("text"))
         texts = [action] if isinstance(action, str) else list(action) if isinstance(action, (list, tuple)) else []
-        texts = [t if isinstance(t, str) else "" for t in texts][:count]
+        texts = [_valid_unicode(t) if isinstance(t, str) else "" for t in texts][:count]
         texts += [""] * (count - len(texts))
         self.counters.input_tokens += input_tokens
         self.counters.output_tokens += output_tokens
@@ -574,6 +576,12 @@ def with_notice(messages: list[dict[str, str]], role: str) -> list[dict[str, str
     """``messages`` with the role's last-turn notice appended to the final (user) message."""
     last = messages[-1]
     return [*messages[:-1], {**last, "content": f"{last['content']}\n{prompts.LAST_TURN_NOTICE[role]}"}]
+
+
+def _valid_unicode(text: str) -> str:
+    """``text`` with lone surrogates (which a JSON-decoded API answer can hold) replaced by U+FFFD,
+    so that records and chat histories can always be written as UTF-8 and tokenized."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _short(text: str | None, limit: int = 160) -> str:
