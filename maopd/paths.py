@@ -1,0 +1,39 @@
+"""Keep what a run writes inside its run directory, unless the user explicitly allows otherwise.
+
+A config file is data, possibly someone else's: a field such as ``checkpoint_dir: ../../etc`` or
+``log_file: /home/me/.bashrc`` must not make a run write outside its run directory. Trainers pass
+every output path from a config through ``resolve_inside``; only an explicit
+``allow_outside=True`` (a command-line flag the user typed, never a config value) lifts the check.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class PathOutsideRunError(ValueError):
+    """A configured output path escapes the run directory. The message names the field."""
+
+
+def resolve_inside(run_dir: str | os.PathLike, path: str | os.PathLike, *, field: str = "path", allow_outside: bool = False) -> Path:
+    """The absolute, symlink-resolved form of ``path`` (relative paths are taken from ``run_dir``).
+
+    Raises ``PathOutsideRunError`` naming ``field`` when the result is not inside ``run_dir``
+    (``..``, absolute paths, ``~`` and symlinks pointing out are all caught, since the check is
+    made on the resolved path), unless ``allow_outside``. Empty paths and NUL bytes are rejected
+    whatever ``allow_outside`` says.
+    """
+    text = os.fspath(path)
+    if not text.strip():
+        raise PathOutsideRunError(f"{field}: the path is empty")
+    if "\x00" in text:
+        raise PathOutsideRunError(f"{field}: the path {text!r} contains a NUL byte")
+    root = Path(run_dir).expanduser().resolve()
+    resolved = (root / Path(text).expanduser()).resolve()
+    if not allow_outside and not resolved.is_relative_to(root):
+        raise PathOutsideRunError(
+            f"{field}: {text!r} resolves to {resolved}, outside the run directory {root}; "
+            "use a path inside the run directory, or allow writing outside it explicitly"
+        )
+    return resolved
