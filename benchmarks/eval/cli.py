@@ -36,10 +36,13 @@ def register(subparsers) -> None:
 
     run = commands.add_parser("run", help="run k workflows per manifest question and save scored records")
     run.add_argument("--manifest", required=True)
-    run.add_argument("--corpus", required=True, help="corpus JSONL for the in-process retriever (BM25)")
+    run.add_argument("--corpus", help="corpus JSONL for the in-process retriever (BM25); default: the embedded world")
     run.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
-    run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer"], default="scripted",
-                     help="the team policy; LLM policies and checkpoints are wired in by the training CLI")
+    run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer", "checkpoint"], default="scripted",
+                     help="a rule-based team, or 'checkpoint': every role played by the model in --model")
+    run.add_argument("--model", help="saved model directory (HF format) for --policy checkpoint")
+    run.add_argument("--temperature", type=float, default=0.6)
+    run.add_argument("--top-p", type=float, default=0.95)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
     run.add_argument("--attempts", type=int, default=4)
     run.add_argument("--batch-size", type=int, default=8)
@@ -130,12 +133,20 @@ def _manifest(args) -> int:
 def _run(args) -> int:
     from benchmarks.eval.manifest import load_manifest
     from benchmarks.eval.runner import EvalSettings, run_attempts
-    from benchmarks.eval.solvers import debugging_policy, team_solver
+    from benchmarks.eval.solvers import checkpoint_solver, debugging_policy, team_solver
     from envs.retrieval.corpus import load_corpus
 
     manifest = load_manifest(args.manifest)
-    solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), load_corpus(args.corpus), [e.question for e in manifest])
-    settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
+    questions = [e.question for e in manifest]
+    corpus = load_corpus(args.corpus) if args.corpus else None
+    if args.policy == "checkpoint":
+        if not args.model:
+            raise ValueError("--model: --policy checkpoint needs a saved model directory")
+        solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p)
+    else:
+        solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions)
+    settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed,
+                            temperature=args.temperature, top_p=args.top_p)
     ran = run_attempts(solve, manifest, args.out, args.method or f"{args.policy}-{args.workflow}", settings)
     print(f"ran {ran} workflows; records in {args.out}")
     return 0
