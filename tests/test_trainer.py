@@ -1,0 +1,220 @@
+"""The stage trainer on a tiny model: the PPO step, micro-batching, variants, guards, tokenizers.
+
+Most tests use a *scripted* team batch: the SynthWiki expert team writes the actions (so the
+hierarchy has Leader, Searcher and Answerer calls, which a random tiny model never produces), its
+text is encoded to token ids, and the π_old log-probs are the tiny π_0's own scores of those ids,
+so the batch is exactly what the trainer gets from a rollout in which π_0 sampled those tokens.
+Rewards are then set to varied values, so every role's GRPO group has a spread.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agents.chat_tokens import encode_text
+from agents.sampling import Candidate
+from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+from agents.tokenizer import train_tokenizer
+from envs import hierarchical_search_v0
+from envs.synthwiki import load_default_world
+from envs.synthwiki.teams import expert_team
+from training.advantages import grpo_advantages
+from training.config import ModelConfig, apply_settings, build_config
+from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError
+from training.rollout import TeamRolloutCollector
+from training.token_scoring import score_tokens
+from training.trainer import (
+    TokenizerMismatchError,
+    Trainer,
+    build_tiny_policy,
+    check_tokenizers_match,
+    record_rewards,
+)
+
+GROUP = 2
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """π_0 (tiny, random) and a Teacher with the same tokenizer but other weights, on disk."""
+    root = tmp_path_factory.mktemp("models")
+    pi0, tokenizer = build_tiny_policy(ModelConfig())
+    save_model(pi0, tokenizer, root / "pi0")
+    save_model(build_tiny_model(tokenizer, TinyModelConfig(seed=7)), tokenizer, root / "teacher")
+    return root
+
+
+def stage2_config(models, tmp_path, **settings):
+    data = {
+        "stage": "stage2", "run_dir": str(tmp_path / "run"),
+        "model": {"path": str(models / "pi0")},
+        "teacher": {"path": str(models / "teacher")},
+        "env": {"max_steps": 6, "num_searchers": 2, "num_candidates": 2},
+        "rollout": {"batch_size": 2, "group_size": GROUP, "max_new_tokens": 8, "max_questions": 8},
+        "optim": {"minibatches": 1, "micro_batch_size": 4, "lr": 1e-4},
+        "logging": {"tensorboard": False, "progress": False},
+    }
+    return build_config(apply_settings(data, settings))
+
+
+class _ScriptedCollector(TeamRolloutCollector):
+    """Rollouts whose actions the expert team writes, as canonical token ids."""
+
+    def _generate(self, keys, turns, *args):
+        self._turns = [turns[key] for key in keys]
+        return super()._generate(keys, turns, *args)
+
+    def generate(self, prompts, counts, seeds):
+        outputs = expert_team().act(self._turns)
+        ids = [encode_text(self.tokenizer, out.texts[0]) for out in outputs]
+        return [[Candidate(row, [0.0] * len(row), "stop") for _ in range(count)] for row, count in zip(ids, counts)]
+
+
+def _vary_rewards(batch):
+    """Rewards with a spread in every role's group (the expert team would score EM = 1 everywhere)."""
+    for b, row in enumerate(batch.records):
+        for g, record in enumerate(row):
+            em = float((b + g) % 2)
+            rewards = record["rewards"]
+            rewards["em"] = em
+            rewards["leader"] = 0.9 * em + 0.1 * g / GROUP
+            rewards["answerer"] = [float((g + j) % 2) for j in range(len(rewards["answerer"]))]
+            rewards["searcher_calls"] = [0.9 * em + 0.05 * (g + k) for k in range(len(rewards["searcher_calls"]))]
+
+
+@pytest.fixture(scope="module")
+def scripted_batch(models):
+    from agents.tiny_model import load_model
+
+    model, tokenizer = load_model(models / "pi0")
+    questions = [q for q in load_default_world().splits["train"] if q.metadata["hops"] == 2][:2]
+    make_env = lambda: hierarchical_search_v0.env(max_steps=6, num_searchers=2, num_candidates=2)
+    collector = _ScriptedCollector(make_env, SimpleNamespace(tokenizer=tokenizer))
+    collector.policy = collector  # its own generate() answers the rounds
+    batch = collector.collect(questions, GROUP, seed=0)
+    scores = score_tokens(model, batch.token_batch(tokenizer.pad_token_id), temperature=1.0)
+    for row, sequence in enumerate(batch.sequences):
+        sequence.old_logprobs = scores.logprobs[row, : len(sequence.input_ids)].tolist()
+    _vary_rewards(batch)
+    assert {s.role for s in batch.sequences} == {"leader", "searcher", "answerer"}
+    return batch
+
+
+def _advantages(models, tmp_path, batch, **settings):
+    trainer = Trainer(stage2_config(models, tmp_path, **settings))
+    ppo_batch, _ = trainer.prepare(copy.deepcopy(batch))
+    return trainer, ppo_batch
+
+
+def _role_tokens(ppo_batch, role):
+    return ppo_batch.tokens.response_mask & (ppo_batch.role_ids == role)[:, None]
+
+
+def test_one_step_reduces_the_surrogate_loss_on_a_fixed_batch(models, tmp_path, scripted_batch):
+    trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch)
+    assert ppo_batch.advantages.token_advantages.abs().sum() > 0
+    before = trainer.evaluate_loss(ppo_batch)
+    metrics = trainer.update(ppo_batch)
+    after = trainer.evaluate_loss(ppo_batch)
+    assert after < before
+    assert metrics["optim/updates"] == 1 and metrics["optim/grad_norm"] > 0
+    for role in ("leader", "searcher", "answerer"):
+        assert f"{role}/policy_loss" in metrics and f"{role}/entropy" in metrics
+
+
+def test_micro_batches_accumulate_to_the_minibatch_gradient(models, tmp_path, scripted_batch):
+    grads = []
+    for micro in (2, 1000):
+        trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch, **{"optim.micro_batch_size": micro,
+                                                                              "optim.lr": 1e-12})
+        trainer.optimizer.step = lambda: None  # keep the gradient, skip the update
+        trainer.update(ppo_batch)
+        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch):
+    beta = 0.01
+    _, full = _advantages(models, tmp_path, scripted_batch)
+    _, no_kl = _advantages(models, tmp_path, scripted_batch, **{"advantage.kl_in_reward_coef": 0.0})
+    leader, searcher, answerer = (_role_tokens(full, r) for r in (LEADER, SEARCHER, ANSWERER))
+    adv = {"full": full.advantages.token_advantages}
+
+    # full: Searcher tokens get β·(log π_T − log π_old), Eq. 5
+    expected_opd = beta * (full.teacher_logprobs - full.old_logprobs)
+    torch.testing.assert_close(adv["full"][searcher], expected_opd[searcher])
+    assert adv["full"][searcher].abs().min() > 0
+
+    # w/o direct Searcher supervision: Searcher advantages and loss weight 0, the rest unchanged
+    trainer, none = _advantages(models, tmp_path, scripted_batch, variant="no_searcher_supervision")
+    assert trainer.config.ppo.role_loss_weights == {"searcher": 0.0}
+    assert torch.all(none.advantages.token_advantages[searcher] == 0)
+    assert torch.equal(none.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
+    assert none.num_sequences == full.num_sequences  # Searcher rows stay in the batch
+
+    # w/ outcome-based Searcher RL: Eq. 1 on R_EM per trajectory; no Teacher, so no KL in rewards
+    trainer, outcome = _advantages(models, tmp_path, scripted_batch, variant="outcome_searcher_rl")
+    assert trainer.teacher is None and outcome.teacher_logprobs is None
+    em_advantage = grpo_advantages(record_rewards(scripted_batch)["em"]).flatten()
+    for row, sequence in enumerate(scripted_batch.sequences):
+        if sequence.role == "searcher":
+            mask = full.tokens.response_mask[row]
+            expected = em_advantage[sequence.group * GROUP + sequence.trajectory]
+            assert torch.all(outcome.advantages.token_advantages[row][mask] == expected)
+    assert torch.equal(outcome.advantages.token_advantages[leader | answerer],
+                       no_kl.advantages.token_advantages[leader | answerer])
+
+    # w/ base-model teacher: the Teacher is π_0, which sampled this batch: OPD signal and KL ≈ 0
+    _, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher")
+    assert base.advantages.token_advantages[searcher].abs().max() < 1e-6
+    torch.testing.assert_close(base.advantages.token_advantages[leader | answerer],
+                               no_kl.advantages.token_advantages[leader | answerer], atol=1e-4, rtol=0)
+
+    # Prompted Critic: Searchers get Eq. 1 on 0.3·R_EM + 0.5·R_judge + 0.2·b_S; Leader/Answerer unchanged
+    trainer = Trainer(stage2_config(models, tmp_path, variant="prompted_critic"))
+    verdicts = iter([1.0, 0.0] * 50)
+    trainer.critic.judge = lambda items: [next(verdicts) for _ in items]
+    critic, _ = trainer.prepare(copy.deepcopy(scripted_batch))
+    assert torch.equal(critic.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
+    verdicts = iter([1.0, 0.0] * 50)
+    expected_rewards = torch.zeros(2, GROUP)
+    for b, row in enumerate(scripted_batch.records):
+        for g, record in enumerate(row):
+            bonuses = record["rewards"]["search_bonus"]
+            per_call = [0.3 * record["rewards"]["em"] + 0.5 * next(verdicts) + 0.2 * bonus for bonus in bonuses]
+            expected_rewards[b, g] = sum(per_call) / len(per_call)
+    torch.testing.assert_close(critic.advantages.shaped_rewards["searcher"], expected_rewards)
+
+
+def test_nan_reward_stops_the_step_with_a_clear_error(models, tmp_path, scripted_batch):
+    trainer = Trainer(stage2_config(models, tmp_path))
+    batch = copy.deepcopy(scripted_batch)
+    batch.records[0][1]["rewards"]["leader"] = float("nan")
+    with pytest.raises(NonFiniteError, match="leader rewards .* leader"):
+        trainer.prepare(batch)
+
+
+def test_teacher_with_another_vocabulary_is_refused(models, tmp_path):
+    other = train_tokenizer(["an entirely different corpus of words"], vocab_size=400)
+    save_model(build_tiny_model(other, TinyModelConfig()), other, tmp_path / "other")
+    with pytest.raises(TokenizerMismatchError, match="same vocabulary"):
+        Trainer(stage2_config(models, tmp_path, **{"teacher.path": str(tmp_path / "other")}))
+    from agents.tiny_model import load_model
+
+    _, tokenizer = load_model(models / "pi0")
+    check_tokenizers_match(tokenizer, tokenizer, "same")
+
+
+def test_config_errors_name_the_field(models, tmp_path):
+    from maopd.config import ConfigError
+
+    with pytest.raises(ConfigError, match="teacher.path"):
+        build_config({"stage": "stage2"})
+    with pytest.raises(ConfigError, match="variant"):
+        build_config({"stage": "stage1", "variant": "prompted_critic"})
+    with pytest.raises(ConfigError, match="rollout.group_size"):
+        build_config({"stage": "stage1", "rollout": {"group_size": 0}})
