@@ -82,12 +82,12 @@ def _index_build(args) -> int:
 def _serve(args) -> int:
     import uvicorn
 
-    from envs.retrieval.server import ServerLimits, create_app
+    from envs.retrieval.server import ServerLimits, create_app, uvicorn_config
 
     retriever = _load_retriever(args)
     limits = ServerLimits(max_queries=args.max_queries, max_k=args.max_k)
     print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{args.port}/retrieve")
-    uvicorn.run(create_app(retriever, limits), host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits, host=args.host, port=args.port)).run()
     return 0
 
 

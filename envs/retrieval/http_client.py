@@ -10,9 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 from envs.retrieval.base import Passage
 from envs.retrieval.protocol import decode_results
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``, so credentials never reach a log."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 class RetrievalServerError(RuntimeError):
@@ -31,6 +40,7 @@ class HTTPRetriever:
         import httpx
 
         self.url = url.rstrip("/")
+        self.public_url = redact_url(self.url)  # what error messages and logs show
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_queries_per_request = max_queries_per_request
@@ -61,7 +71,7 @@ class HTTPRetriever:
     def _post(self, payload: dict) -> object:
         import httpx
 
-        endpoint = f"{self.url}/retrieve"
+        endpoint, shown = f"{self.url}/retrieve", f"{self.public_url}/retrieve"
         last_error = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -75,12 +85,12 @@ class HTTPRetriever:
                 last_error = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             if response.status_code >= 400:
-                raise RetrievalServerError(f"{endpoint} rejected the request: HTTP {response.status_code} {response.text[:300]}")
+                raise RetrievalServerError(f"{shown} rejected the request: HTTP {response.status_code} {response.text[:300]}")
             try:
                 return response.json()
             except ValueError:
-                raise RetrievalServerError(f"{endpoint} answered with non-JSON: {response.text[:200]!r}") from None
-        raise RetrievalServerError(f"retrieval server {endpoint} failed after {self.retries + 1} attempts ({last_error})")
+                raise RetrievalServerError(f"{shown} answered with non-JSON: {response.text[:200]!r}") from None
+        raise RetrievalServerError(f"retrieval server {shown} failed after {self.retries + 1} attempts ({last_error})")
 
     def close(self) -> None:
         self._client.close()

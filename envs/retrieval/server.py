@@ -4,7 +4,10 @@ Concurrent requests are batched: requests arriving within ``max_wait_ms`` of eac
 same k) go to the retriever as one ``search`` call, which is what makes dense encoders and BM25
 efficient. The retriever runs on one worker thread, so retrievers need not be thread-safe.
 Requests are bounded (body bytes, queries per request, query length, k); violations get a 4xx
-whose ``detail`` says which bound.
+whose ``detail`` says which bound. Abuse is bounded too (docs/reliability.md): bodies are read as a
+stream and cut off at the limit, a client must finish its headers and body within
+``read_timeout_s`` (else 408 or a closed connection), and beyond ``max_concurrency`` requests in
+flight new requests get an immediate 503 (uvicorn refuses connections beyond four times that).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class ServerLimits:
     default_k: int = 3
     max_batch_queries: int = 1024
     max_wait_ms: float = 2.0
+    read_timeout_s: float = 10.0
+    max_concurrency: int = 1024
 
 
 class _Batcher:
@@ -76,11 +81,13 @@ class _Batcher:
             results = await asyncio.to_thread(self.retriever.search, queries, k)
         except Exception as exc:  # the error goes to every waiting request, the server keeps running
             for _, _, future in group:
-                future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
             return
         offset = 0
         for item_queries, _, future in group:
-            future.set_result(results[offset : offset + len(item_queries)])
+            if not future.done():  # cancelled when its client went away
+                future.set_result(results[offset : offset + len(item_queries)])
             offset += len(item_queries)
 
 
@@ -89,6 +96,7 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None):
     batcher = _Batcher(retriever, limits)
     app = FastAPI(title="MultiAgent-OPD retriever")
     app.state.batcher = batcher
+    app.state.in_flight = 0  # only touched on the event loop thread, so no lock
 
     @app.middleware("http")
     async def bound_body(request: Request, call_next):
@@ -104,18 +112,41 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None):
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> dict:
-        body = await request.body()
-        if len(body) > limits.max_body_bytes:  # chunked uploads carry no content-length
-            raise HTTPException(413, f"request body exceeds {limits.max_body_bytes} bytes")
+        if app.state.in_flight >= limits.max_concurrency:
+            raise HTTPException(503, f"server busy ({limits.max_concurrency} requests in flight); retry later",
+                                headers={"Retry-After": "1"})
+        app.state.in_flight += 1
         try:
-            payload = json.loads(body)
-        except ValueError:
-            raise HTTPException(400, "request body is not valid JSON") from None
-        queries, k, return_scores = validate_request(payload, limits)
-        results = await batcher.search(queries, k)
-        return encode_results(results, return_scores)
+            body = await read_body(request, limits)
+            try:
+                payload = json.loads(body)
+            except (ValueError, RecursionError):  # RecursionError: absurdly nested arrays or objects
+                raise HTTPException(400, "request body is not valid JSON") from None
+            queries, k, return_scores = validate_request(payload, limits)
+            results = await batcher.search(queries, k)
+            return encode_results(results, return_scores)
+        finally:
+            app.state.in_flight -= 1
 
     return app
+
+
+async def read_body(request: Request, limits: ServerLimits) -> bytes:
+    """The body, read as a stream: cut off past ``max_body_bytes`` (chunked uploads carry no
+    content-length) and abandoned after ``read_timeout_s`` (a slow client must not hold a request open)."""
+    body = bytearray()
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limits.max_body_bytes:
+                raise HTTPException(413, f"request body exceeds {limits.max_body_bytes} bytes")
+
+    try:
+        await asyncio.wait_for(read(), limits.read_timeout_s)
+    except asyncio.TimeoutError:
+        raise HTTPException(408, f"request body not received within {limits.read_timeout_s} s") from None
+    return bytes(body)
 
 
 def validate_request(payload: object, limits: ServerLimits) -> tuple[list[str], int, bool]:
@@ -139,17 +170,50 @@ def validate_request(payload: object, limits: ServerLimits) -> tuple[list[str], 
     return queries, k, return_scores
 
 
+def uvicorn_config(app, limits: ServerLimits | None = None, **options):
+    """A uvicorn config that enforces the connection-level limits: at most four times
+    ``max_concurrency`` connections (then 503), and ``read_timeout_s`` for a new connection to send
+    its request headers."""
+    import uvicorn
+
+    limits = limits or ServerLimits()
+    return uvicorn.Config(
+        app,
+        http=_header_timeout_protocol(limits.read_timeout_s),
+        limit_concurrency=4 * limits.max_concurrency,
+        log_level="warning",
+        **options,
+    )
+
+
+def _header_timeout_protocol(timeout_s: float):
+    """uvicorn's h11 protocol, plus: a connection that has not sent a request's headers within
+    ``timeout_s`` is closed (uvicorn itself would wait forever: the slowloris attack)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.loop.call_later(timeout_s, self._close_if_no_request)
+
+        def _close_if_no_request(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutH11Protocol
+
+
 class BackgroundServer:
     """Run an app with uvicorn on a background thread (tests, benchmarks). Port 0 = ephemeral."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, limits: ServerLimits | None = None):
         import uvicorn
 
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.url = f"http://{host}:{self.socket.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn_config(app, limits))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> BackgroundServer:
