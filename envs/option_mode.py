@@ -73,6 +73,7 @@ from envs.synthwiki.teams import (
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8
+HINT_FEATURE = 2  # index of ``hint`` in ``Option.features``
 ROLES = ("leader", "searcher", "answerer")
 GLOBAL_FEATURES = len(ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
@@ -241,8 +242,9 @@ def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt:
 class OptionWrapper(BaseWrapper):
     """An AEC search environment with ``Discrete`` option actions; see the module docstring."""
 
-    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE):
+    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True):
         super().__init__(env)
+        self.hints = hints
         if menu_size < 2:
             raise ValueError(f"menu_size={menu_size!r} is invalid: must be at least 2")
         self.menu_size = menu_size
@@ -277,7 +279,7 @@ class OptionWrapper(BaseWrapper):
         return self._menus[key]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
-        return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size)
+        return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size, self.hints)
 
     def render_action(self, agent: str, action: Any) -> Any:
         """The text action that option ``action`` stands for ('' if it is not a valid choice)."""
@@ -295,8 +297,10 @@ class OptionWrapper(BaseWrapper):
         self.env.step(self.render_action(agent, action))
 
 
-def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_size: int) -> dict[str, np.ndarray]:
-    """Fixed-size features of ``agent``'s situation and menu, plus the action mask."""
+def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_size: int,
+                       hints: bool = True) -> dict[str, np.ndarray]:
+    """Fixed-size features of ``agent``'s situation and menu, plus the action mask; ``hints=False``
+    zeroes the expert-hint feature (the harder setting for learning)."""
     role = env.role_of(agent)
     call = env.active.get(agent)
     allowed = env.allowed_actions(agent)
@@ -314,6 +318,8 @@ def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_
     items = np.zeros((menu_size, ITEM_FEATURES), np.float32)
     for slot, option in enumerate(menu):
         items[slot] = option.features()
+    if not hints:
+        items[:, HINT_FEATURE] = 0.0
     mask = np.zeros(menu_size, np.int8)
     mask[: len(menu)] = 1.0
     features = np.concatenate([np.asarray(global_features, np.float32), items.ravel()])
@@ -323,8 +329,8 @@ def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_
 class OptionParallelEnv(SearchParallelEnv):
     """The parallel API over ``OptionWrapper``: one ``step`` is one environment step."""
 
-    def __init__(self, aec_env: SearchEnv, menu_size: int = MENU_SIZE):
-        super().__init__(OptionWrapper(aec_env, menu_size))
+    def __init__(self, aec_env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True):
+        super().__init__(OptionWrapper(aec_env, menu_size, hints))
 
     @property
     def unwrapped(self) -> SearchEnv:
@@ -334,14 +340,16 @@ class OptionParallelEnv(SearchParallelEnv):
         return self.aec_env.unwrapped.acting_agents()
 
 
-def option_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, **kwargs: Any) -> OptionWrapper:
+def option_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,
+               **kwargs: Any) -> OptionWrapper:
     """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
-    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size)
+    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints)
 
 
-def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, **kwargs: Any) -> OptionParallelEnv:
+def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,
+                        **kwargs: Any) -> OptionParallelEnv:
     """An option-mode parallel environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
-    return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size)
+    return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size, hints)
 
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:

@@ -1,0 +1,111 @@
+"""Credit-assignment methods on the option mode: what each one gives each decision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from envs.option_mode import MENU_SIZE, option_env
+from training.marl.credit import (
+    CREDIT_METHODS,
+    CreditContext,
+    counterfactual_em,
+    get_credit_method,
+    role_reward,
+)
+from training.marl.policy import MenuPolicy, play
+from training.marl.trainer import MarlConfig, evaluate, ppo_update, train
+
+
+@pytest.fixture(scope="module")
+def batch():
+    torch.manual_seed(0)
+    env = option_env("hierarchical", split="train")
+    policy = MenuPolicy(MENU_SIZE, hidden=16)
+    episodes = [play(env, policy, {"question_index": i}) for i in range(12)]
+    return env, policy, episodes
+
+
+def test_every_method_gives_one_finite_advantage_per_decision(batch):
+    env, policy, episodes = batch
+    context = CreditContext(env, policy, teacher=MenuPolicy(MENU_SIZE, hidden=16))
+    for name in CREDIT_METHODS:
+        advantages = get_credit_method(name)(episodes, context)
+        assert [len(a) for a in advantages] == [len(ep.decisions) for ep in episodes], name
+        assert all(np.isfinite(a).all() for a in advantages), name
+
+
+def test_role_rewards_are_the_environment_reward_parts(batch):
+    _, _, episodes = batch
+    for ep in episodes:
+        for d in ep.decisions:
+            expected = {"leader": ep.parts["leader"], "answerer": np.mean(ep.parts["answerer"])}.get(
+                d.role, ep.parts["searcher_calls"][d.call] if d.call is not None else None)
+            assert role_reward(d, ep.parts) == pytest.approx(expected)
+
+
+def test_team_reward_ranks_decisions_by_outcome_only(batch):
+    env, policy, episodes = batch
+    advantages = get_credit_method("team")(episodes, CreditContext(env, policy))
+    for ep, adv in zip(episodes, advantages):
+        same_role = {}
+        for d, a in zip(ep.decisions, adv):
+            same_role.setdefault(d.role, set()).add(round(float(a), 9))
+        assert all(len(values) == 1 for values in same_role.values())
+
+
+def test_opd_searcher_signal_is_the_teacher_student_log_ratio(batch):
+    env, policy, episodes = batch
+    advantages = get_credit_method("opd")(episodes, CreditContext(env, policy, teacher=policy))
+    # The student as its own Teacher: every Searcher log-ratio is zero.
+    for ep, adv in zip(episodes, advantages):
+        for d, a in zip(ep.decisions, adv):
+            if d.role == "searcher":
+                assert a == pytest.approx(0.0, abs=1e-5)
+    with pytest.raises(ValueError, match="Teacher"):
+        get_credit_method("opd")(episodes, CreditContext(env, policy))
+
+
+def test_counterfactual_replay_keeps_the_past_and_replaces_the_assignment_by_an_empty_report(batch):
+    env, policy, episodes = batch
+    ep = next(e for e in episodes if any(d.call is not None for d in e.decisions))
+    call = next(d.call for d in ep.decisions if d.call is not None)
+    em = counterfactual_em(ep, call, CreditContext(env, policy))
+    replay = env.unwrapped.record
+    assert replay["question_id"] == ep.record["question_id"] and em in (0.0, 1.0)
+    # record["calls"] lists Searcher assignments first, in order: the replaced one reported at once.
+    assert len(replay["calls"][call]["outputs"]) == 1
+    assert replay["calls"][call]["outputs"][0].startswith("<report>")
+    # Everything before it is the recorded episode (the Leader's first delegation).
+    leader = next(c for c in ep.record["calls"] if c["role"] == "leader")["outputs"][0]
+    assert next(c for c in replay["calls"] if c["role"] == "leader")["outputs"][0] == leader
+
+
+def test_ppo_update_raises_the_probability_of_advantaged_actions(batch):
+    _, policy, episodes = batch
+    torch.manual_seed(0)
+    student = MenuPolicy(MENU_SIZE, hidden=16)
+    student.load_state_dict(policy.state_dict())
+    optimizer = torch.optim.Adam(student.parameters(), lr=1e-2)
+    advantages = [np.ones(len(ep.decisions)) for ep in episodes]
+    decisions = [d for ep in episodes for d in ep.decisions]
+    obs = torch.as_tensor(np.stack([d.observation for d in decisions]))
+    masks = torch.as_tensor(np.stack([d.mask for d in decisions]))
+    actions = torch.tensor([d.action for d in decisions])
+    before = student.distribution(obs, masks).log_prob(actions).mean()
+    ppo_update(student, optimizer, episodes, advantages, MarlConfig(entropy_coef=0.0, epochs=2))
+    assert student.distribution(obs, masks).log_prob(actions).mean() > before
+
+
+@pytest.mark.slow
+def test_training_with_hints_learns_the_world_quickly():
+    config = MarlConfig(method="role", iterations=12, episodes_per_iteration=16, hints=True, eval_questions=30)
+    _, metrics = train(config, progress=False)
+    random_policy = evaluate(MenuPolicy(MENU_SIZE), config)
+    assert metrics["em"] > random_policy["em"] + 0.3
+
+
+def test_unknown_method_is_named():
+    with pytest.raises(ValueError, match="credit-assignment method 'coma2'"):
+        train(MarlConfig(method="coma2"), progress=False)
