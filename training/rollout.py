@@ -163,6 +163,9 @@ class TeamRolloutCollector:
                     env.step(None)
                 row.append(env.record)
             records.append(row)
+        # Canonical order: by question, then trajectory, then call start (the sort is stable), so
+        # the order does not depend on how trajectories interleaved in the batch.
+        sequences.sort(key=lambda s: (s.group, s.trajectory))
         return TeamBatch(list(questions), group_size, sequences, records)
 
     def _generate(self, keys, turns, open_calls, sequences, seed, group_size, group_keys) -> dict:
