@@ -142,8 +142,8 @@ def markdown(report: dict) -> str:
             f"{lat['p50']:.1f} | {lat['p90']:.1f} | {lat['p99']:.1f} | {lat['max']:.1f} | "
             f"{report['p50_ratio_vs_baseline'][i]:.1f} | {report['p99_ratio_vs_baseline'][i]:.1f} |"
         )
-    lines += ["", f"Server resident memory: {report['rss_mib_before_waves']:.0f} MiB before the waves, "
-              f"{report['rss_mib_after_waves']:.0f} MiB after.", ""]
+    memory = f"Server resident memory: {report['rss_mib_before_waves']:.0f} MiB before the waves, {report['rss_mib_after_waves']:.0f} MiB after."
+    lines += ["", memory, ""]
     return "\n".join(lines)
 
 

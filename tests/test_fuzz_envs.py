@@ -11,6 +11,7 @@ import math
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_fuzz_actions import (
@@ -173,18 +174,11 @@ def check_invariants(env, policy, record):
     assert json.loads(text) == record
 
 
+@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
 @fuzz_settings(1500)
-@given(configs(cascade_search_v0), questions, st.data())
-def test_cascade_survives_any_output(config, question, data):
-    env = cascade_search_v0.env(retriever=RETRIEVER, questions=[question], **config)
-    policy = DrawnPolicy(data)
-    check_invariants(env, policy, play(env, policy, question))
-
-
-@fuzz_settings(1500)
-@given(configs(hierarchical_search_v0), questions, st.data())
-def test_hierarchy_survives_any_output(config, question, data):
-    env = hierarchical_search_v0.env(retriever=RETRIEVER, questions=[question], **config)
+@given(questions, st.data())
+def test_environment_survives_any_output(module, question, data):
+    env = module.env(retriever=RETRIEVER, questions=[question], **data.draw(configs(module)))
     policy = DrawnPolicy(data)
     check_invariants(env, policy, play(env, policy, question))
 

@@ -5,9 +5,9 @@ model with its tags neutralized, so it can neither act for any role nor end an e
 """
 
 import pytest
+from test_workflows import Rules
 
 from agents.actions import ACTION_KINDS, parse_action
-from agents.policy import AgentOutput
 from agents.scripted import scripted_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.adversarial import (
@@ -26,18 +26,6 @@ CORPUS, QUESTIONS = load_fixture()
 CLEAN = BM25Retriever(CORPUS)
 POISONED = BM25Retriever(poison_corpus(CORPUS))
 PAYLOAD = " ".join(INJECTION_PAYLOADS)
-
-
-class Rules:
-    """A policy from per-role functions of the turn; records every turn it saw."""
-
-    def __init__(self, **by_role):
-        self.by_role = by_role
-        self.turns = []
-
-    def act(self, turns):
-        self.turns.extend(turns)
-        return [AgentOutput([self.by_role[t.role](t)] * t.num_candidates) for t in turns]
 
 
 def context(turn):
