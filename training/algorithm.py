@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
+from maopd.config import ConfigError, apply_overrides, from_dict
 from training.checkpoint import latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
 
@@ -51,7 +51,11 @@ class OPDConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> OPDConfig:
-        return cls(to_dict(load_config(path)))
+        """The file's own settings (validated), so later stage/variant changes still layer."""
+        import yaml
+
+        load_config(path)
+        return cls(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
 
     def _set(self, names: dict[str, Any], sections: tuple[str, ...], top_level: tuple[str, ...] = ()) -> OPDConfig:
         """Put each keyword at the top level, or into the first of ``sections`` with that field."""
