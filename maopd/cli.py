@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "benchmarks.eval.cli",
     "envs.synthwiki.cli",
     "training.cli",
+    "training.sft_cli",
 ]
 
 

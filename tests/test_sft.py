@@ -1,0 +1,173 @@
+"""SFT encoding (token-exact, assistant-only loss), training, and the base model π_0 build."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from agents.chat_tokens import encode_text, end_of_turn_id, render_text
+from agents.prompts import feedback_message, information_message, system_message, task_message
+from agents.tokenizer import train_tokenizer
+from envs.retrieval.base import Passage
+from maopd.config import ConfigError
+from training.base_model import METRICS_FILE, SMOKE_CONFIG, SFTConfig, build_base_model, load_or_build_base_model
+from training.sft import SFTExample, TrainingSchedule, encode_call, learning_rate_factor, sft_loss, train_sft
+from training.sft_cli import resolve_config
+
+PASSAGE = Passage(id="7", title="Dalen Marsk", text="Dalen Marsk was born in Tremask.", score=1.0)
+SEARCHER_CHAT = [
+    system_message("searcher"),
+    task_message("Where was Dalen Marsk born?"),
+    {"role": "assistant", "content": "<search>Dalen Marsk born</search>"},
+    information_message([PASSAGE], 500),
+    {"role": "assistant", "content": "<report>Dalen Marsk was born in Tremask."},  # misformatted
+    feedback_message("no complete action tag", ("search", "report")),
+    {"role": "assistant", "content": "<report>Dalen Marsk was born in Tremask.</report>"},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer([m["content"] for m in SEARCHER_CHAT], vocab_size=400)
+
+
+def masked_spans(example: SFTExample) -> list[list[int]]:
+    spans, current = [], []
+    for token, mask in zip(example.input_ids, example.loss_mask):
+        if mask:
+            current.append(token)
+        elif current:
+            spans.append(current)
+            current = []
+    return spans + ([current] if current else [])
+
+
+def test_loss_mask_covers_exactly_the_assistant_outputs(tokenizer):
+    example = encode_call(tokenizer, SEARCHER_CHAT, "searcher")
+    outputs = [m["content"] for m in SEARCHER_CHAT if m["role"] == "assistant"]
+    end = end_of_turn_id(tokenizer)
+    assert masked_spans(example) == [
+        encode_text(tokenizer, outputs[0]),  # stopped at </search>: no end-of-turn to learn
+        encode_text(tokenizer, outputs[1]) + [end],  # no closing tag: generation ends with EOS
+        encode_text(tokenizer, outputs[2]),
+    ]
+    assert len(example.loss_mask) == len(example.input_ids)
+
+
+def test_ids_equal_the_chat_template_rendering_of_the_whole_call(tokenizer):
+    """Prompt + outputs + continuations = the template's text, up to the final end of turn,
+    which the sampler never produces after a closing tag."""
+    example = encode_call(tokenizer, SEARCHER_CHAT)
+    full = encode_text(tokenizer, render_text(tokenizer, SEARCHER_CHAT, add_generation_prompt=False))
+    assert tokenizer.convert_ids_to_tokens(full[-2:]) == ["<|im_end|>", "Ċ"]
+    assert example.input_ids == full[:-2]
+
+
+def test_encode_call_rejects_chats_without_a_final_output(tokenizer):
+    with pytest.raises(ValueError, match="must end with an assistant message"):
+        encode_call(tokenizer, SEARCHER_CHAT[:-1])
+    with pytest.raises(ValueError, match="prompt before its first output"):
+        encode_call(tokenizer, [{"role": "assistant", "content": "<search>q</search>"}])
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    factors = [learning_rate_factor(step, 100, 0.1, 0.1) for step in range(101)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[9:], factors[10:]))
+    assert factors[100] == pytest.approx(0.1)
+
+
+def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
+    from agents.tiny_model import TinyModelConfig, build_tiny_model
+
+    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
+    examples = [encode_call(tokenizer, SEARCHER_CHAT)] * 8
+    before = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
+    losses = train_sft(model, examples, TrainingSchedule(epochs=10, lr=1e-2, batch_size=4), tokenizer.pad_token_id, progress=False)
+    after = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
+    assert len(losses) == 20
+    assert after < 0.5 * before
+
+
+def test_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="lr"):
+        resolve_config(None, ["lr=fast"], smoke=True)
+    with pytest.raises(ConfigError, match="unknown config field hidden"):
+        resolve_config(None, ["hidden=3"], smoke=False)
+    with pytest.raises(ValueError, match="workflows"):
+        SFTConfig(workflows=["star"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("epochs: two\n")
+    with pytest.raises(ConfigError, match="epochs"):
+        resolve_config(str(bad), [], smoke=True)
+
+
+def test_config_key_changes_with_every_field():
+    assert SFTConfig().key() == SFTConfig().key()
+    assert len({SFTConfig().key(), SFTConfig(seed=1).key(), SFTConfig(noise=0.2).key(), SFTConfig(lr=1e-4).key()}) == 4
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    """π_0 of the smoke config, built through the CLI."""
+    from maopd.cli import main
+
+    out = tmp_path_factory.mktemp("smoke") / "model"
+    assert main(["sft", "--smoke", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_same_config_builds_identical_weights(smoke_model, tmp_path):
+    from agents.tiny_model import load_model
+
+    again = load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False)
+    first, _ = load_model(smoke_model)
+    second, _ = load_model(again)
+    a, b = first.state_dict(), second.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert (smoke_model / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
+    # Cached: the second request returns the same directory without building.
+    stamp = (again / METRICS_FILE).stat().st_mtime_ns
+    assert load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False) == again
+    assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_a_different_seed_builds_different_weights(smoke_model, tmp_path):
+    from agents.tiny_model import load_model
+
+    other = build_base_model(replace(SMOKE_CONFIG, seed=1, demo_questions=4, epochs=1), tmp_path / "m", progress=False)
+    first, _ = load_model(smoke_model)
+    second, _ = load_model(other)
+    assert not torch.equal(first.state_dict()["model.embed_tokens.weight"], second.state_dict()["model.embed_tokens.weight"])
+
+
+@pytest.mark.slow
+def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.hf_policy import HFPolicy
+    from agents.sampling import SamplingConfig
+    from envs.episode import run_episode
+    from envs.retrieval.bm25 import BM25Retriever
+    from envs.synthwiki.demos import make_env
+    from envs.synthwiki.world import load_default_world
+    from maopd.config import load_yaml
+
+    model = AutoModelForCausalLM.from_pretrained(smoke_model, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert load_yaml(SFTConfig, smoke_model / "sft_config.yaml") == SMOKE_CONFIG
+    metrics = json.loads((smoke_model / METRICS_FILE).read_text())
+    assert metrics["final_loss"] < metrics["first_loss"]
+    assert metrics["demonstrations"] > 0 and metrics["assistant_tokens"] > 0
+
+    world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
+    env = make_env("hierarchical", BM25Retriever(world.corpus), world.splits["dev"][:1])
+    policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)
+    record = run_episode(env, policy, seed=0, options={"question_index": 0})
+    assert record["calls"] and record["calls"][0]["role"] == "leader"

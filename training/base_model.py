@@ -1,0 +1,192 @@
+"""π_0, the base model of the embedded world: a tiny Qwen3 fine-tuned on noisy scripted demos.
+
+It plays the part of an instruction-tuned base model. ``build_base_model`` runs, from one seed:
+
+1. the noisy scripted team (``envs.synthwiki.noisy``) on the first ``demo_questions`` train
+   questions of the SynthWiki world, in every workflow of ``workflows``, recording one
+   demonstration per model call (all three roles, in the environments' exact chat format);
+2. a byte-level BPE tokenizer trained on the demonstrations' text (train-split questions and the
+   passages retrieved for them) plus the role prompts (``agents.tokenizer``);
+3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``) fine-tuned on the demonstrations
+   (``training.sft``), with the loss on the model's own tokens only.
+
+The same config gives the same weights, bit for bit (on the same machine and torch version).
+``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from maopd.config import save_yaml, to_dict
+
+# Bump when the build changes what a config produces, so cached models are rebuilt.
+BUILD_VERSION = 1
+CONFIG_FILE = "sft_config.yaml"
+METRICS_FILE = "sft_metrics.json"
+
+
+@dataclass
+class SFTConfig:
+    """Everything that determines π_0. Defaults: the base model used by the training recipes."""
+
+    seed: int = 0
+    # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
+    world_seed: int = 0
+    world_size: str = "small"
+    workflows: list[str] = field(default_factory=lambda: ["hierarchical", "cascade"])
+    demo_questions: int = 2000  # first N train questions, played once per workflow
+    noise: float = 0.1  # every NoiseConfig knob of the scripted team
+    successful_only: bool = False  # keep only demonstrations of episodes the team got right
+    # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
+    vocab_size: int = 3072
+    hidden_size: int = 192
+    num_layers: int = 3
+    num_heads: int = 6
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 512
+    initializer_range: float = 0.02
+    # Training (see training.sft.TrainingSchedule).
+    max_seq_len: int = 1024  # longer calls are left out, and counted in the metrics
+    epochs: int = 1
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_fraction: float = 0.03
+    weight_decay: float = 0.01
+    batch_size: int = 16
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        from envs.synthwiki.demos import WORKFLOWS
+
+        unknown = [w for w in self.workflows if w not in WORKFLOWS]
+        if not self.workflows or unknown:
+            raise ValueError(f"SFTConfig.workflows must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
+        for name in ("demo_questions", "vocab_size", "max_seq_len", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SFTConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("lr", "grad_clip", "initializer_range"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)!r}")
+
+    def key(self) -> str:
+        """A hash of the config and the build version: the cache key of the model it builds."""
+        text = json.dumps({"build_version": BUILD_VERSION, **to_dict(self)}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# A base model small enough to build in well under a minute: for tests and CI.
+SMOKE_CONFIG = SFTConfig(
+    world_size="tiny", demo_questions=40, vocab_size=600, hidden_size=32, num_layers=1,
+    num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64, max_seq_len=512, batch_size=8,
+)
+
+
+def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
+    """The noisy team's demonstrations (one row per model call) for every configured workflow."""
+    from tqdm import tqdm
+
+    from envs.retrieval.bm25 import BM25Retriever
+    from envs.synthwiki.demos import demonstrations
+    from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
+    from envs.synthwiki.world import load_default_world
+
+    world = load_default_world(config.world_seed, config.world_size)
+    questions = world.splits["train"][: config.demo_questions]
+    retriever = BM25Retriever(world.corpus)
+    rows = []
+    for workflow in config.workflows:
+        team = NoisyTeam(NoiseConfig.uniform(config.noise), config.seed)
+        calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
+        rows += tqdm(calls, desc=f"demos ({workflow})", unit="call", disable=not progress)
+    return rows
+
+
+def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
+    """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics)."""
+    import torch
+
+    from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+    from agents.tokenizer import train_tokenizer
+    from training.sft import TrainingSchedule, encode_call, train_sft
+
+    started = time.perf_counter()
+    rows = demonstration_chats(config, progress)
+    if not rows:
+        raise ValueError("the scripted team produced no demonstrations; raise demo_questions or set successful_only=false")
+    tokenizer = train_tokenizer(
+        [message["content"] for row in rows for message in row["messages"]], vocab_size=config.vocab_size
+    )
+    encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
+    examples = [e for e in encoded if len(e) <= config.max_seq_len]
+
+    model_config = TinyModelConfig(
+        hidden_size=config.hidden_size, num_layers=config.num_layers, num_heads=config.num_heads,
+        num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
+        intermediate_size=config.intermediate_size, initializer_range=config.initializer_range,
+        seed=config.seed,
+    )
+    model = build_tiny_model(tokenizer, model_config)
+    schedule = TrainingSchedule(
+        epochs=config.epochs, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
+        warmup_fraction=config.warmup_fraction, weight_decay=config.weight_decay,
+        batch_size=config.batch_size, grad_clip=config.grad_clip, seed=config.seed,
+    )
+    losses = train_sft(model, examples, schedule, tokenizer.pad_token_id, progress)
+
+    out_dir = save_model(model, tokenizer, out_dir)
+    save_yaml(config, out_dir / CONFIG_FILE)
+    metrics = {
+        "config_key": config.key(),
+        "demonstrations": len(rows),
+        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in ("leader", "searcher", "answerer")},
+        "calls_too_long": len(encoded) - len(examples),
+        "training_tokens": sum(len(e) for e in examples),
+        "assistant_tokens": sum(sum(e.loss_mask) for e in examples),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "steps": len(losses),
+        "first_loss": losses[0],
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "losses": losses,
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "torch_threads": torch.get_num_threads(),
+    }
+    (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def default_cache_dir() -> Path:
+    from envs.synthwiki.world import cache_dir
+
+    return cache_dir() / "base_models"
+
+
+def load_or_build_base_model(config: SFTConfig, cache_dir: str | Path | None = None, progress: bool = True) -> Path:
+    """The directory of π_0 for ``config``: from the cache, else built and cached atomically."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    directory = root / f"base-{config.key()}"
+    if (directory / METRICS_FILE).is_file():
+        return directory
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=root))
+    try:
+        build_base_model(config, staging, progress)
+        try:
+            staging.rename(directory)  # atomic: a concurrent reader never sees half a model
+        except OSError:
+            if not (directory / METRICS_FILE).is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return directory

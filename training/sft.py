@@ -1,0 +1,162 @@
+"""Supervised fine-tuning on demonstration chats, formatted exactly like RL rollouts.
+
+A demonstration is one model call's final chat (system prompt, task, then alternating assistant
+outputs and environment-inserted user messages; see ``envs.synthwiki.demos``). ``encode_call``
+turns it into token ids the way ``training.rollout`` builds a rollout's ids, with the same
+``agents.chat_tokens`` functions:
+
+* the first prompt is ``prompt_ids(messages before the first output)``;
+* each output is appended as the encoding of its own text, with loss mask 1;
+* after an output, the environment's messages are appended as ``turn_continuation_ids``
+  (end of turn, the new user messages, the next generation prompt), with loss mask 0.
+
+What an output's target ends with follows how the sampler stops (``agents.sampling``): an output
+that ends with a closing action tag (``</search>``) is cut there at rollout time, so its target
+ends at the tag and the end-of-turn token after it is an environment token (mask 0), as in
+rollouts. An output without a closing tag (a misformatted one) can only end with the EOS
+token, so its target ends with ``<|im_end|>`` (mask 1).
+
+``train_sft`` is a plain loop: AdamW, linear warm-up then cosine decay, gradient clipping, loss =
+mean negative log-likelihood over the masked (assistant) tokens of a batch, computed with
+``training.token_scoring.score_tokens`` so the lm head only runs where there is a target.
+Batches group calls of similar length (less padding) and everything is drawn from one seeded
+generator, so the same seed, data and model give the same weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from agents.actions import STOP_STRINGS
+from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
+from training.token_scoring import pad_batch, score_tokens
+
+
+@dataclass
+class SFTExample:
+    """One model call as a training sequence; ``loss_mask`` is 1 on the model's own tokens."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    role: str = ""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def output_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """The ids a policy must generate to write ``text``: closed by a stop tag, else by EOS."""
+    ids = encode_text(tokenizer, text)
+    if not text.endswith(STOP_STRINGS):
+        ids.append(end_of_turn_id(tokenizer))
+    return ids
+
+
+def encode_call(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]], role: str = "") -> SFTExample:
+    """Token ids and loss mask of one call's chat, which must end with an assistant output."""
+    messages = list(messages)
+    outputs = [i for i, message in enumerate(messages) if message.get("role") == "assistant"]
+    if not outputs or outputs[-1] != len(messages) - 1:
+        raise ValueError("a demonstration call must end with an assistant message")
+    if outputs[0] == 0:
+        raise ValueError("a demonstration call must start with a prompt before its first output")
+    example = SFTExample(prompt_ids(tokenizer, messages[: outputs[0]]), [], role)
+    example.loss_mask = [0] * len(example.input_ids)
+    for index, position in enumerate(outputs):
+        generated = output_ids(tokenizer, messages[position]["content"])
+        example.input_ids += generated
+        example.loss_mask += [1] * len(generated)
+        if index + 1 < len(outputs):
+            new_messages = messages[position + 1 : outputs[index + 1]]
+            continuation = turn_continuation_ids(tokenizer, generated, new_messages, messages[:position])
+            example.input_ids += continuation
+            example.loss_mask += [0] * len(continuation)
+    return example
+
+
+@dataclass
+class TrainingSchedule:
+    epochs: int = 1
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_fraction: float = 0.05
+    weight_decay: float = 0.01
+    batch_size: int = 16
+    grad_clip: float = 1.0
+    seed: int = 0
+
+
+def learning_rate_factor(step: int, total_steps: int, warmup_fraction: float, min_ratio: float) -> float:
+    """Linear warm-up to 1, then cosine decay to ``min_ratio`` at ``total_steps``."""
+    warmup = max(1, round(total_steps * warmup_fraction))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """A seeded epoch order: shuffle, sort within windows of 32 batches by length, shuffle batches.
+
+    Sorting only within windows keeps batches random while cutting most of the padding.
+    """
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    window = batch_size * 32
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start : start + window], key=lambda i: lengths[i])
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    shuffled = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffled]
+
+
+def sft_loss(model: torch.nn.Module, examples: Sequence[SFTExample], pad_id: int) -> torch.Tensor:
+    """Mean negative log-likelihood of the masked tokens of ``examples`` (one padded batch)."""
+    batch = pad_batch([e.input_ids for e in examples], [e.loss_mask for e in examples], pad_id)
+    scores = score_tokens(model, batch)
+    return -scores.logprobs[scores.mask].mean()
+
+
+def train_sft(
+    model: torch.nn.Module,
+    examples: Sequence[SFTExample],
+    schedule: TrainingSchedule,
+    pad_id: int,
+    progress: bool = True,
+) -> list[float]:
+    """Fine-tune ``model`` in place on ``examples``; returns the loss of every step."""
+    if not examples:
+        raise ValueError("train_sft needs at least one example")
+    if any(sum(e.loss_mask) == 0 for e in examples):
+        raise ValueError("every example needs at least one assistant token to learn from")
+    generator = torch.Generator().manual_seed(schedule.seed)
+    lengths = [len(e) for e in examples]
+    epochs = [length_grouped_batches(lengths, schedule.batch_size, generator) for _ in range(schedule.epochs)]
+    total = sum(len(batches) for batches in epochs)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=schedule.lr, weight_decay=schedule.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: learning_rate_factor(step, total, schedule.warmup_fraction, schedule.min_lr_ratio),
+    )
+    model.train()
+    losses: list[float] = []
+    with tqdm(total=total, desc="sft", unit="step", disable=not progress) as bar:
+        for batches in epochs:
+            for batch in batches:
+                loss = sft_loss(model, [examples[i] for i in batch], pad_id)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                losses.append(loss.item())
+                bar.update()
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses
