@@ -64,9 +64,11 @@ def play_model(workflow: str, retriever, questions, model_dir: Path, seed: int) 
 def markdown(result: dict) -> str:
     build = result["build"]
     lines = [
-        f"π_0 (base model) figures: SynthWiki seed {result['config']['world_seed']}, size "
-        f"`{result['config']['world_size']}`, split `{result['split']}` ({result['questions']} questions), "
-        "BM25 top-3, sampling temperature 0.6 / top-p 0.95.",
+        (
+            f"π_0 (base model) figures: SynthWiki seed {result['config']['world_seed']}, size "
+            f"`{result['config']['world_size']}`, split `{result['split']}` ({result['questions']} questions), "
+            "BM25 top-3, sampling temperature 0.6 / top-p 0.95."
+        ),
         "",
         f"Command: `{result['command']}`",
         "",
@@ -81,11 +83,14 @@ def markdown(result: dict) -> str:
             )
     lines += [
         "",
-        f"Build: {build['wall_seconds']} s wall, {build['cpu_seconds']} s CPU (process), "
-        f"{build['metrics']['parameters']:,} parameters, vocabulary {build['metrics']['vocab_size']}, "
-        f"{build['metrics']['demonstrations']} demonstration calls "
-        f"({build['metrics']['training_tokens']:,} tokens, {build['metrics']['assistant_tokens']:,} trained), "
-        f"{build['metrics']['steps']} steps, loss {build['metrics']['first_loss']:.3f} → {build['metrics']['final_loss']:.3f}.",
+        (
+            f"Build: {build['wall_seconds']} s wall, {build['cpu_seconds']} s CPU (process), "
+            f"{build['metrics']['parameters']:,} parameters, vocabulary {build['metrics']['vocab_size']}, "
+            f"{build['metrics']['demonstrations']} demonstration calls "
+            f"({build['metrics']['training_tokens']:,} tokens, {build['metrics']['assistant_tokens']:,} trained), "
+            f"{build['metrics']['steps']} steps, loss {build['metrics']['first_loss']:.3f} → "
+            f"{build['metrics']['final_loss']:.3f}."
+        ),
         f"Machine: {result['machine']}; load average before the build: {build['load_average']}.",
         f"Evaluation wall time: {result['eval_seconds']} s.",
     ]

@@ -1,6 +1,7 @@
 """SFT encoding (token-exact, assistant-only loss), training, and the base model π_0 build."""
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 import torch
@@ -10,8 +11,21 @@ from agents.prompts import feedback_message, information_message, system_message
 from agents.tokenizer import train_tokenizer
 from envs.retrieval.base import Passage
 from maopd.config import ConfigError
-from training.base_model import METRICS_FILE, SMOKE_CONFIG, SFTConfig, build_base_model, load_or_build_base_model
-from training.sft import SFTExample, TrainingSchedule, encode_call, learning_rate_factor, sft_loss, train_sft
+from training.base_model import (
+    METRICS_FILE,
+    SMOKE_CONFIG,
+    SFTConfig,
+    build_base_model,
+    load_or_build_base_model,
+)
+from training.sft import (
+    SFTExample,
+    TrainingSchedule,
+    encode_call,
+    learning_rate_factor,
+    sft_loss,
+    train_sft,
+)
 from training.sft_cli import resolve_config
 
 PASSAGE = Passage(id="7", title="Dalen Marsk", text="Dalen Marsk was born in Tremask.", score=1.0)
@@ -73,7 +87,7 @@ def test_encode_call_rejects_chats_without_a_final_output(tokenizer):
 def test_learning_rate_warms_up_then_decays_to_the_floor():
     factors = [learning_rate_factor(step, 100, 0.1, 0.1) for step in range(101)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[9:], factors[10:]))
+    assert all(a >= b for a, b in pairwise(factors[9:]))
     assert factors[100] == pytest.approx(0.1)
 
 

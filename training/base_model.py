@@ -123,8 +123,10 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     rows = demonstration_chats(config, progress)
     if not rows:
         raise ValueError("the scripted team produced no demonstrations; raise demo_questions or set successful_only=false")
+    # Each text as the chat template frames it (role name, newline, content), so that the role
+    # names get merges too.
     tokenizer = train_tokenizer(
-        [message["content"] for row in rows for message in row["messages"]], vocab_size=config.vocab_size
+        [f"{m['role']}\n{m['content']}" for row in rows for m in row["messages"]], vocab_size=config.vocab_size
     )
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
