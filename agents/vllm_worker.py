@@ -1,0 +1,107 @@
+"""The vLLM side of ``VLLMPolicy``: one ``vllm.LLM`` engine behind a JSON-lines pipe.
+
+Runs inside the separate vLLM venv (``scripts/setup_vllm.sh``), so it imports only the standard
+library, vLLM and its torch, never this project. ``agents.vllm_policy`` starts it as
+``<vllm venv>/bin/python -I agents/vllm_worker.py '<engine kwargs as JSON>'`` and exchanges one
+JSON object per line:
+
+  -> {"op": "generate", "requests": [{"prompt_ids": [...], "seed": s, "sampling": {...}}, ...]}
+  <- {"ok": true, "results": [{"token_ids", "logprobs", "finish_reason", "stop_reason"}, ...]}
+  -> {"op": "reload_weights"}   reload the weights from the model directory, drop the prefix cache
+  <- {"ok": true}
+  -> {"op": "shutdown"}
+
+``sampling`` holds ``vllm.SamplingParams`` fields. Failures answer ``{"ok": false, "error": ...}``.
+The first line the worker writes is ``{"ok": true, "ready": ..., "vllm": version}`` once the
+engine is up. vLLM logs to stdout, so the protocol uses a private copy of the original stdout
+and fd 1 is pointed at stderr before vLLM is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+
+
+def _protocol_streams():
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    return sys.stdin, out
+
+
+def _generate(llm, vllm_api, requests: list[dict]) -> list[dict]:
+    prompts = [vllm_api.TokensPrompt(prompt_token_ids=r["prompt_ids"]) for r in requests]
+    params = [
+        vllm_api.SamplingParams(n=1, seed=r["seed"], logprobs=0, **r["sampling"]) for r in requests
+    ]
+    results = []
+    for output in llm.generate(prompts, params, use_tqdm=False):
+        completion = output.outputs[0]
+        token_ids = list(completion.token_ids)
+        # logprobs=0 returns, per step, a dict holding just the sampled token's Logprob.
+        logprobs = [step[token].logprob for step, token in zip(completion.logprobs, token_ids)]
+        results.append({
+            "token_ids": token_ids,
+            "logprobs": logprobs,
+            "finish_reason": completion.finish_reason,
+            "stop_reason": completion.stop_reason,
+        })
+    return results
+
+
+def _repack_tied_lm_head(worker) -> bool:
+    """Rebuild the CPU GEMM's packed copy of an lm_head tied to the embedding; True if tied.
+
+    ``reload_weights`` writes new values into the (shared) embedding weight, but on the CPU the
+    lm_head computes logits from a packed copy made at load time, which vLLM 0.32 does not rebuild
+    for a tied head (it logs "ParallelLMHead: Failed to load weights"): logits would come from the
+    old embedding. Qwen3's smaller models are tied, like our tiny ones.
+    """
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    if head is None:
+        return False
+    shares_weight = (
+        module is not head and isinstance(getattr(module, "weight", None), torch.Tensor)
+        and module.weight.data_ptr() == head.weight.data_ptr()
+        for module in model.modules()
+    )
+    if not any(shares_weight):
+        return False
+    head.quant_method.process_weights_after_loading(head)
+    return True
+
+
+def main() -> None:
+    engine_kwargs = json.loads(sys.argv[1])
+    requests_in, replies = _protocol_streams()
+    import vllm
+
+    llm = vllm.LLM(**engine_kwargs)
+    replies.write(json.dumps({"ok": True, "ready": True, "vllm": vllm.__version__}) + "\n")
+    for line in requests_in:
+        message = json.loads(line)
+        try:
+            if message["op"] == "generate":
+                reply = {"ok": True, "results": _generate(llm, vllm, message["requests"])}
+            elif message["op"] == "reload_weights":
+                llm.collective_rpc("reload_weights")
+                llm.collective_rpc(_repack_tied_lm_head)
+                # Cached KV blocks were computed with the old weights.
+                llm.reset_prefix_cache()
+                reply = {"ok": True}
+            elif message["op"] == "shutdown":
+                break
+            else:
+                reply = {"ok": False, "error": f"unknown op {message['op']!r}"}
+        except Exception:  # noqa: BLE001 -- the caller gets the traceback; the engine stays up
+            reply = {"ok": False, "error": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+
+
+if __name__ == "__main__":
+    main()
