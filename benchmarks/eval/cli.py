@@ -155,23 +155,14 @@ def _run(args) -> int:
 def _score(args) -> int:
     from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
     from benchmarks.eval.records import load_records
-    from benchmarks.eval.report import build_tables, plot_cost_accuracy, write_tables, write_viewer
-    from benchmarks.eval.summary import summarize
+    from benchmarks.eval.scoring import score_records
 
-    records = load_records(args.records)
-    summary = summarize(
-        records,
+    score_records(
+        load_records(args.records),
         [tuple(pair) for pair in args.compare],
+        Path(args.out),
         BOOTSTRAP_DRAWS if args.draws is None else args.draws,
         BOOTSTRAP_SEED if args.seed is None else args.seed,
+        args.viewer_questions,
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    tables = build_tables(summary)
-    markdown = write_tables(tables, out)
-    print("\n".join(t.markdown() for t in tables.values()))
-    plot = plot_cost_accuracy(summary, out / "cost_accuracy.png")
-    viewer = write_viewer(records, out / "viewer.html", limit=args.viewer_questions)
-    print(f"wrote {out / 'summary.json'}, {markdown}, {plot or '(no cost counters: no plot)'}, {viewer}")
     return 0

@@ -1,0 +1,34 @@
+"""Score records end to end: the JSON summary, the tables, the cost plot and the trajectory viewer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
+from benchmarks.eval.records import EvalRecord
+from benchmarks.eval.report import build_tables, plot_cost_accuracy, write_tables, write_viewer
+from benchmarks.eval.summary import summarize
+
+
+def score_records(
+    records: Sequence[EvalRecord],
+    comparisons: Sequence[tuple[str, str]],
+    out: Path,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = BOOTSTRAP_SEED,
+    viewer_questions: int = 50,
+) -> dict:
+    """Write ``summary.json``, ``tables.md`` + CSVs, ``cost_accuracy.png`` and ``viewer.html`` to ``out``;
+    print the tables; return the summary."""
+    summary = summarize(records, comparisons, draws, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tables = build_tables(summary)
+    markdown = write_tables(tables, out)
+    print("\n".join(t.markdown() for t in tables.values()))
+    plot = plot_cost_accuracy(summary, out / "cost_accuracy.png")
+    viewer = write_viewer(records, out / "viewer.html", limit=viewer_questions)
+    print(f"wrote {out / 'summary.json'}, {markdown}, {plot or '(no cost counters: no plot)'}, {viewer}")
+    return summary

@@ -1,0 +1,37 @@
+"""The main job at smoke size: every stage runs, every output is written, and a rerun resumes."""
+
+import json
+
+import pytest
+
+from maopd.cli import main
+from training.pipeline import held_out_manifest, load_preset
+
+
+def test_held_out_manifest_is_the_test_split_by_question_type():
+    config = load_preset("smoke")
+    entries = held_out_manifest(config)
+    assert sorted({e.dataset for e in entries}) == ["1-hop", "2-hop", "3-hop", "comparison"]
+    assert all(e.question.id.startswith("test-") for e in entries)
+
+
+def test_unknown_preset_is_named():
+    with pytest.raises(ValueError, match="known presets"):
+        load_preset("no-such-preset")
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
+    report = json.loads((run_dir / "pipeline.json").read_text())
+    assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "evaluation", "total"}
+    summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+    assert set(summary["methods"]) == {"C-MAS base", "H-MAS base", "C-MAS + RL", "MultiAgent-OPD"}
+    for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
+        assert (run_dir / "eval" / name).is_file()
+    assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()
+    records = (run_dir / "eval" / "records.jsonl").read_text().splitlines()
+    # a rerun resumes: no stage retrains, no record is run twice
+    assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
+    assert (run_dir / "eval" / "records.jsonl").read_text().splitlines() == records
