@@ -114,18 +114,25 @@ class VLLMPolicy:
             handle, log_path = tempfile.mkstemp(prefix="maopd_vllm_worker_", suffix=".log")
             os.close(handle)
         self.log_path = Path(log_path)
+        max_model_len = self.sampling.max_input_tokens + self.sampling.max_new_tokens
         engine = {
             "model": str(self.model_dir),
             "dtype": dtype,
             "seed": seed,
-            "max_model_len": self.sampling.max_input_tokens + self.sampling.max_new_tokens,
+            "max_model_len": max_model_len,
             "enable_prefix_caching": True,
+            # A prompt prefilled in chunks discards the token sampled after a partial chunk, and
+            # vLLM 0.32 then rewinds the request's seeded generator, which CPU generators cannot
+            # do ("CPU Generator does not use offset"): prefill every prompt whole.
+            "enable_chunked_prefill": False,
+            "max_num_batched_tokens": max(max_model_len, 8192),
             "logprobs_mode": "processed_logprobs",
             # Compiling takes minutes on a CPU and the engine's first call with log-probs
             # compiles a helper; eager mode serves at once.
             "enforce_eager": True,
             **(engine_args or {}),
         }
+        self.engine_args = engine
         env = {
             **os.environ,
             "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),

@@ -126,6 +126,16 @@ def test_seeds_reproduce_and_candidates_differ(served, prompts):
     assert len({tuple(c.token_ids) for c in first}) > 1
 
 
+def test_a_batch_larger_than_one_engine_step(served, prompts):
+    _, _, policy = served
+    # 128 seeded requests whose prompts together exceed the engine's tokens per step, so the
+    # scheduler spreads their prefills over several steps.
+    many = [p + [10 + k] * 200 for k, p in enumerate(prompts * 8)]  # distinct: no prefix-cache hits
+    assert sum(map(len, many)) > policy.engine_args["max_num_batched_tokens"]
+    results = policy.generate(many, n=4, max_new_tokens=2)
+    assert all(len(c.token_ids) == 2 for per_prompt in results for c in per_prompt)
+
+
 def test_too_long_prompts_are_not_run(served, prompts):
     _, _, policy = served
     long_prompt = prompts[0] * 200
