@@ -13,13 +13,26 @@ A checkpoint is assembled in a hidden temporary directory and moved into place w
 ``os.replace``; the ``latest`` pointer is replaced the same way afterwards. A crash at any point
 leaves the previous checkpoint and pointer intact (at worst a stray ``.tmp-*`` directory that the
 next save removes).
+
+Files can still be damaged after the fact (a full disk, a filesystem that reorders writes across a
+power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure before
+returning it (``checkpoint_problem``) and falls back to the newest intact one, logging a warning
+that names the damaged checkpoint and what is wrong with it.
+
+Test hook: ``MAOPD_CRASH_AT=checkpoint:<step>:<phase>`` SIGKILLs the process at one of
+``CRASH_PHASES`` while it saves ``step_<step>`` (tests/test_crash_safety.py).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
 import shutil
+import signal
+import struct
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +45,12 @@ CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 MODEL = "model"
 TRAINER_STATE = "trainer_state.pt"
+CRASH_ENV = "MAOPD_CRASH_AT"
+# Where a save can be killed: after the model files, after the trainer state (both still in the
+# temporary directory), after the directory is moved into place, after ``latest`` is updated.
+CRASH_PHASES = ("model", "state", "moved", "pointer")
+
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
@@ -62,6 +81,12 @@ def _write_text_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _crash_point(step: int, phase: str) -> None:
+    """SIGKILL this process here if ``MAOPD_CRASH_AT`` asks for it: a power cut, for tests."""
+    if os.environ.get(CRASH_ENV) == f"checkpoint:{step}:{phase}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -79,14 +104,18 @@ def save_checkpoint(
     tmp = root / f".tmp-step_{step}"
     model.save_pretrained(tmp / MODEL)
     tokenizer.save_pretrained(tmp / MODEL)
+    _crash_point(step, "model")
     torch.save(trainer_state, tmp / TRAINER_STATE)
     save_yaml(config, tmp / "config.yaml")
+    _crash_point(step, "state")
 
     final = root / f"step_{step}"
     if final.exists():  # saving the same step again (e.g. algo.save after a periodic save)
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _crash_point(step, "moved")
     _write_text_atomically(root / LATEST, final.name + "\n")
+    _crash_point(step, "pointer")
     prune_checkpoints(root, keep_last)
     return final
 
@@ -110,16 +139,93 @@ def prune_checkpoints(root: Path, keep_last: int) -> None:
             shutil.rmtree(old)
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a ``.safetensors`` file is unusable (its header or its size), or None.
+
+    The header lists every tensor's byte range, so a truncated file is caught without reading
+    the weights.
+    """
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            (header_size,) = struct.unpack("<Q", handle.read(8))
+            if header_size > size:
+                return f"{path.name}: truncated header"
+            header = json.loads(handle.read(header_size))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
+        return f"{path.name}: unreadable header ({exc})"
+    if size != 8 + header_size + end:
+        return f"{path.name}: {size} bytes, its header describes {8 + header_size + end}"
+    return None
+
+
+def _weights_problem(model_dir: Path) -> str | None:
+    index = model_dir / "model.safetensors.index.json"
+    if not index.is_file():
+        return _safetensors_problem(model_dir / "model.safetensors")
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, AttributeError) as exc:
+        return f"{index.name}: unreadable ({exc})"
+    for shard in shards:
+        problem = _safetensors_problem(model_dir / shard)
+        if problem:
+            return problem
+    return None
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """What makes a checkpoint unusable, or None when it is intact.
+
+    Checks structure, cheaply: every file is present, ``model/config.json`` parses, each
+    safetensors file is as long as its header says, and ``trainer_state.pt`` is a readable
+    archive with a pickle in it. It does not checksum tensor bytes.
+    """
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        return "the directory does not exist"
+    for name in (TRAINER_STATE, "config.yaml", f"{MODEL}/config.json", f"{MODEL}/tokenizer_config.json"):
+        if not (checkpoint / name).is_file():
+            return f"{name} is missing"
+    try:
+        json.loads((checkpoint / MODEL / "config.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"{MODEL}/config.json: unreadable ({exc})"
+    problem = _weights_problem(checkpoint / MODEL)
+    if problem:
+        return f"{MODEL}/{problem}"
+    try:
+        with zipfile.ZipFile(checkpoint / TRAINER_STATE) as archive:
+            if not any(name.endswith("data.pkl") for name in archive.namelist()):
+                return f"{TRAINER_STATE}: no pickled state inside"
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"{TRAINER_STATE}: unreadable ({exc})"
+    return None
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The checkpoint ``latest`` names; if the pointer is missing, the newest complete one."""
+    """The newest intact checkpoint: the one ``latest`` names, else the newest complete one.
+
+    A damaged checkpoint is skipped with a warning naming it and what is wrong, and the
+    previous one is used instead.
+    """
     root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return None
+    candidates = list_checkpoints(root)[::-1]
     pointer = root / LATEST
     if pointer.is_file():
         named = root / pointer.read_text(encoding="utf-8").strip()
-        if (named / TRAINER_STATE).is_file():
-            return named
-    complete = list_checkpoints(root) if root.is_dir() else []
-    return complete[-1] if complete else None
+        candidates = [named] + [c for c in candidates if c != named]
+    for candidate in candidates:
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            return candidate
+        logger.warning("checkpoint %s is damaged (%s); skipping it and using the previous one", candidate, problem)
+    return None
 
 
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:

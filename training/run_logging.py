@@ -3,13 +3,18 @@
 ``RUN_DIR/metrics.jsonl`` holds one JSON object per logged step (``{"step": N, "<name>": value,
 …}``); it is the source of truth that ``maopd plot`` reads. TensorBoard event files go to
 ``RUN_DIR/tb/``. W&B is used only when ``logging.wandb`` is set and the package is installed.
-Sample trajectories (full workflow records) go to ``RUN_DIR/samples/step_N.jsonl``.
+Sample trajectories (full workflow records) go to ``RUN_DIR/samples/step_N.jsonl``; only the
+newest ``keep_samples`` files are kept when it is set.
+
+``metrics.jsonl`` and the TensorBoard events grow by one row of scalars per logged step (about
+1.2 kB per step for the tiny Stage I run), by design: they are the run's history.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,12 +22,9 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
+def _parse_rows(path: Path, text: str) -> list[dict[str, Any]]:
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -32,18 +34,37 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
-    """Drop rows logged after ``last_step``: a resumed run logs those steps again."""
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
-    kept = [row for row in read_metrics(run_dir) if row.get("step", 0) <= last_step]
-    if path.is_file():
-        path.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    if not path.is_file():
+        return []
+    return _parse_rows(path, path.read_text(encoding="utf-8"))
+
+
+def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
+    """Drop rows logged after ``last_step``: a resumed run logs those steps again.
+
+    A last line without its newline was cut short by a crash mid-write; it is dropped too.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    kept = [row for row in _parse_rows(path, text) if row.get("step", 0) <= last_step]
+    # through a temporary file, so that a crash now cannot lose the rows being kept
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 class MetricsLogger:
     def __init__(self, run_dir: str | Path, tensorboard: bool = True, wandb: bool = False,
-                 wandb_project: str = "multiagent-opd", config: dict[str, Any] | None = None):
+                 wandb_project: str = "multiagent-opd", config: dict[str, Any] | None = None,
+                 keep_samples: int = 0):
         self.run_dir = Path(run_dir)
+        self.keep_samples = keep_samples  # 0: keep every sample file
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / METRICS_FILE
         self.tb = None
@@ -77,6 +98,10 @@ class MetricsLogger:
         directory.mkdir(exist_ok=True)
         path = directory / f"step_{step}.jsonl"
         path.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), encoding="utf-8")
+        if self.keep_samples:
+            by_step = sorted(directory.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_")))
+            for old in by_step[: -self.keep_samples]:
+                old.unlink()
         return path
 
     def close(self) -> None:
