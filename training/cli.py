@@ -29,11 +29,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _pipeline(preset: str, overrides: list[str], run_dir: str | None) -> int:
     from maopd.config import ConfigError
-    from training.pipeline import load_preset, run_pipeline
+    from training.pipeline import load_experiment, run_pipeline
     from training.trainer import TrainingStopped
 
     try:
-        config = load_preset(preset, overrides)
+        config = load_experiment(preset, overrides)
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"maopd: preset {preset}: {exc}") from exc
     if run_dir:

@@ -66,6 +66,19 @@ class PipelineConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
+# Studies over the default pipeline: the settings each one changes.
+EXPERIMENTS: dict[str, list[str]] = {
+    "table3": [f"variants={list(VARIANT_METHODS)}", "run_dir=runs/table3"],
+}
+
+
+def load_experiment(name: str, overrides: list[str] | None = None) -> PipelineConfig:
+    """The default preset with the experiment's settings, then ``overrides``."""
+    if name not in EXPERIMENTS:
+        return load_preset(name, overrides)
+    return load_preset("default", [*EXPERIMENTS[name], *(overrides or [])])
+
+
 def load_preset(name_or_path: str, overrides: list[str] | None = None) -> PipelineConfig:
     """A preset name (``default``, ``smoke``, ``table3``) from configs/pipeline_<name>.yaml, or a path."""
     path = Path(name_or_path)
@@ -82,12 +95,23 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
     from training.config import apply_settings, build_config
 
     run_dir = Path(config.run_dir) / (stage if stage == "stage1" else f"stage2_{variant}")
-    settings = dict(config.stage1 if stage == "stage1" else config.stage2)
+    settings = _dotted(config.stage1 if stage == "stage1" else config.stage2)
     settings.update({"stage": stage, "variant": variant, "seed": config.seed, "run_dir": str(run_dir),
                      "model.path": str(base_model)})
     if teacher is not None:
         settings["teacher.path"] = str(teacher)
     return build_config(apply_settings({}, settings))
+
+
+def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested and dotted keys alike (``{"rollout": {"batch_size": 4}}``, ``rollout.batch_size``) as dotted keys."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and f"{prefix}{key}" != "ppo.role_loss_weights":
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def held_out_manifest(config: PipelineConfig):
