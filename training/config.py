@@ -109,6 +109,7 @@ class LoggingConfig:
     every: int = 1
     sample_every: int = 10  # write sample trajectories every N steps (0: never)
     num_samples: int = 2
+    keep_samples: int = 0  # keep only the newest N sample files (0: keep all)
     tensorboard: bool = True
     wandb: bool = False  # used only when the wandb package is installed
     wandb_project: str = "multiagent-opd"
@@ -155,6 +156,8 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if self.logging.keep_samples < 0:
+            raise ConfigError(f"logging.keep_samples: must be >= 0 (0 keeps all), got {self.logging.keep_samples}")
         if self.optim.lr <= 0:
             raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
         if self.stage == "stage1" and self.variant != "full":

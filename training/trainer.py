@@ -54,6 +54,7 @@ from training.losses import (
     ppo_loss,
     ppo_role_metrics,
 )
+from training.nonfinite import save_nonfinite_step, step_tensors
 from training.rollout import TeamBatch, TeamRolloutCollector
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.teacher import Teacher
@@ -63,7 +64,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class TrainingStopped(RuntimeError):
-    """A step hit a non-finite loss, advantage or gradient; nothing of it was saved."""
+    """A step hit a non-finite loss, advantage or gradient. No checkpoint or metrics of it were
+    written; its inputs were saved under ``RUN_DIR/nonfinite/`` for inspection."""
 
 
 class TokenizerMismatchError(ValueError):
@@ -289,6 +291,8 @@ class Trainer:
         )
         self.step = 0
         self.last_batch: TeamBatch | None = None
+        # what the running step has built so far ("rollout", "rewards", "ppo"), for save_nonfinite
+        self.step_inputs: dict[str, Any] = {}
         if checkpoint is not None:
             self.load_state(load_trainer_state(checkpoint))
 
@@ -329,6 +333,7 @@ class Trainer:
         role_ids = batch.role_ids()
         old_logprobs = batch.old_logprobs()
         rewards = record_rewards(batch)
+        self.step_inputs["rewards"] = rewards
         metrics = rollout_metrics(batch, rewards)
         if self.critic is not None:
             rewards["searcher"] = self.critic.searcher_rewards(batch.records)
@@ -419,6 +424,10 @@ class Trainer:
                 if not torch.isfinite(grad_norm):
                     raise NonFiniteError("gradient norm", ("all",), 1)
                 self.optimizer.step()
+                # a non-finite parameter would give NaN logits in the next rollout and checkpoint
+                bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in self.model.parameters())
+                if bad:
+                    raise NonFiniteError("parameters after the optimizer step", ("all",), bad)
                 losses.append(minibatch_loss)
                 grad_norms.append(float(grad_norm))
         self.model.eval()
@@ -438,9 +447,12 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One training step; returns its metrics. Raises ``NonFiniteError`` on NaN/inf."""
         started = time.perf_counter()
+        self.step_inputs = {}
         batch = self.collect()
+        self.step_inputs["rollout"] = batch
         rollout_s = time.perf_counter() - started
         ppo_batch, metrics = self.prepare(batch)
+        self.step_inputs["ppo"] = ppo_batch
         update_started = time.perf_counter()
         metrics.update(self.update(ppo_batch))
         searcher_tokens = (ppo_batch.role_ids == SEARCHER)[:, None] & ppo_batch.tokens.response_mask
@@ -452,6 +464,17 @@ class Trainer:
         metrics["time/update_s"] = time.perf_counter() - update_started
         metrics["time/step_s"] = time.perf_counter() - started
         return metrics
+
+    def save_nonfinite(self, run_dir: str | Path, error: Exception) -> Path:
+        """Save the failed step's inputs under ``run_dir/nonfinite/``; returns the ``.pt`` path."""
+        rollout = self.step_inputs.get("rollout")
+        tensors = step_tensors(rollout, self.step_inputs.get("rewards"), self.step_inputs.get("ppo"),
+                               self.tokenizer.pad_token_id)
+        return save_nonfinite_step(
+            run_dir, self.step + 1, error, tensors,
+            records=rollout.records if rollout is not None else None,
+            questions=[q.question for q in rollout.questions] if rollout is not None else [],
+        )
 
     def sample_records(self) -> list[dict[str, Any]]:
         """The first ``logging.num_samples`` trajectories of the last step."""
@@ -482,7 +505,8 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
     if checkpoint is not None:
         truncate_metrics(run_dir, trainer.step)
     log = config.logging
-    logger = MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config))
+    logger = MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config),
+                           keep_samples=log.keep_samples)
     progress = tqdm(total=config.steps, initial=trainer.step, disable=not log.progress,
                     desc=f"{config.stage} {config.variant}", unit="step")
     try:
@@ -491,9 +515,11 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
                 metrics = trainer.train_step()
             except NonFiniteError as exc:
                 last_good = latest_checkpoint(run_dir)
+                saved = trainer.save_nonfinite(run_dir, exc)
                 raise TrainingStopped(
-                    f"step {trainer.step + 1} stopped: {exc}. Nothing of this step was saved; the last "
-                    f"good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
+                    f"step {trainer.step + 1} stopped: {exc}. Its batch is saved for inspection in {saved} "
+                    f"(summary: {saved.with_suffix('.json')}); no checkpoint or metrics of the step were "
+                    f"written. The last good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
                 ) from exc
             step = trainer.step
             if step % log.every == 0 or step == config.steps:

@@ -1,0 +1,89 @@
+"""A step that hits NaN or inf stops the run and leaves what it was working on for inspection.
+
+``save_nonfinite_step`` writes, under ``RUN_DIR/nonfinite/``:
+
+* ``step_N.pt``: the step's tensors as far as it got (token ids, attention and response masks,
+  role ids, π_old and Teacher log-probs, group rewards, advantages), and the workflow records.
+  Load it with ``torch.load(path, weights_only=False)``.
+* ``step_N.json``: a summary: the error, every saved tensor's shape and how many non-finite values
+  it holds (with the first positions), and the step's questions.
+
+The parameters at the moment of the error are not saved: they are the last checkpoint's plus the
+updates of this step's earlier minibatches, if any.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from training.rollout import TeamBatch
+    from training.trainer import PPOBatch
+
+NONFINITE = "nonfinite"
+MAX_POSITIONS = 10  # non-finite positions listed per tensor in the summary
+
+
+def step_tensors(
+    rollout: TeamBatch | None,
+    rewards: dict[str, torch.Tensor | None] | None,
+    ppo: PPOBatch | None,
+    pad_id: int,
+) -> dict[str, torch.Tensor]:
+    """The named tensors of a step, from whichever of its stages were reached."""
+    tensors: dict[str, torch.Tensor | None] = {}
+    if ppo is not None:
+        tokens = ppo.tokens
+        tensors.update(role_ids=ppo.role_ids, old_logprobs=ppo.old_logprobs,
+                       teacher_logprobs=ppo.teacher_logprobs,
+                       token_advantages=ppo.advantages.token_advantages,
+                       sequence_advantages=ppo.advantages.sequence_advantages)
+        for role, values in ppo.advantages.group_advantages.items():
+            tensors[f"group_advantages/{role}"] = values
+    elif rollout is not None:
+        tokens = rollout.token_batch(pad_id)
+        tensors.update(role_ids=rollout.role_ids(), old_logprobs=rollout.old_logprobs())
+    else:
+        return {}
+    tensors.update(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
+                   response_mask=tokens.response_mask)
+    for name, values in (rewards or {}).items():
+        tensors[f"rewards/{name}"] = values
+    return {name: values.detach().cpu() for name, values in tensors.items() if values is not None}
+
+
+def _describe(values: torch.Tensor) -> dict[str, Any]:
+    summary: dict[str, Any] = {"shape": list(values.shape), "dtype": str(values.dtype).removeprefix("torch.")}
+    if values.is_floating_point():
+        bad = ~torch.isfinite(values)
+        summary["nonfinite"] = int(bad.sum())
+        summary["first_nonfinite_positions"] = bad.nonzero()[:MAX_POSITIONS].tolist()
+    return summary
+
+
+def save_nonfinite_step(
+    run_dir: str | Path,
+    step: int,
+    error: Exception,
+    tensors: dict[str, torch.Tensor],
+    records: list[list[dict[str, Any]]] | None,
+    questions: list[str],
+) -> Path:
+    """Write ``nonfinite/step_{step}.pt`` and its ``.json`` summary; returns the ``.pt`` path."""
+    directory = Path(run_dir) / NONFINITE
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step_{step}.pt"
+    torch.save({"step": step, "error": str(error), "tensors": tensors, "records": records}, path)
+    summary = {
+        "step": step,
+        "error": str(error),
+        "batch": path.name,
+        "tensors": {name: _describe(values) for name, values in tensors.items()},
+        "questions": questions,
+    }
+    path.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return path
