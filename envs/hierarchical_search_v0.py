@@ -114,13 +114,7 @@ class raw_env(SearchEnv):
         leader = self.leader
         if self._leader_last_step(step):
             leader.messages = with_notice(leader.messages, "leader")
-        texts, n_in, n_out = self._texts(action, 1)
-        text = texts[0]
-        leader.outputs.append(text)
-        leader.input_tokens += n_in
-        leader.output_tokens += n_out
-        parsed = self._parse("leader", text, allowed)
-        leader.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
+        text, parsed = self._take_turn("leader", leader, action, allowed)
         self._log(f"[step {step}] leader: {' '.join(text.split())[:200]}")
         if parsed.kind == "delegate":
             self.rounds += 1

@@ -385,6 +385,16 @@ class SearchEnv(AECEnv):
             self._log(f"  ! {agent}: format failure: {parsed.error}")
         return parsed
 
+    def _take_turn(self, agent: str, call: SearcherCall | Turn, action: Any, allowed: tuple[str, ...]) -> tuple[str, ParsedAction]:
+        """Record one single-text output in its call (text, tokens, history) and parse it."""
+        texts, n_in, n_out = self._texts(action, 1)
+        text = texts[0]
+        call.outputs.append(text)
+        call.input_tokens += n_in
+        call.output_tokens += n_out
+        call.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
+        return text, self._parse(agent, text, allowed)
+
     def _log(self, line: str) -> None:
         self.transcript.append(line)
 
@@ -419,13 +429,7 @@ class SearchEnv(AECEnv):
             call = self.active[agent]
             if allowed == ("report",):
                 call.messages = with_notice(call.messages, "searcher")
-            texts, n_in, n_out = self._texts(action, 1)
-            text = texts[0]
-            call.outputs.append(text)
-            call.input_tokens += n_in
-            call.output_tokens += n_out
-            parsed = self._parse(agent, text, allowed)
-            call.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
+            text, parsed = self._take_turn(agent, call, action, allowed)
             self._log(f"[step {self.env_step}] {agent} ({call.task}): {_short(text)}")
             if parsed.kind == "search":
                 queries.append((call, parsed.content))
