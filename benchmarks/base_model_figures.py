@@ -38,6 +38,19 @@ def team_figures(records: list[dict]) -> dict:
     }
 
 
+def samples(records: list[dict], count: int = 3) -> list[dict]:
+    """What the team wrote on the first questions: to see how it fails, not just that it does."""
+    return [
+        {
+            "question": record["question"],
+            "golden_answers": record["golden_answers"],
+            "outputs": [{"role": call["role"], "outputs": call["outputs"]} for call in record["calls"]],
+            "extracted_answers": record["extracted_answers"],
+        }
+        for record in records[:count]
+    ]
+
+
 def play_expert(workflow: str, retriever, questions) -> list[dict]:
     from envs.episode import run_episode
     from envs.synthwiki.demos import make_env
@@ -129,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         retriever = BM25Retriever(world.corpus)
         started = time.perf_counter()
         expert = {w: team_figures(play_expert(w, retriever, questions)) for w in WORKFLOWS}
-        pi0 = {w: team_figures(play_model(w, retriever, questions, model_dir, args.seed)) for w in WORKFLOWS}
+        pi0_records = {w: play_model(w, retriever, questions, model_dir, args.seed) for w in WORKFLOWS}
+        pi0 = {w: team_figures(records) for w, records in pi0_records.items()}
         eval_seconds = round(time.perf_counter() - started, 1)
 
     result = {
@@ -141,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "pi0": pi0,
         "build": build,
         "eval_seconds": eval_seconds,
+        "pi0_samples": {w: samples(records) for w, records in pi0_records.items()},
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
     }
     out = Path(args.out)

@@ -41,17 +41,17 @@ class SFTConfig:
     world_seed: int = 0
     world_size: str = "small"
     workflows: list[str] = field(default_factory=lambda: ["hierarchical", "cascade"])
-    demo_questions: int = 2000  # first N train questions, played once per workflow
+    demo_questions: int = 600  # first N train questions, played once per workflow
     noise: float = 0.1  # every NoiseConfig knob of the scripted team
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
     # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
     vocab_size: int = 3072
-    hidden_size: int = 192
-    num_layers: int = 3
-    num_heads: int = 6
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
     num_kv_heads: int = 2
     head_dim: int = 32
-    intermediate_size: int = 512
+    intermediate_size: int = 384
     initializer_range: float = 0.02
     # Training (see training.sft.TrainingSchedule).
     max_seq_len: int = 1024  # longer calls are left out, and counted in the metrics
@@ -60,7 +60,7 @@ class SFTConfig:
     min_lr_ratio: float = 0.1
     warmup_fraction: float = 0.03
     weight_decay: float = 0.01
-    batch_size: int = 16
+    batch_size: int = 4
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
