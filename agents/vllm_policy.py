@@ -45,9 +45,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from agents.chat_tokens import prompt_ids
-from agents.hf_policy import candidate_seed
-from agents.policy import AgentOutput, AgentTurn
+from agents.hf_policy import HFPolicy, candidate_seed
 from agents.sampling import Candidate, SamplingConfig, StopMatcher
 
 VLLM_VERSION = "0.32.0"
@@ -151,28 +149,10 @@ class VLLMPolicy:
 
     # -- the Policy protocol and HFPolicy's generate -------------------------------------------
 
-    def next_seeds(self, count: int) -> list[int]:
-        """The next ``count`` seeds of the policy's stream."""
-        return [int(s) for s in self._seeds.integers(0, 2**63 - 1, size=count)]
-
-    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
-        prompts = [prompt_ids(self.tokenizer, turn.messages) for turn in turns]
-        seeds = self.next_seeds(len(turns))
-        per_turn = self.generate(prompts, [turn.num_candidates for turn in turns], seeds)
-        outputs = []
-        for prompt, seed, candidates in zip(prompts, seeds, per_turn):
-            outputs.append(AgentOutput(
-                texts=[self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in candidates],
-                input_tokens=len(prompt),
-                output_tokens=sum(len(c.token_ids) for c in candidates),
-                extra={
-                    "prompt_ids": list(prompt),
-                    "candidates": [c.as_dict() for c in candidates],
-                    "seed": seed,
-                    "temperature": self.sampling.temperature,
-                },
-            ))
-        return outputs
+    # Prompts, seeds, decoding and records exactly as HFPolicy's: its methods use only
+    # ``tokenizer``, ``sampling``, ``_seeds`` and ``generate``, which this class has too.
+    next_seeds = HFPolicy.next_seeds
+    act = HFPolicy.act
 
     def generate(
         self,
@@ -237,6 +217,10 @@ class VLLMPolicy:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def worker_pid(self) -> int:
+        return self._process.pid
 
     # -- internals ------------------------------------------------------------------------------
 
