@@ -220,3 +220,51 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_rerun_equals_the_uninterru
     assert ckpt.latest_checkpoint(run_dir).name == f"step_{STEPS - 1}"
     assert _train(run_dir) == 0
     _assert_matches(run_dir, reference[0])
+
+
+# --------------------------------------------------------------------------- evaluation runs
+
+REAL = Path("/work/shared/data/real")
+
+
+def _eval(manifest: Path, out: Path, kill_after_first_record: float | None = None) -> int:
+    """``maopd eval run`` (scripted cascade, 8 attempts) in a subprocess; -9 when killed."""
+    command = [sys.executable, "-m", "maopd.cli", "eval", "run", "--manifest", str(manifest), "--workflow",
+               "cascade", "--attempts", "8", "--batch-size", "4", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    if kill_after_first_record is not None:
+        while not (out.is_file() and out.stat().st_size) and process.poll() is None:
+            time.sleep(0.01)
+        time.sleep(kill_after_first_record)
+        process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate(timeout=300)
+    if process.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(f"maopd eval run failed ({process.returncode}):\n{stderr[-3000:]}")
+    return process.returncode
+
+
+def _records_by_key(path: Path) -> dict:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    keyed = {(r["dataset"], r["question_id"], r["attempt"]): r for r in rows}
+    assert len(keyed) == len(rows), "a record was written twice"
+    return {key: {k: v for k, v in r.items() if k not in ("trajectory", "duration_s")} for key, r in keyed.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")
+def test_sigkill_during_an_evaluation_run_then_rerun_equals_the_uninterrupted_run(tmp_path):
+    from maopd.cli import main
+
+    manifest = tmp_path / "manifest.jsonl"
+    assert main(["eval", "manifest", "--dataset", f"hotpotqa={REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
+                 "--count", "hotpotqa=60", "--out", str(manifest)]) == 0
+    uninterrupted = tmp_path / "uninterrupted.jsonl"
+    assert _eval(manifest, uninterrupted) == 0
+    resumed = tmp_path / "resumed.jsonl"
+    assert _eval(manifest, resumed, kill_after_first_record=random.Random(0).uniform(0.2, 1.0)) == -signal.SIGKILL
+    partial = len(resumed.read_bytes().splitlines())
+    assert 0 < partial < 480
+    assert _eval(manifest, resumed) == 0
+    assert _records_by_key(resumed) == _records_by_key(uninterrupted)
