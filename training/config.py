@@ -29,6 +29,7 @@ from agents.tiny_model import TinyModelConfig
 from envs.search_env import SearchEnvConfig
 from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
 from training.advantages import AdvantageConfig
+from training.distributed import DistributedConfig
 from training.losses import PPOLossConfig
 
 Stage = Literal["stage1", "stage2"]
@@ -51,6 +52,9 @@ class ModelConfig:
     tiny_vocab_size: int = 1200
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "auto"  # "auto": cuda when available, else cpu
+    # Recompute each block's activations in backward instead of storing them (less memory, ~1/3
+    # more compute); applies to the PPO re-scoring forward, not to generation.
+    gradient_checkpointing: bool = False
 
 
 @dataclass
@@ -134,6 +138,7 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # used under torchrun
 
     @property
     def workflow(self) -> str:
@@ -158,6 +163,7 @@ class TrainConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
         if self.logging.keep_samples < 0:
             raise ConfigError(f"logging.keep_samples: must be >= 0 (0 keeps all), got {self.logging.keep_samples}")
+        self.distributed.validate()
         if self.optim.lr <= 0:
             raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
         if self.stage == "stage1" and self.variant != "full":

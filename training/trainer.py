@@ -34,7 +34,8 @@ from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
 from envs.datasets import Question
 from envs.search_env import SearchEnv
-from maopd.config import save_yaml, to_dict
+from maopd.config import ConfigError, save_yaml, to_dict
+from training import distributed
 from training.advantages import TeamAdvantages, team_token_advantages
 from training.checkpoint import (
     capture_rng_state,
@@ -58,7 +59,7 @@ from training.nonfinite import save_nonfinite_step, step_tensors
 from training.rollout import TeamBatch, TeamRolloutCollector
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.teacher import Teacher
-from training.token_scoring import TokenBatch, score_tokens
+from training.token_scoring import TokenBatch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -268,11 +269,19 @@ class Trainer:
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
-        self.device = resolve_device(config.model.device)
+        self.dist, self.device = distributed.start(config.distributed, resolve_device(config.model.device))
+        if config.rollout.batch_size < self.dist.world_size:
+            raise ConfigError(f"rollout.batch_size: {config.rollout.batch_size} questions cannot be shared "
+                              f"by {self.dist.world_size} ranks (each needs at least one)")
         model_path = Path(checkpoint) if checkpoint is not None else None
         self.model, self.tokenizer = load_policy_model(config.model, self.device, model_path)
         if self.tokenizer.pad_token_id is None:
             raise ValueError("the policy's tokenizer has no pad token")
+        if config.model.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.scorer = distributed.PolicyScorer(self.model)  # the forward of PPO re-scoring
+        if config.distributed.fsdp:
+            distributed.shard_model(self.scorer, config.distributed, self.device)
         sampling = SamplingConfig(
             temperature=config.rollout.temperature, top_p=config.rollout.top_p,
             max_new_tokens=config.rollout.max_new_tokens, max_input_tokens=config.rollout.max_input_tokens,
@@ -300,20 +309,29 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": distributed.optimizer_state(self.scorer, self.optimizer),
             "loader": self.loader.state_dict(),
             "rng": capture_rng_state(),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
-        self.optimizer.load_state_dict(state["optimizer"])
+        distributed.load_optimizer_state(self.scorer, self.optimizer, state["optimizer"])
         self.loader.load_state_dict(state["loader"])
         restore_rng_state(state["rng"])
 
-    def save(self, run_dir: str | Path | None = None) -> Path:
-        return save_checkpoint(run_dir or self.config.run_dir, self.step, self.model, self.tokenizer,
-                               self.state_dict(), self.config, self.config.checkpoint.keep_last)
+    def save(self, run_dir: str | Path | None = None) -> Path | None:
+        """Every rank calls it (FSDP gathers weights and optimizer state); rank 0 writes and
+        returns the checkpoint, the others return None once it is written."""
+        weights = distributed.full_model_state(self.scorer)
+        state = self.state_dict()
+        saved = None
+        if self.dist.is_main:
+            model = self.model if weights is None else _GatheredWeights(self.model, weights)
+            saved = save_checkpoint(run_dir or self.config.run_dir, self.step, model, self.tokenizer,
+                                    state, self.config, self.config.checkpoint.keep_last)
+        self.dist.barrier()
+        return saved
 
     def _seed_for(self, purpose: int) -> int:
         """A seed for this step's rollouts (0) or minibatch order (1), from the run seed alone."""
@@ -322,10 +340,13 @@ class Trainer:
 
     # ----- one step ----------------------------------------------------------------------
     def collect(self) -> TeamBatch:
+        """This rank's share of the step's questions, with their dataset indices as group keys
+        (so the ranks' batches together are the single-process batch)."""
         questions, indices = self.loader.next_batch()
         self.model.eval()
-        return self.collector.collect(questions, self.config.rollout.group_size,
-                                      seed=self._seed_for(0), group_keys=indices)
+        with distributed.generation_weights(self.scorer):
+            return self.collector.collect(self.dist.shard(questions), self.config.rollout.group_size,
+                                          seed=self._seed_for(0), group_keys=self.dist.shard(indices))
 
     def prepare(self, batch: TeamBatch) -> tuple[PPOBatch, dict[str, float]]:
         """Rewards, Teacher scores and token advantages of a rollout batch."""
@@ -336,7 +357,8 @@ class Trainer:
         self.step_inputs["rewards"] = rewards
         metrics = rollout_metrics(batch, rewards)
         if self.critic is not None:
-            rewards["searcher"] = self.critic.searcher_rewards(batch.records)
+            with distributed.generation_weights(self.scorer):
+                rewards["searcher"] = self.critic.searcher_rewards(batch.records)
             metrics["critic/judge_rate"] = self.critic.last_judge_rate
             metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
         teacher_logprobs = None
@@ -366,16 +388,16 @@ class Trainer:
         ppo = self.config.ppo
         tokens, width = _rows(batch.tokens, rows, trim=ppo.loss_agg_mode != "seq-mean-token-sum-norm")
         with torch.set_grad_enabled(with_grad):
-            scores = score_tokens(self.model, tokens.to(self.device), self.config.rollout.temperature,
-                                  with_entropy=ppo.entropy_coef > 0)
+            logprobs, entropy = self.scorer(tokens.to(self.device), self.config.rollout.temperature,
+                                            with_entropy=ppo.entropy_coef > 0)
             teacher = batch.teacher_logprobs
             tensors = {
-                "logprobs": scores.logprobs,
+                "logprobs": logprobs,
                 "old_logprobs": batch.old_logprobs[rows, :width].to(self.device),
                 "advantages": batch.advantages.token_advantages[rows, :width].to(self.device),
                 "loss_mask": tokens.response_mask.to(self.device),
                 "role_ids": batch.role_ids[rows].to(self.device),
-                "entropy": scores.entropy,
+                "entropy": entropy,
                 "ref_logprobs": teacher[rows, :width].to(self.device) if teacher is not None else None,
             }
             terms = ppo_loss(
@@ -393,7 +415,12 @@ class Trainer:
         return float(terms.loss)
 
     def update(self, batch: PPOBatch) -> dict[str, float]:
-        """``optim.epochs`` passes of ``optim.minibatches`` AdamW steps over the batch."""
+        """``optim.epochs`` passes of ``optim.minibatches`` AdamW steps over the batch.
+
+        Under torchrun each rank splits its own rows and the loss is scaled by the minibatch's
+        global denominator, so the ranks' summed gradients are the whole minibatch's gradient
+        (``training.distributed``).
+        """
         optim, mode = self.config.optim, self.config.ppo.loss_agg_mode
         self.model.train()
         generator = torch.Generator().manual_seed(self._seed_for(1))
@@ -401,14 +428,22 @@ class Trainer:
         role_metrics: dict[str, list[float]] = {}
         for _epoch in range(optim.epochs):
             order = torch.randperm(batch.num_sequences, generator=generator)
-            for minibatch in order.chunk(optim.minibatches):
+            # tensor_split: exactly `minibatches` parts on every rank, empty ones included
+            for minibatch in torch.tensor_split(order, optim.minibatches):
+                if self.dist.sum(len(minibatch)) == 0:
+                    continue
                 self.optimizer.zero_grad(set_to_none=True)
-                total = max(_denominator(mode, batch.tokens.response_mask[minibatch]), 1.0)
+                total = max(self.dist.sum(_denominator(mode, batch.tokens.response_mask[minibatch])), 1.0)
+                micro_batches = [(rows, 1.0) for rows in minibatch.split(optim.micro_batch_size)]
+                # FSDP2 ranks must run equally many forwards: pad with 0-weighted micro-batches
+                micro_batches += [(order[:1], 0.0)] * (self.dist.max(len(micro_batches)) - len(micro_batches))
                 minibatch_loss = 0.0
-                for rows in minibatch.split(optim.micro_batch_size):
+                for rows, weight in micro_batches:
                     terms, tensors = self._micro_loss(batch, rows, with_grad=True)
-                    share = _denominator(mode, tensors["loss_mask"]) / total
+                    share = weight * _denominator(mode, tensors["loss_mask"]) / total
                     (terms.loss * share).backward()
+                    if not weight:
+                        continue
                     minibatch_loss += float(terms.loss.detach()) * share
                     policy_losses.append(float(terms.policy_loss.detach()))
                     if terms.entropy is not None:
@@ -420,6 +455,8 @@ class Trainer:
                     )
                     for name, value in metrics.items():
                         role_metrics.setdefault(name, []).append(value)
+                if not distributed.is_sharded(self.scorer):
+                    self.dist.sum_gradients(self.model.parameters())
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip)
                 if not torch.isfinite(grad_norm):
                     raise NonFiniteError("gradient norm", ("all",), 1)
@@ -428,7 +465,7 @@ class Trainer:
                 bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in self.model.parameters())
                 if bad:
                     raise NonFiniteError("parameters after the optimizer step", ("all",), bad)
-                losses.append(minibatch_loss)
+                losses.append(self.dist.sum(minibatch_loss))
                 grad_norms.append(float(grad_norm))
         self.model.eval()
         metrics = {
@@ -463,7 +500,7 @@ class Trainer:
         metrics["time/rollout_s"] = rollout_s
         metrics["time/update_s"] = time.perf_counter() - update_started
         metrics["time/step_s"] = time.perf_counter() - started
-        return metrics
+        return self.dist.mean_metrics(metrics)
 
     def save_nonfinite(self, run_dir: str | Path, error: Exception) -> Path:
         """Save the failed step's inputs under ``run_dir/nonfinite/``; returns the ``.pt`` path."""
@@ -484,6 +521,16 @@ class Trainer:
         return [{"step": self.step, **r} for r in records[: self.config.logging.num_samples]]
 
 
+class _GatheredWeights:
+    """An FSDP2 model's ``save_pretrained`` over the full state dict gathered on rank 0."""
+
+    def __init__(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]):
+        self.model, self.state_dict = model, state_dict
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        self.model.save_pretrained(directory, state_dict=self.state_dict)
+
+
 # --------------------------------------------------------------------------- the stage loop
 
 
@@ -492,22 +539,25 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
 
     ``resume=None`` resumes from the run directory's latest checkpoint when there is one;
     ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints.
+    Under torchrun every rank runs it; only rank 0 writes files.
     """
+    main = distributed.DistributedContext.from_env().is_main
     run_dir = Path(config.run_dir)
     checkpoint = latest_checkpoint(run_dir)
     if resume is True and checkpoint is None:
         raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
     if resume is False and checkpoint is not None:
         raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_yaml(config, run_dir / "config.yaml")
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_yaml(config, run_dir / "config.yaml")
     trainer = Trainer(config, checkpoint)
-    if checkpoint is not None:
+    if checkpoint is not None and main:
         truncate_metrics(run_dir, trainer.step)
     log = config.logging
-    logger = MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config),
+    logger = None if not main else MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config),
                            keep_samples=log.keep_samples)
-    progress = tqdm(total=config.steps, initial=trainer.step, disable=not log.progress,
+    progress = tqdm(total=config.steps, initial=trainer.step, disable=not (log.progress and main),
                     desc=f"{config.stage} {config.variant}", unit="step")
     try:
         while trainer.step < config.steps:
@@ -522,9 +572,9 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
                     f"written. The last good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
                 ) from exc
             step = trainer.step
-            if step % log.every == 0 or step == config.steps:
+            if logger is not None and (step % log.every == 0 or step == config.steps):
                 logger.log(step, metrics)
-            if log.sample_every and step % log.sample_every == 0:
+            if logger is not None and log.sample_every and step % log.sample_every == 0:
                 logger.write_samples(step, trainer.sample_records())
             if step % config.checkpoint.every == 0 or step == config.steps:
                 trainer.save(run_dir)
@@ -532,5 +582,7 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
             progress.set_postfix(em=f"{metrics['reward/em']:.2f}", loss=f"{metrics['loss/total']:.4f}")
     finally:
         progress.close()
-        logger.close()
+        if logger is not None:
+            logger.close()
+        trainer.dist.close()
     return run_dir
