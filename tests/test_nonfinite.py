@@ -14,7 +14,6 @@ from training import trainer as trainer_module
 from training.checkpoint import latest_checkpoint
 from training.config import load_config
 from training.run_logging import read_metrics
-from training.token_scoring import TokenScores
 from training.trainer import TrainingStopped, train_stage
 
 pytestmark = pytest.mark.slow
@@ -77,16 +76,21 @@ def test_nan_reward_stops_and_saves_the_rollout_and_rewards(one_step_run, tmp_pa
 
 
 def test_nan_logits_stop_and_save_the_ppo_batch(one_step_run, tmp_path, monkeypatch):
-    real = trainer_module.score_tokens
+    real_load = trainer_module.load_policy_model
 
-    def poisoned(model, tokens, *args, **kwargs):
-        scores = real(model, tokens, *args, **kwargs)
-        rows, cols = scores.mask.nonzero(as_tuple=True)
-        logprobs = scores.logprobs.clone()
-        logprobs[rows[0], cols[0]] = float("-inf")
-        return TokenScores(logprobs, scores.mask, scores.entropy)
+    def poison(module, inputs, logits):
+        if module.training:  # when the update re-scores tokens, not during rollouts
+            logits = logits.clone()
+            logits[0, 0] = float("nan")
+            return logits
+        return None
 
-    monkeypatch.setattr(trainer_module, "score_tokens", poisoned)
+    def load_with_nan_logits(*args, **kwargs):
+        model, tokenizer = real_load(*args, **kwargs)
+        model.get_output_embeddings().register_forward_hook(poison)
+        return model, tokenizer
+
+    monkeypatch.setattr(trainer_module, "load_policy_model", load_with_nan_logits)
     run_dir, message = _stop_at_step_2(one_step_run, tmp_path)
     assert "step 2 stopped: logprobs has 1 non-finite" in message
     saved, summary = _saved(run_dir, message)
