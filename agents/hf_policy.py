@@ -89,6 +89,23 @@ class HFPolicy:
             ))
         return outputs
 
+    def request(
+        self,
+        prompt_ids_batch: Sequence[Sequence[int]],
+        n: int | Sequence[int],
+        seeds: Sequence[int] | None,
+        sampling: SamplingConfig | None,
+        **overrides,
+    ) -> tuple[list[int], list[int], SamplingConfig]:
+        """Checked per-prompt candidate counts, seeds and sampling settings of a ``generate`` call."""
+        counts = [n] * len(prompt_ids_batch) if isinstance(n, int) else list(n)
+        if len(counts) != len(prompt_ids_batch) or any(c < 1 for c in counts):
+            raise ValueError("n must be a positive count, or one positive count per prompt")
+        seeds = self.next_seeds(len(prompt_ids_batch)) if seeds is None else list(seeds)
+        if len(seeds) != len(prompt_ids_batch):
+            raise ValueError(f"{len(prompt_ids_batch)} prompts but {len(seeds)} seeds")
+        return counts, seeds, replace(sampling or self.sampling, **overrides)
+
     def generate(
         self,
         prompt_ids_batch: Sequence[Sequence[int]],
@@ -102,13 +119,7 @@ class HFPolicy:
         ``sampling`` replaces the policy's settings for this call; keyword ``overrides`` (for
         example ``temperature=1.0``) change single fields of them.
         """
-        counts = [n] * len(prompt_ids_batch) if isinstance(n, int) else list(n)
-        if len(counts) != len(prompt_ids_batch) or any(c < 1 for c in counts):
-            raise ValueError("n must be a positive count, or one positive count per prompt")
-        seeds = self.next_seeds(len(prompt_ids_batch)) if seeds is None else list(seeds)
-        if len(seeds) != len(prompt_ids_batch):
-            raise ValueError(f"{len(prompt_ids_batch)} prompts but {len(seeds)} seeds")
-        sampling = replace(sampling or self.sampling, **overrides)
+        counts, seeds, sampling = self.request(prompt_ids_batch, n, seeds, sampling, **overrides)
         stops = StopMatcher(self.tokenizer, sampling.stop_strings)
 
         rows = [(p, j) for p, count in enumerate(counts) for j in range(count)]

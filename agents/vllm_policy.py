@@ -37,7 +37,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +151,7 @@ class VLLMPolicy:
     # Prompts, seeds, decoding and records exactly as HFPolicy's: its methods use only
     # ``tokenizer``, ``sampling``, ``_seeds`` and ``generate``, which this class has too.
     next_seeds = HFPolicy.next_seeds
+    request = HFPolicy.request
     act = HFPolicy.act
 
     def generate(
@@ -163,13 +163,7 @@ class VLLMPolicy:
         **overrides,
     ) -> list[list[Candidate]]:
         """``n`` candidates for each prompt, as ``HFPolicy.generate`` returns them."""
-        counts = [n] * len(prompt_ids_batch) if isinstance(n, int) else list(n)
-        if len(counts) != len(prompt_ids_batch) or any(c < 1 for c in counts):
-            raise ValueError("n must be a positive count, or one positive count per prompt")
-        seeds = self.next_seeds(len(prompt_ids_batch)) if seeds is None else list(seeds)
-        if len(seeds) != len(prompt_ids_batch):
-            raise ValueError(f"{len(prompt_ids_batch)} prompts but {len(seeds)} seeds")
-        sampling = replace(sampling or self.sampling, **overrides)
+        counts, seeds, sampling = self.request(prompt_ids_batch, n, seeds, sampling, **overrides)
         params = self._sampling_params(sampling)
 
         results = {(p, j): Candidate(finish_reason="prompt_too_long")
