@@ -205,9 +205,10 @@ def test_sigkill_at_random_times_then_restart_equals_the_uninterrupted_run(tmp_p
     rng = random.Random(seed)
     # once in the first half of a run (start-up included), then within a step or so of its
     # first new step, which is after a resume whenever the first kill came after a checkpoint
-    _train(run_dir, kill_after=rng.uniform(0.0, 0.5) * duration)
-    killed = _train(run_dir, kill_after=rng.uniform(0.0, 1.5) * step_s, count_from_next_row=True)
-    assert killed == -signal.SIGKILL and read_metrics(run_dir)
+    first = _train(run_dir, kill_after=rng.uniform(0.0, 0.5) * duration)
+    # on a loaded machine the restarted run may finish its last step before the kill
+    second = _train(run_dir, kill_after=rng.uniform(0.0, 1.5) * step_s, count_from_next_row=True)
+    assert -signal.SIGKILL in (first, second) and read_metrics(run_dir)
     assert _train(run_dir) == 0
     _assert_matches(run_dir, reference_dir)
 
