@@ -52,11 +52,12 @@ class GenerateRecorder:
 
 def build_policy(args, world) -> HFPolicy:
     if args.model:
-        model, tokenizer = load_model(args.model)
+        model, tokenizer = load_model(args.model, device=args.device)
     else:
         texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
         tokenizer = train_tokenizer(texts, vocab_size=2048)
         model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=128, num_layers=2, intermediate_size=256, seed=0))
+        model = model.to(args.device)
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens)
     return HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=args.max_batch_size)
 
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda")
     parser.add_argument("--out", default="benchmarks/results/rollout_throughput.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "command": "python benchmarks/rollout_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
+                    "device": str(next(policy.model.parameters()).device),
                     "load_average_at_end": os.getloadavg()},
         "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "answer_candidates": 5,
                     "max_new_tokens": args.max_new_tokens, "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
