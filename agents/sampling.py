@@ -108,6 +108,8 @@ def sample_next_tokens(
     untempered log-softmax when temperature is 0, which samples greedily).
     """
     logits = logits.float()
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError("non-finite logits while sampling: the policy's weights or activations hold NaN/inf")
     if temperature == 0:
         logprobs = torch.log_softmax(logits, dim=-1)
         tokens = logits.argmax(dim=-1)

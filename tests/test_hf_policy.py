@@ -7,7 +7,7 @@ from agents.chat_tokens import encode_text, prompt_ids
 from agents.hf_policy import HFPolicy
 from agents.policy import AgentTurn, Policy
 from agents.prompts import system_message, task_message
-from agents.sampling import SamplingConfig, StopMatcher
+from agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
 from agents.tiny_model import build_tiny_lm, build_tiny_model
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
@@ -198,3 +198,10 @@ def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
     assert record["counters"]["input_tokens"] > 0 and record["counters"]["output_tokens"] > 0
     answerer_calls = [call for call in record["calls"] if call["role"] == "answerer"]
     assert answerer_calls and all(len(call["outputs"]) == 2 for call in answerer_calls)
+
+
+def test_non_finite_logits_stop_sampling_with_a_clear_error():
+    logits = torch.zeros(2, 5)
+    logits[1, 3] = float("nan")
+    with pytest.raises(FloatingPointError, match="non-finite logits"):
+        sample_next_tokens(logits, torch.tensor([0.5, 0.5]), temperature=1.0, top_p=1.0)
