@@ -73,11 +73,13 @@ def test_identical_teacher_gives_zero_log_ratio(model, tokenizer, searcher_calls
         assert ratio.abs().max() < 1e-4
 
 
-def test_scores_match_naive_reference_and_mask_exactly(model, tokenizer, searcher_calls):
+@pytest.mark.parametrize("max_batch_tokens", [16384, 1], ids=["one group", "a group per row"])
+def test_scores_match_naive_reference_and_mask_exactly(model, tokenizer, searcher_calls, max_batch_tokens):
     ids, masks, _ = zip(*searcher_calls)
     for side in ("left", "right"):
         batch = pad_batch(ids, masks, tokenizer.pad_token_id, side=side)
-        scores = Teacher(model, temperature=0.7, chunk_tokens=5).score(batch, with_entropy=True)
+        teacher = Teacher(model, temperature=0.7, chunk_tokens=5, max_batch_tokens=max_batch_tokens)
+        scores = teacher.score(batch, with_entropy=True)
         assert torch.equal(scores.mask, batch.response_mask)
         assert not scores.logprobs[~batch.response_mask].any() and not scores.entropy[~batch.response_mask].any()
         for row, (sequence, mask) in enumerate(zip(ids, masks)):
