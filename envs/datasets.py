@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.jsonl import iter_json_lines
+
 
 class DatasetError(ValueError):
     """A dataset file or line is malformed. The message names the file and line."""
@@ -49,19 +51,8 @@ class Question:
 
 
 def iter_questions(path: str | Path) -> Iterator[Question]:
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset file {path} does not exist")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: invalid JSON ({exc.msg})") from None
-            yield Question.from_dict(row, where)
+    for where, row in iter_json_lines(path, DatasetError, "dataset file"):
+        yield Question.from_dict(row, where)
 
 
 def load_questions(path: str | Path) -> list[Question]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.eval.jsonl import iter_json_lines
 from envs.datasets import DatasetError, Question, iter_questions
+from envs.jsonl import iter_json_lines
 from envs.retrieval.corpus import Corpus, Document
 
 

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.eval.jsonl import iter_json_lines
 from envs.datasets import DatasetError, Question
+from envs.jsonl import iter_json_lines
 
 MANIFEST_SEED = 20260728
 PAPER_COUNTS = {

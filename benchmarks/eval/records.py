@@ -16,7 +16,7 @@ from typing import Any
 
 from agents.actions import strict_answer
 from benchmarks.eval.extraction import failure_kind, flexible_answer
-from benchmarks.eval.jsonl import iter_json_lines
+from envs.jsonl import iter_json_lines
 from envs.rewards import exact_match
 
 # Workload counters, copied from the workflow record's ``counters`` (Appendix A).
