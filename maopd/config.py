@@ -126,6 +126,17 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(config)
 
 
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested ``data`` in place, copying (or creating) the mappings on the way."""
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        node[part] = dict(child) if isinstance(child, dict) else {}
+        node = node[part]
+    node[last] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars) to nested ``data``."""
     data = dict(data)
@@ -133,13 +144,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, raw = item.split("=", 1)
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.get(part)
-            node[part] = dict(child) if isinstance(child, dict) else {}
-            node = node[part]
-        node[parts[-1]] = yaml.safe_load(raw)
+        set_dotted(data, key, yaml.safe_load(raw))
     return data
 
 

@@ -27,7 +27,7 @@ import yaml
 
 from agents.tiny_model import TinyModelConfig
 from envs.search_env import SearchEnvConfig
-from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
+from maopd.config import ConfigError, apply_overrides, from_dict, set_dotted, to_dict
 from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
 from training.losses import PPOLossConfig
@@ -234,11 +234,7 @@ def apply_settings(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     """``data`` with each dotted ``a.b.c`` key of ``settings`` set to its (already typed) value."""
     data = copy.deepcopy(data)
     for key, value in settings.items():
-        *parents, last = key.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = copy.deepcopy(value)
+        set_dotted(data, key, copy.deepcopy(value))
     return data
 
 
