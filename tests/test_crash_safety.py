@@ -228,17 +228,22 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_rerun_equals_the_uninterru
 REAL = Path("/work/shared/data/real")
 
 
-def _eval(manifest: Path, out: Path, kill_after_first_record: float | None = None) -> int:
-    """``maopd eval run`` (scripted cascade, 8 attempts) in a subprocess; -9 when killed."""
+EVAL_ATTEMPTS = 16
+
+
+def _eval(manifest: Path, out: Path, kill_after_records: int | None = None) -> int:
+    """``maopd eval run`` (scripted cascade) in a subprocess; -9 when killed.
+
+    The kill comes once ``kill_after_records`` records are on disk, not after a delay, so it lands
+    mid-run however fast the machine is."""
     command = [sys.executable, "-m", "maopd.cli", "eval", "run", "--manifest", str(manifest), "--workflow",
-               "cascade", "--attempts", "8", "--batch-size", "4", "--out", str(out)]
+               "cascade", "--attempts", str(EVAL_ATTEMPTS), "--batch-size", "4", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
-    if kill_after_first_record is not None:
-        while not (out.is_file() and out.stat().st_size) and process.poll() is None:
-            time.sleep(0.01)
-        time.sleep(kill_after_first_record)
+    if kill_after_records is not None:
+        while process.poll() is None and (not out.is_file() or out.read_bytes().count(b"\n") < kill_after_records):
+            time.sleep(0.001)
         process.send_signal(signal.SIGKILL)
     _, stderr = process.communicate(timeout=300)
     if process.returncode not in (0, -signal.SIGKILL):
@@ -264,8 +269,9 @@ def test_sigkill_during_an_evaluation_run_then_rerun_equals_the_uninterrupted_ru
     uninterrupted = tmp_path / "uninterrupted.jsonl"
     assert _eval(manifest, uninterrupted) == 0
     resumed = tmp_path / "resumed.jsonl"
-    assert _eval(manifest, resumed, kill_after_first_record=random.Random(0).uniform(0.2, 1.0)) == -signal.SIGKILL
+    total = 60 * EVAL_ATTEMPTS
+    assert _eval(manifest, resumed, kill_after_records=random.Random(0).randint(4, total // 4)) == -signal.SIGKILL
     partial = len(resumed.read_bytes().splitlines())
-    assert 0 < partial < 480
+    assert 0 < partial < total
     assert _eval(manifest, resumed) == 0
     assert _records_by_key(resumed) == _records_by_key(uninterrupted)
