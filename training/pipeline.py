@@ -81,7 +81,7 @@ def load_experiment(name: str, overrides: list[str] | None = None) -> PipelineCo
 
 
 def load_preset(name_or_path: str, overrides: list[str] | None = None) -> PipelineConfig:
-    """A preset name (``default``, ``smoke``, ``table3``) from configs/pipeline_<name>.yaml, or a path."""
+    """A preset name (``default``, ``smoke``) from configs/pipeline_<name>.yaml, or a YAML path."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PRESET_DIR / f"pipeline_{name_or_path}.yaml"
