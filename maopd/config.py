@@ -148,18 +148,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def read_yaml_mapping(path: str | Path | None) -> dict[str, Any]:
+    """The mapping in a YAML config file ({} when ``path`` is None); errors name the file."""
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return loaded or {}
+
+
 def load_yaml(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Load ``cls`` from a YAML file (or from its defaults when ``path`` is None) plus overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top level")
-        data = loaded or {}
-    merged = to_dict(from_dict(cls, data))
+    merged = to_dict(from_dict(cls, read_yaml_mapping(path)))
     return from_dict(cls, apply_overrides(merged, overrides or []))
 
 

@@ -23,11 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from agents.tiny_model import TinyModelConfig
 from envs.search_env import SearchEnvConfig
-from maopd.config import ConfigError, apply_overrides, from_dict, set_dotted, to_dict
+from maopd.config import (
+    ConfigError,
+    apply_overrides,
+    from_dict,
+    read_yaml_mapping,
+    set_dotted,
+    to_dict,
+)
 from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
 from training.losses import PPOLossConfig
@@ -251,13 +256,4 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """A ``TrainConfig`` from a YAML file (or only defaults when ``path`` is None) plus overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top level")
-        data = loaded or {}
-    return build_config(data, overrides)
+    return build_config(read_yaml_mapping(path), overrides)
