@@ -8,28 +8,13 @@ from agents.hf_policy import HFPolicy
 from agents.policy import AgentTurn, Policy
 from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
-from agents.tiny_model import build_tiny_lm, build_tiny_model
+from agents.tiny_model import build_tiny_model
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
 from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "a", "river through Paris",
          "author of the play Hamlet and its year", "b c", "largest ocean on Earth"]
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return build_tiny_lm(["The capital of France is Paris.", "Who wrote Hamlet? Shakespeare."])
-
-
-@pytest.fixture(scope="module")
-def model(lm):
-    return lm[0]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(lm):
-    return lm[1]
 
 
 @pytest.fixture(scope="module")

@@ -5,26 +5,11 @@ from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
 from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_lm, build_tiny_model
+from agents.tiny_model import TinyModelConfig, build_tiny_model
 from training.teacher import Teacher
 from training.token_scoring import pad_batch, score_tokens
 
 INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return build_tiny_lm(["The capital of France is Paris.", "Who wrote Hamlet? Shakespeare."])
-
-
-@pytest.fixture(scope="module")
-def model(lm):
-    return lm[0]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(lm):
-    return lm[1]
 
 
 @pytest.fixture(scope="module")
