@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import prompts
 from envs.parallel import parallel_wrapper_fn
 from envs.search_env import SearchEnv
 
@@ -48,14 +47,13 @@ class raw_env(SearchEnv):
         return ["searcher_0", "answerer"]
 
     def _start_episode(self) -> None:
-        self._answered = False
         self._assign("searcher_0", 1, self.question.question)
 
     def _searcher_last_step(self) -> int:
         return self.max_steps - 1
 
     def _schedule(self) -> list[str]:
-        if self._answered:
+        if self.answered:
             return []
         if self.active:
             return ["searcher_0"]
@@ -70,13 +68,12 @@ class raw_env(SearchEnv):
 
     def _messages(self, agent: str) -> list[dict[str, str]]:
         if agent == "answerer":
-            return self.answer_turn.messages if self.answer_turn else [prompts.system_message("answerer")]
+            return self._answerer_messages()
         return self._searcher_messages(agent)
 
     def _resolve(self, actions: dict[str, Any]) -> None:
         if "answerer" in actions:
             self._resolve_answer(actions["answerer"])
-            self._answered = True
         else:
             self._resolve_searchers(actions)
 

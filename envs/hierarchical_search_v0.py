@@ -54,7 +54,6 @@ class raw_env(SearchEnv):
         return ["leader", *searchers, "answerer"]
 
     def _start_episode(self) -> None:
-        self._answered = False
         self.rounds = 0
         question = prompts.question_message(self.question.question, self.config.num_searchers, self.config.max_rounds)
         self.leader = Turn("leader", "leader", [prompts.system_message("leader"), question])
@@ -71,7 +70,7 @@ class raw_env(SearchEnv):
         return step >= self.max_steps - 1
 
     def _schedule(self) -> list[str]:
-        if self._answered:
+        if self.answered:
             return []
         if self.active:
             return [agent for agent in self.possible_agents if agent in self.active]
@@ -93,7 +92,7 @@ class raw_env(SearchEnv):
             acting = agent in self.acting_agents() and self._leader_last_step(self.env_step + 1)
             return with_notice(self.leader.messages, "leader") if acting else list(self.leader.messages)
         if role == "answerer":
-            return self.answer_turn.messages if self.answer_turn else [prompts.system_message("answerer")]
+            return self._answerer_messages()
         return self._searcher_messages(agent)
 
     def _resolve(self, actions: dict[str, Any]) -> None:
@@ -101,7 +100,6 @@ class raw_env(SearchEnv):
             self._resolve_leader(actions["leader"])
         elif "answerer" in actions:
             self._resolve_answer(actions["answerer"])
-            self._answered = True
         else:
             self._resolve_searchers(actions)
             if not self.active:

@@ -473,6 +473,14 @@ class SearchEnv(AECEnv):
         messages = [prompts.system_message("answerer"), prompts.answerer_message(self.question.question, chosen)]
         self.answer_turn = Turn("answerer", "answerer", messages)
 
+    @property
+    def answered(self) -> bool:
+        """Whether the Answerer has acted (its turn then holds its candidates)."""
+        return self.answer_turn is not None and bool(self.answer_turn.outputs)
+
+    def _answerer_messages(self) -> list[dict[str, str]]:
+        return self.answer_turn.messages if self.answer_turn else [prompts.system_message("answerer")]
+
     def _resolve_answer(self, action: Any) -> None:
         turn = self.answer_turn
         texts, turn.input_tokens, turn.output_tokens = self._texts(action, self.config.num_candidates)
