@@ -9,6 +9,8 @@ Choices, and why:
 
 * Byte-level BPE (as in GPT-2 and Qwen): every string encodes, whatever its characters, so text
   the tokenizer never saw in training still round-trips exactly.
+* Digits are split one per token, as in Qwen, so that every number is spelled from the same ten
+  tokens and a model copies an unseen value the way it copies a seen one.
 * The chat template is Qwen's ChatML, ``<|im_start|>role\\n…<|im_end|>\\n``, with ``<|im_end|>``
   as the end-of-turn (EOS) token and ``<|endoftext|>`` as padding, like Qwen3 instruct models.
 * Every action and structural tag (``<search>``, ``</search>``, …, ``</information>``) is an added
@@ -84,7 +86,9 @@ def train_tokenizer(
         raise ValueError(f"vocab_size must exceed {reserved} (bytes, special and tag tokens)")
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(TAG_TOKENS),

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=None, help="first N questions of the split")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the evaluation")
     parser.add_argument("--out", default=str(RESULTS / "base_model"), help="output path without extension")
+    parser.add_argument("--keep-model", help="build π_0 into this directory and keep it (default: a temporary one)")
     args = parser.parse_args(argv)
 
     from envs.retrieval.bm25 import BM25Retriever
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     load_average = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="pi0-") as tmp:
         wall, cpu = time.perf_counter(), time.process_time()
-        model_dir = build_base_model(config, Path(tmp) / "model")
+        model_dir = build_base_model(config, Path(args.keep_model or Path(tmp) / "model"))
         build = {
             "wall_seconds": round(time.perf_counter() - wall, 1),
             "cpu_seconds": round(time.process_time() - cpu, 1),

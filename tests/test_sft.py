@@ -103,6 +103,21 @@ def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
     assert after < 0.5 * before
 
 
+def test_context_weight_adds_the_weighted_loss_of_the_environment_tokens(tokenizer):
+    from agents.tiny_model import TinyModelConfig, build_tiny_model
+    from training.token_scoring import pad_batch, score_tokens
+
+    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
+    example = encode_call(tokenizer, SEARCHER_CHAT)
+    everything = [0] + [1] * (len(example) - 1)
+    logprobs = score_tokens(model, pad_batch([example.input_ids], [everything], tokenizer.pad_token_id)).logprobs[0]
+    own = torch.tensor(example.loss_mask, dtype=torch.bool)
+    context = torch.tensor(everything, dtype=torch.bool) & ~own
+    expected = -logprobs[own].mean() - 0.3 * logprobs[context].mean()
+    assert sft_loss(model, [example], tokenizer.pad_token_id, 0.3).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert sft_loss(model, [example], tokenizer.pad_token_id).item() == pytest.approx(-logprobs[own].mean().item(), rel=1e-5)
+
+
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="lr"):
         resolve_config(None, ["lr=fast"], smoke=True)
@@ -146,6 +161,24 @@ def test_same_config_builds_identical_weights(smoke_model, tmp_path):
     stamp = (again / METRICS_FILE).stat().st_mtime_ns
     assert load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False) == again
     assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_names_of_every_split_are_spelled_from_the_same_pieces(smoke_model):
+    """The tokenizer never saw a name, so training names get no whole-word tokens that test names lack."""
+    from transformers import AutoTokenizer
+
+    from envs.synthwiki.world import load_default_world
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
+    world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
+    titles = {split: [] for split in ("train", "test")}
+    for question in world.splits["train"] + world.splits["test"]:
+        split = question.id.split("-")[0]
+        titles[split] += [world.corpus[p].title for p in question.metadata["supporting_passages"]]
+    pieces = {split: sum(len(tokenizer.encode(" " + t)) for t in names) / len(names) for split, names in titles.items()}
+    assert pieces["train"] > 2.0
+    assert pieces["train"] == pytest.approx(pieces["test"], rel=0.2)
 
 
 @pytest.mark.slow

@@ -74,3 +74,10 @@ def test_bad_input_is_a_clear_error():
         train_tokenizer(vocab_size=100)
     with pytest.raises(ValueError, match="at least one text"):
         train_tokenizer([], include_defaults=False)
+
+
+def test_digits_are_one_token_each(tokenizer):
+    ids = tokenizer.encode("4,355,000 in 1988", add_special_tokens=False)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    assert [p for p in pieces if p.strip().isdigit()] == list("4355000") + list("1988")
+    assert tokenizer.decode(ids) == "4,355,000 in 1988"

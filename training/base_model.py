@@ -5,8 +5,12 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
 1. the noisy scripted team (``envs.synthwiki.noisy``) on the first ``demo_questions`` train
    questions of the SynthWiki world, in every workflow of ``workflows``, recording one
    demonstration per model call (all three roles, in the environments' exact chat format);
-2. a byte-level BPE tokenizer trained on the demonstrations' text (train-split questions and the
-   passages retrieved for them) plus the role prompts (``agents.tokenizer``);
+2. a byte-level BPE tokenizer trained on the world's templates and the role prompts, never on
+   names (``envs.synthwiki.schema.template_texts``, ``agents.tokenizer``). A tokenizer trained on
+   the demonstrations gives every training entity a whole-word token and spells test entities
+   from pieces; the model then memorises training names and cannot copy test ones. Spelling
+   every name from the same pieces makes copying from the context the only way to get names
+   right, on any split;
 3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``) fine-tuned on the demonstrations
    (``training.sft``), with the loss on the model's own tokens only.
 
@@ -27,9 +31,10 @@ from pathlib import Path
 from maopd.config import save_yaml, to_dict
 
 # Bump when the build changes what a config produces, so cached models are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 CONFIG_FILE = "sft_config.yaml"
 METRICS_FILE = "sft_metrics.json"
+CHAT_ROLES = ("system", "user", "assistant")
 
 
 @dataclass
@@ -41,7 +46,12 @@ class SFTConfig:
     world_seed: int = 0
     world_size: str = "small"
     workflows: list[str] = field(default_factory=lambda: ["hierarchical", "cascade"])
-    demo_questions: int = 600  # first N train questions, played once per workflow
+    demo_questions: int = 600  # first N train questions of each world, played once per workflow
+    # Demonstrations come from this many independently generated worlds (seeds world_seed,
+    # world_seed + 1, …): every extra world brings new names, so that memorising names stops
+    # paying and copying them from the context is what the model learns. RL and evaluation use
+    # the world_seed world only.
+    demo_worlds: int = 1
     noise: float = 0.1  # every NoiseConfig knob of the scripted team
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
     # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
@@ -56,6 +66,7 @@ class SFTConfig:
     # Training (see training.sft.TrainingSchedule).
     max_seq_len: int = 1024  # longer calls are left out, and counted in the metrics
     epochs: int = 1
+    context_weight: float = 0.0  # loss weight of the environment's tokens (see training.sft)
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_fraction: float = 0.03
@@ -71,7 +82,7 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.workflows must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
-        for name in ("demo_questions", "vocab_size", "max_seq_len", "epochs", "batch_size"):
+        for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SFTConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("lr", "grad_clip", "initializer_range"):
@@ -98,16 +109,18 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.demos import demonstrations
     from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
-    from envs.synthwiki.world import load_default_world
+    from envs.synthwiki.world import build_world, load_default_world
 
-    world = load_default_world(config.world_seed, config.world_size)
-    questions = world.splits["train"][: config.demo_questions]
-    retriever = BM25Retriever(world.corpus)
     rows = []
-    for workflow in config.workflows:
-        team = NoisyTeam(NoiseConfig.uniform(config.noise), config.seed)
-        calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
-        rows += tqdm(calls, desc=f"demos ({workflow})", unit="call", disable=not progress)
+    for index in range(config.demo_worlds):
+        seed = config.world_seed + index
+        world = load_default_world(seed, config.world_size) if index == 0 else build_world(seed, config.world_size)
+        questions = world.splits["train"][: config.demo_questions]
+        retriever = BM25Retriever(world.corpus)
+        for workflow in config.workflows:
+            team = NoisyTeam(NoiseConfig.uniform(config.noise), config.seed + index)
+            calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
+            rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
     return rows
 
 
@@ -117,17 +130,15 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
 
     from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
     from agents.tokenizer import train_tokenizer
+    from envs.synthwiki.schema import template_texts
+    from envs.synthwiki.teams import NO_FACTS
     from training.sft import TrainingSchedule, encode_call, train_sft
 
     started = time.perf_counter()
     rows = demonstration_chats(config, progress)
     if not rows:
         raise ValueError("the scripted team produced no demonstrations; raise demo_questions or set successful_only=false")
-    # Each text as the chat template frames it (role name, newline, content), so that the role
-    # names get merges too.
-    tokenizer = train_tokenizer(
-        [f"{m['role']}\n{m['content']}" for row in rows for m in row["messages"]], vocab_size=config.vocab_size
-    )
+    tokenizer = train_tokenizer([*template_texts(), NO_FACTS, *CHAT_ROLES], vocab_size=config.vocab_size)
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
 
@@ -139,7 +150,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     )
     model = build_tiny_model(tokenizer, model_config)
     schedule = TrainingSchedule(
-        epochs=config.epochs, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
+        epochs=config.epochs, context_weight=config.context_weight, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
         warmup_fraction=config.warmup_fraction, weight_decay=config.weight_decay,
         batch_size=config.batch_size, grad_clip=config.grad_clip, seed=config.seed,
     )
