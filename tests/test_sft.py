@@ -103,21 +103,6 @@ def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
     assert after < 0.5 * before
 
 
-def test_context_weight_adds_the_weighted_loss_of_the_environment_tokens(tokenizer):
-    from agents.tiny_model import TinyModelConfig, build_tiny_model
-    from training.token_scoring import pad_batch, score_tokens
-
-    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
-    example = encode_call(tokenizer, SEARCHER_CHAT)
-    everything = [0] + [1] * (len(example) - 1)
-    logprobs = score_tokens(model, pad_batch([example.input_ids], [everything], tokenizer.pad_token_id)).logprobs[0]
-    own = torch.tensor(example.loss_mask, dtype=torch.bool)
-    context = torch.tensor(everything, dtype=torch.bool) & ~own
-    expected = -logprobs[own].mean() - 0.3 * logprobs[context].mean()
-    assert sft_loss(model, [example], tokenizer.pad_token_id, 0.3).item() == pytest.approx(expected.item(), rel=1e-5)
-    assert sft_loss(model, [example], tokenizer.pad_token_id).item() == pytest.approx(-logprobs[own].mean().item(), rel=1e-5)
-
-
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="lr"):
         resolve_config(None, ["lr=fast"], smoke=True)
@@ -161,6 +146,21 @@ def test_same_config_builds_identical_weights(smoke_model, tmp_path):
     stamp = (again / METRICS_FILE).stat().st_mtime_ns
     assert load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False) == again
     assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
+
+
+def test_pretraining_reads_other_worlds_in_full_windows():
+    from envs.synthwiki.world import build_world, load_default_world
+    from training.base_model import pretraining_examples
+
+    tokenizer = train_tokenizer(vocab_size=600)
+    config = replace(SMOKE_CONFIG, pretrain_worlds=2, pretrain_seq_len=64)
+    examples = pretraining_examples(config, tokenizer)
+    assert examples and all(len(e) == 64 and e.loss_mask == [0] + [1] * 63 for e in examples)
+    text = "".join(tokenizer.decode(e.input_ids) for e in examples)
+    others = [build_world(seed, config.world_size).corpus.documents for seed in (1, 2)]
+    assert all(f"{d.title}: {d.text}" in text for d in others[0][:5] + others[1][-5:-1])
+    own = {d.title for d in load_default_world(config.world_seed, config.world_size).corpus.documents}
+    assert not any(f"{title}: " in text for title in own - {d.title for docs in others for d in docs})
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from maopd.config import save_yaml, to_dict
@@ -54,6 +54,14 @@ class SFTConfig:
     demo_worlds: int = 1
     noise: float = 0.1  # every NoiseConfig knob of the scripted team
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
+    # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
+    # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
+    # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
+    # the model learns to copy a name from its context; it never reads the world_seed world.
+    pretrain_worlds: int = 0
+    pretrain_epochs: int = 1
+    pretrain_seq_len: int = 256
+    pretrain_batch_size: int = 16
     # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
     vocab_size: int = 3072
     hidden_size: int = 128
@@ -66,7 +74,6 @@ class SFTConfig:
     # Training (see training.sft.TrainingSchedule).
     max_seq_len: int = 1024  # longer calls are left out, and counted in the metrics
     epochs: int = 1
-    context_weight: float = 0.0  # loss weight of the environment's tokens (see training.sft)
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_fraction: float = 0.03
@@ -82,7 +89,8 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.workflows must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
-        for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size"):
+        for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
+                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SFTConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("lr", "grad_clip", "initializer_range"):
@@ -99,6 +107,7 @@ class SFTConfig:
 SMOKE_CONFIG = SFTConfig(
     world_size="tiny", demo_questions=40, vocab_size=600, hidden_size=32, num_layers=1,
     num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64, max_seq_len=512, batch_size=8,
+    pretrain_worlds=1, pretrain_seq_len=128,
 )
 
 
@@ -122,6 +131,21 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
     return rows
+
+
+def pretraining_examples(config: SFTConfig, tokenizer) -> list:
+    """Every passage of the pretraining worlds as ``title: text`` (the form retrieval shows),
+    separated by ``<|endoftext|>``, cut into ``pretrain_seq_len`` windows with the loss on every token."""
+    from envs.synthwiki.world import build_world
+    from training.sft import SFTExample
+
+    stream: list[int] = []
+    for seed in range(config.world_seed + 1, config.world_seed + 1 + config.pretrain_worlds):
+        for document in build_world(seed, config.world_size).corpus.documents:
+            stream += tokenizer.encode(f"{document.title}: {document.text}") + [tokenizer.pad_token_id]
+    length = config.pretrain_seq_len
+    windows = [stream[start : start + length] for start in range(0, len(stream) - length + 1, length)]
+    return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]
 
 
 def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
@@ -150,10 +174,15 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     )
     model = build_tiny_model(tokenizer, model_config)
     schedule = TrainingSchedule(
-        epochs=config.epochs, context_weight=config.context_weight, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
+        epochs=config.epochs, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
         warmup_fraction=config.warmup_fraction, weight_decay=config.weight_decay,
         batch_size=config.batch_size, grad_clip=config.grad_clip, seed=config.seed,
     )
+    pretraining = pretraining_examples(config, tokenizer) if config.pretrain_worlds else []
+    pretrain_losses = []
+    if pretraining:
+        pretrain_schedule = replace(schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size)
+        pretrain_losses = train_sft(model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining")
     losses = train_sft(model, examples, schedule, tokenizer.pad_token_id, progress)
 
     out_dir = save_model(model, tokenizer, out_dir)
@@ -167,6 +196,9 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         "assistant_tokens": sum(sum(e.loss_mask) for e in examples),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
+        "pretraining_tokens": sum(len(e) for e in pretraining),
+        "pretraining_steps": len(pretrain_losses),
+        "pretraining_final_loss": sum(pretrain_losses[-20:]) / len(pretrain_losses[-20:]) if pretrain_losses else None,
         "steps": len(losses),
         "first_loss": losses[0],
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),

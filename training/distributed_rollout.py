@@ -26,8 +26,8 @@ from typing import Any
 
 from agents.sampling import SamplingConfig
 from envs.datasets import Question
-from training.rollout import TeamBatch
 from training.ray_cluster import init_ray
+from training.rollout import TeamBatch
 
 
 class RolloutError(RuntimeError):

@@ -42,7 +42,8 @@ VARIANT_METHODS = {
 
 @dataclass
 class EvalConfig:
-    questions_per_type: int = 40  # test questions of each type (the "datasets" of the macro average)
+    split: str = "test"  # "dev" to tune settings: never tune on test
+    questions_per_type: int = 40  # questions of each type (the "datasets" of the macro average)
     attempts: int = 4
     temperature: float = 0.6
     top_p: float = 0.95
@@ -116,13 +117,15 @@ def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def held_out_manifest(config: PipelineConfig):
-    """The held-out test questions, ``questions_per_type`` of each type, sampled with the manifest seed."""
+    """The held-out questions (``eval.split``), ``questions_per_type`` of each type, sampled with the manifest seed."""
     from benchmarks.eval.manifest import build_manifest
     from envs.synthwiki import load_default_world
 
     world = load_default_world()  # the world the environments play by default
     pools: dict[str, list] = {}
-    for question in world.splits["test"]:
+    if config.eval.split not in ("dev", "test"):
+        raise ValueError(f"eval.split must be 'dev' or 'test', got {config.eval.split!r}")
+    for question in world.splits[config.eval.split]:
         meta = question.metadata
         pools.setdefault("comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop", []).append(question)
     counts = {name: min(config.eval.questions_per_type, len(pool)) for name, pool in sorted(pools.items())}

@@ -19,10 +19,6 @@ token, so its target ends with ``<|im_end|>`` (mask 1).
 ``train_sft`` is a plain loop: AdamW, linear warm-up then cosine decay, gradient clipping, loss =
 mean negative log-likelihood over the masked (assistant) tokens of a batch, computed with
 ``training.token_scoring.score_tokens`` so the lm head only runs where there is a target.
-``context_weight`` > 0 adds that weight times the mean negative log-likelihood of every other
-token (prompts, tasks, retrieved passages): language modelling on the environment's text, which
-repeats names (a question's entity comes back in the passage titles), teaches a small model to
-copy from its context much sooner than the sparse assistant tokens alone.
 Batches group calls of similar length (less padding) and everything is drawn from one seeded
 generator, so the same seed, data and model give the same weights.
 """
@@ -87,7 +83,6 @@ def encode_call(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str,
 @dataclass
 class TrainingSchedule:
     epochs: int = 1
-    context_weight: float = 0.0
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_fraction: float = 0.05
@@ -121,19 +116,11 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: t
     return [batches[i] for i in shuffled]
 
 
-def sft_loss(
-    model: torch.nn.Module, examples: Sequence[SFTExample], pad_id: int, context_weight: float = 0.0
-) -> torch.Tensor:
-    """Mean negative log-likelihood of the masked tokens of ``examples`` (one padded batch), plus
-    ``context_weight`` times that of every other token after the first."""
-    ids = [e.input_ids for e in examples]
-    own = pad_batch(ids, [e.loss_mask for e in examples], pad_id)
-    if context_weight == 0.0:
-        scores = score_tokens(model, own)
-        return -scores.logprobs[scores.mask].mean()
-    scores = score_tokens(model, pad_batch(ids, [[0] + [1] * (len(e) - 1) for e in examples], pad_id))
-    context = scores.mask & ~own.response_mask.bool()
-    return -scores.logprobs[own.response_mask.bool()].mean() - context_weight * scores.logprobs[context].mean()
+def sft_loss(model: torch.nn.Module, examples: Sequence[SFTExample], pad_id: int) -> torch.Tensor:
+    """Mean negative log-likelihood of the masked tokens of ``examples`` (one padded batch)."""
+    batch = pad_batch([e.input_ids for e in examples], [e.loss_mask for e in examples], pad_id)
+    scores = score_tokens(model, batch)
+    return -scores.logprobs[scores.mask].mean()
 
 
 def train_sft(
@@ -142,6 +129,7 @@ def train_sft(
     schedule: TrainingSchedule,
     pad_id: int,
     progress: bool = True,
+    desc: str = "sft",
 ) -> list[float]:
     """Fine-tune ``model`` in place on ``examples``; returns the loss of every step."""
     if not examples:
@@ -159,10 +147,10 @@ def train_sft(
     )
     model.train()
     losses: list[float] = []
-    with tqdm(total=total, desc="sft", unit="step", disable=not progress) as bar:
+    with tqdm(total=total, desc=desc, unit="step", disable=not progress) as bar:
         for batches in epochs:
             for batch in batches:
-                loss = sft_loss(model, [examples[i] for i in batch], pad_id, schedule.context_weight)
+                loss = sft_loss(model, [examples[i] for i in batch], pad_id)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
