@@ -115,7 +115,8 @@ def test_two_gloo_ranks_take_the_single_process_step(models, tmp_path, single_pr
     # rank 0 alone wrote one metrics row, with the global loss and the same clipped gradient
     (one,), (two,) = read_metrics(single_process_run), read_metrics(run_dir)
     for name in ("loss/total", "optim/grad_norm", "leader/sequences", "answerer/sequences"):
-        assert two[name] == pytest.approx(one[name], rel=1e-4), name
+        # abs: the loss is a small sum of terms of both signs, summed in another order per rank
+        assert two[name] == pytest.approx(one[name], rel=1e-4, abs=1e-5), name
     assert two["optim/updates"] == one["optim/updates"] == 1
     samples = (run_dir / "samples" / "step_1.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in samples] == [1, 1]

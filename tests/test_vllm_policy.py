@@ -133,7 +133,9 @@ def test_a_batch_larger_than_one_engine_step(served, prompts):
     many = [p + [10 + k] * 200 for k, p in enumerate(prompts * 8)]  # distinct: no prefix-cache hits
     assert sum(map(len, many)) > policy.engine_args["max_num_batched_tokens"]
     results = policy.generate(many, n=4, max_new_tokens=2)
-    assert all(len(c.token_ids) == 2 for per_prompt in results for c in per_prompt)
+    assert [len(per_prompt) for per_prompt in results] == [4] * len(many)
+    # the random model may sample a stop token first; every other completion runs to the limit
+    assert all(len(c.token_ids) == 2 or c.finish_reason in ("eos", "stop") for per_prompt in results for c in per_prompt)
 
 
 def test_too_long_prompts_are_not_run(served, prompts):
