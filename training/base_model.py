@@ -1,18 +1,22 @@
-"""π_0, the base model of the embedded world: a tiny Qwen3 fine-tuned on noisy scripted demos.
+"""π_0, the base model of the embedded world: a tiny Qwen3 pretrained on other worlds' passages,
+then fine-tuned on noisy scripted demos.
 
 It plays the part of an instruction-tuned base model. ``build_base_model`` runs, from one seed:
 
 1. the noisy scripted team (``envs.synthwiki.noisy``) on the first ``demo_questions`` train
-   questions of the SynthWiki world, in every workflow of ``workflows``, recording one
-   demonstration per model call (all three roles, in the environments' exact chat format);
+   questions of ``demo_worlds`` SynthWiki worlds, in every workflow of ``workflows``, recording
+   one demonstration per model call (all three roles, in the environments' exact chat format);
 2. a byte-level BPE tokenizer trained on the world's templates and the role prompts, never on
    names (``envs.synthwiki.schema.template_texts``, ``agents.tokenizer``). A tokenizer trained on
    the demonstrations gives every training entity a whole-word token and spells test entities
    from pieces; the model then memorises training names and cannot copy test ones. Spelling
    every name from the same pieces makes copying from the context the only way to get names
    right, on any split;
-3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``) fine-tuned on the demonstrations
-   (``training.sft``), with the loss on the model's own tokens only.
+3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``), pretrained as a language model on
+   the passages of ``pretrain_worlds`` other worlds, where it learns to copy names from its
+   context (``pretraining_examples``);
+4. fine-tuning on the demonstrations (``training.sft``), with the loss on the model's own tokens
+   only.
 
 The same config gives the same weights, bit for bit (on the same machine and torch version).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
