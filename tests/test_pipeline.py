@@ -13,11 +13,10 @@ def test_held_out_manifest_is_the_test_split_by_question_type():
     entries = held_out_manifest(config)
     assert sorted({e.dataset for e in entries}) == ["1-hop", "2-hop", "3-hop", "comparison"]
     assert all(e.question.id.startswith("test-") for e in entries)
-    config.eval.split = "dev"
-    assert all(e.question.id.startswith("dev-") for e in held_out_manifest(config))
-    config.eval.split = "train"
-    with pytest.raises(ValueError, match="eval.split"):
-        held_out_manifest(config)
+    dev = load_preset("smoke", ["eval.split=dev"])
+    assert all(e.question.id.startswith("dev-") for e in held_out_manifest(dev))
+    with pytest.raises(ValueError, match="eval.split"):  # at load time, before any training
+        load_preset("smoke", ["eval.split=train"])
 
 
 def test_unknown_preset_is_named():

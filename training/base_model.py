@@ -152,6 +152,11 @@ def pretraining_examples(config: SFTConfig, tokenizer) -> list:
     return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]
 
 
+def tail_mean(losses: list[float], last: int = 20) -> float:
+    """The mean of the last ``last`` losses: a final loss that one noisy batch does not decide."""
+    return sum(losses[-last:]) / len(losses[-last:])
+
+
 def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
     """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics)."""
     import torch
@@ -182,7 +187,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         warmup_fraction=config.warmup_fraction, weight_decay=config.weight_decay,
         batch_size=config.batch_size, grad_clip=config.grad_clip, seed=config.seed,
     )
-    pretraining = pretraining_examples(config, tokenizer) if config.pretrain_worlds else []
+    pretraining = pretraining_examples(config, tokenizer)  # none when pretrain_worlds is 0
     pretrain_losses = []
     if pretraining:
         pretrain_schedule = replace(schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size)
@@ -202,10 +207,10 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         "vocab_size": len(tokenizer),
         "pretraining_tokens": sum(len(e) for e in pretraining),
         "pretraining_steps": len(pretrain_losses),
-        "pretraining_final_loss": sum(pretrain_losses[-20:]) / len(pretrain_losses[-20:]) if pretrain_losses else None,
+        "pretraining_final_loss": tail_mean(pretrain_losses) if pretrain_losses else None,
         "steps": len(losses),
         "first_loss": losses[0],
-        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "final_loss": tail_mean(losses),
         "losses": losses,
         "build_seconds": round(time.perf_counter() - started, 1),
         "torch_threads": torch.get_num_threads(),

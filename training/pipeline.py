@@ -51,6 +51,10 @@ class EvalConfig:
     batch_size: int = 32
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.split not in ("dev", "test"):
+            raise ValueError(f"eval.split must be 'dev' or 'test', got {self.split!r}")
+
 
 @dataclass
 class PipelineConfig:
@@ -123,8 +127,6 @@ def held_out_manifest(config: PipelineConfig):
 
     world = load_default_world()  # the world the environments play by default
     pools: dict[str, list] = {}
-    if config.eval.split not in ("dev", "test"):
-        raise ValueError(f"eval.split must be 'dev' or 'test', got {config.eval.split!r}")
     for question in world.splits[config.eval.split]:
         meta = question.metadata
         pools.setdefault("comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop", []).append(question)
