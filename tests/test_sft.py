@@ -148,6 +148,29 @@ def test_same_config_builds_identical_weights(smoke_model, tmp_path):
     assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
 
 
+def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
+    import shutil
+
+    shipped = tmp_path / "models"
+    shutil.copytree(smoke_model, shipped / f"base-{SMOKE_CONFIG.key()}")
+    found = load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False, shipped_dir=shipped)
+    assert found == shipped / f"base-{SMOKE_CONFIG.key()}"
+    assert not (tmp_path / "cache").exists()  # nothing was built
+
+
+def test_the_default_preset_base_model_is_shipped():
+    """The main job starts from the committed π_0: the preset and the shipped model must agree."""
+    from maopd.config import load_yaml
+    from training.base_model import CONFIG_FILE, SHIPPED_DIR
+    from training.pipeline import load_preset
+
+    config = load_preset("default").base_model
+    directory = SHIPPED_DIR / f"base-{config.key()}"
+    assert (directory / METRICS_FILE).is_file(), f"rebuild it: maopd sft --config {directory / CONFIG_FILE} --out {directory}"
+    assert load_yaml(SFTConfig, directory / CONFIG_FILE) == config
+    assert load_or_build_base_model(config) == directory
+
+
 def test_pretraining_reads_other_worlds_in_full_windows():
     from envs.synthwiki.world import build_world, load_default_world
     from training.base_model import pretraining_examples

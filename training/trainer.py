@@ -426,12 +426,16 @@ class Trainer:
         generator = torch.Generator().manual_seed(self._seed_for(1))
         losses, policy_losses, entropies, grad_norms = [], [], [], []
         role_metrics: dict[str, list[float]] = {}
+        lengths = batch.tokens.attention_mask.sum(dim=-1)
         for _epoch in range(optim.epochs):
             order = torch.randperm(batch.num_sequences, generator=generator)
             # tensor_split: exactly `minibatches` parts on every rank, empty ones included
             for minibatch in torch.tensor_split(order, optim.minibatches):
                 if self.dist.sum(len(minibatch)) == 0:
                     continue
+                # Micro-batches of similar lengths: a 1,500-token Searcher call padded next to
+                # 200-token Answerer calls would multiply the compute. The gradient is the same sum.
+                minibatch = minibatch[torch.argsort(lengths[minibatch], descending=True, stable=True)]
                 self.optimizer.zero_grad(set_to_none=True)
                 total = max(self.dist.sum(_denominator(mode, batch.tokens.response_mask[minibatch])), 1.0)
                 micro_batches = [(rows, 1.0) for rows in minibatch.split(optim.micro_batch_size)]
