@@ -186,6 +186,23 @@ def test_pretraining_reads_other_worlds_in_full_windows():
     assert not any(f"{title}: " in text for title in own - {d.title for docs in others for d in docs})
 
 
+def test_recall_restates_sentences_of_the_passages_just_read():
+    from agents.scripted import sentences
+    from training.base_model import pretraining_texts
+
+    config = replace(SMOKE_CONFIG, pretrain_worlds=1, pretrain_recall_group=3, pretrain_recall_sentences=2)
+    texts = pretraining_texts(config)
+    plain = pretraining_texts(replace(config, pretrain_recall_group=0))
+    assert len(texts) == -(-len(plain) // 3)  # one text per group of three passages
+    for text in texts:
+        *passages, recall = text.split("\n")
+        assert passages == plain[: len(passages)]
+        plain = plain[len(passages) :]
+        restated = sentences(recall)
+        assert len(restated) == 2 and all(any(s in p for p in passages) for s in restated)
+    assert pretraining_texts(config) == texts  # seeded
+
+
 @pytest.mark.slow
 def test_names_of_every_split_are_spelled_from_the_same_pieces(smoke_model):
     """The tokenizer never saw a name, so training names get no whole-word tokens that test names lack."""

@@ -20,7 +20,7 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
 
 The same config gives the same weights, bit for bit (on the same machine and torch version).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
-The default preset's π_0 (a 2.8 MB model that takes ~14 minutes to build on 2 cores) is shipped
+The default preset's π_0 (a 2.8 MB model that takes ~15 minutes to build on 2 cores) is shipped
 in ``models/base-<key>/``, so the main job starts from it; docs/base_model.md shows the command
 that rebuilds it identically.
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 import tempfile
 import time
@@ -67,6 +68,11 @@ class SFTConfig:
     # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
     # the model learns to copy a name from its context; it never reads the world_seed world.
     pretrain_worlds: int = 0
+    # After every group of this many passages, restate some of their sentences in a shuffled order
+    # (0: none). A value (a year, a city) appears once in a passage, so plain passages never teach
+    # copying it; the restatement does, among distractors, which is what a Searcher's report needs.
+    pretrain_recall_group: int = 0
+    pretrain_recall_sentences: int = 3
     pretrain_epochs: int = 1
     pretrain_seq_len: int = 256
     pretrain_batch_size: int = 16
@@ -98,9 +104,11 @@ class SFTConfig:
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
         for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
-                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size"):
+                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SFTConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.pretrain_recall_group < 0:
+            raise ValueError(f"SFTConfig.pretrain_recall_group must be >= 0 (0: no recall), got {self.pretrain_recall_group!r}")
         for name in ("lr", "grad_clip", "initializer_range"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)!r}")
@@ -141,16 +149,36 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     return rows
 
 
-def pretraining_examples(config: SFTConfig, tokenizer) -> list:
-    """Every passage of the pretraining worlds as ``title: text`` (the form retrieval shows),
-    separated by ``<|endoftext|>``, cut into ``pretrain_seq_len`` windows with the loss on every token."""
+def pretraining_texts(config: SFTConfig) -> list[str]:
+    """Every passage of the pretraining worlds as ``title: text`` (the form retrieval shows); with
+    ``pretrain_recall_group`` = k, each group of k passages is one text, one passage per line,
+    followed by ``pretrain_recall_sentences`` of their sentences drawn at random (seeded)."""
+    from agents.scripted import sentences
     from envs.synthwiki.world import build_world
+
+    rng = random.Random(config.seed)
+    texts = []
+    for seed in range(config.world_seed + 1, config.world_seed + 1 + config.pretrain_worlds):
+        documents = build_world(seed, config.world_size).corpus.documents
+        if not config.pretrain_recall_group:
+            texts += [f"{d.title}: {d.text}" for d in documents]
+            continue
+        for start in range(0, len(documents), config.pretrain_recall_group):
+            group = documents[start : start + config.pretrain_recall_group]
+            pool = [sentence for d in group for sentence in sentences(d.text)]
+            recalled = rng.sample(pool, min(config.pretrain_recall_sentences, len(pool)))
+            texts.append("\n".join(f"{d.title}: {d.text}" for d in group) + "\n" + " ".join(recalled))
+    return texts
+
+
+def pretraining_examples(config: SFTConfig, tokenizer) -> list:
+    """``pretraining_texts`` separated by ``<|endoftext|>``, cut into ``pretrain_seq_len`` windows
+    with the loss on every token."""
     from training.sft import SFTExample
 
     stream: list[int] = []
-    for seed in range(config.world_seed + 1, config.world_seed + 1 + config.pretrain_worlds):
-        for document in build_world(seed, config.world_size).corpus.documents:
-            stream += tokenizer.encode(f"{document.title}: {document.text}") + [tokenizer.pad_token_id]
+    for text in pretraining_texts(config):
+        stream += tokenizer.encode(text) + [tokenizer.pad_token_id]
     length = config.pretrain_seq_len
     windows = [stream[start : start + length] for start in range(0, len(stream) - length + 1, length)]
     return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]

@@ -1,0 +1,35 @@
+"""Where π_0 fails on 1-hop questions, from an evaluation's records.jsonl (ad hoc, kept as the record).
+
+    python benchmarks/results/main_job_exp15_dev/analyse_records.py runs/dev15_a20/eval/records.jsonl
+
+Prints, per method and question type, how many questions were solved 0..4 times out of 4, and for
+C-MAS base on 1-hop questions: whether the gold answer was in the retrieved passages, in the
+Searcher's report, and whether a wrong final answer occurs anywhere in the passages.
+"""
+
+import collections
+import json
+import re
+import sys
+
+records = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+solved = collections.defaultdict(lambda: collections.defaultdict(float))
+for r in records:
+    solved[(r["method"], r["dataset"])][r["question_id"]] += r["score"]
+for key in sorted(solved):
+    print(*key, "questions by number of attempts solved:", sorted(collections.Counter(map(int, solved[key].values())).items()))
+
+one_hop = [r for r in records if r["method"] == "C-MAS base" and r["dataset"] == "1-hop"]
+gold_in_passages = gold_in_report = wrong = wrong_in_passages = 0
+for r in one_hop:
+    trajectory = r["trajectory"]
+    passages = " ".join(p["text"][:600] for s in trajectory["searches"] for p in s["passages"])
+    gold = r["golden_answers"][0]
+    gold_in_passages += gold in passages
+    gold_in_report += any(gold in report["text"] for report in trajectory["reports"])
+    answer = re.match(r"<answer>(.*)</answer>", r["final_output"] or "")
+    if r["score"] == 0 and answer:
+        wrong += 1
+        wrong_in_passages += answer.group(1).strip() in passages
+print(f"C-MAS base, 1-hop workflows: {len(one_hop)}; gold answer in the passages {gold_in_passages}, "
+      f"in the report {gold_in_report}; wrong answers {wrong}, of which in the passages {wrong_in_passages}")
