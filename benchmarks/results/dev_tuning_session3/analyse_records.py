@@ -1,6 +1,6 @@
 """Where π_0 fails on 1-hop questions, from an evaluation's records.jsonl (ad hoc, kept as the record).
 
-    python benchmarks/results/main_job_exp15_dev/analyse_records.py runs/dev15_a20/eval/records.jsonl
+    python benchmarks/results/dev_tuning_session3/analyse_records.py runs/dev15_a20/eval/records.jsonl
 
 Prints, per method and question type, how many questions were solved 0..4 times out of 4, and for
 C-MAS base on 1-hop questions: whether the gold answer was in the retrieved passages, in the
