@@ -13,15 +13,16 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
    every name from the same pieces makes copying from the context the only way to get names
    right, on any split;
 3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``), pretrained as a language model on
-   the passages of ``pretrain_worlds`` other worlds, where it learns to copy names from its
-   context (``pretraining_examples``);
+   the passages of ``pretrain_worlds`` other worlds, each group of passages followed by some of
+   their sentences again, where it learns to copy names and values from its context
+   (``pretraining_texts``);
 4. fine-tuning on the demonstrations (``training.sft``), with the loss on the model's own tokens
    only.
 
 The same config gives the same weights, bit for bit (on the same machine and torch version).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
 The default preset's π_0 (a 2.8 MB model that takes ~15 minutes to build on 2 cores) is shipped
-in ``models/base-<key>/``, so the main job starts from it; docs/base_model.md shows the command
+in ``models/base-<key>/``, so the main job starts from it; models/README.md shows the command
 that rebuilds it identically.
 """
 
