@@ -3,8 +3,9 @@
     python benchmarks/results/dev_tuning_session3/analyse_records.py runs/dev15_a20/eval/records.jsonl
 
 Prints, per method and question type, how many questions were solved 0..4 times out of 4, and for
-C-MAS base on 1-hop questions: whether the gold answer was in the retrieved passages, in the
-Searcher's report, and whether a wrong final answer occurs anywhere in the passages.
+the cascade methods (C-MAS base, C-MAS + RL) on 1-hop questions: how many workflows searched once,
+whether the gold answer was in the retrieved passages and in the Searcher's report, and whether a
+wrong final answer occurs anywhere in the passages.
 """
 
 import collections
@@ -19,17 +20,22 @@ for r in records:
 for key in sorted(solved):
     print(*key, "questions by number of attempts solved:", sorted(collections.Counter(map(int, solved[key].values())).items()))
 
-one_hop = [r for r in records if r["method"] == "C-MAS base" and r["dataset"] == "1-hop"]
-gold_in_passages = gold_in_report = wrong = wrong_in_passages = 0
-for r in one_hop:
-    trajectory = r["trajectory"]
-    passages = " ".join(p["text"][:600] for s in trajectory["searches"] for p in s["passages"])
-    gold = r["golden_answers"][0]
-    gold_in_passages += gold in passages
-    gold_in_report += any(gold in report["text"] for report in trajectory["reports"])
-    answer = re.match(r"<answer>(.*)</answer>", r["final_output"] or "")
-    if r["score"] == 0 and answer:
-        wrong += 1
-        wrong_in_passages += answer.group(1).strip() in passages
-print(f"C-MAS base, 1-hop workflows: {len(one_hop)}; gold answer in the passages {gold_in_passages}, "
-      f"in the report {gold_in_report}; wrong answers {wrong}, of which in the passages {wrong_in_passages}")
+for method in ("C-MAS base", "C-MAS + RL"):
+    one_hop = [r for r in records if r["method"] == method and r["dataset"] == "1-hop"]
+    if not one_hop:
+        continue
+    gold_in_passages = gold_in_report = wrong = wrong_in_passages = one_search = 0
+    for r in one_hop:
+        trajectory = r["trajectory"]
+        passages = " ".join(p["text"][:600] for s in trajectory["searches"] for p in s["passages"])
+        gold = r["golden_answers"][0]
+        gold_in_passages += gold in passages
+        gold_in_report += any(gold in report["text"] for report in trajectory["reports"])
+        one_search += len(trajectory["searches"]) == 1
+        answer = re.match(r"<answer>(.*)</answer>", r["final_output"] or "")
+        if r["score"] == 0 and answer:
+            wrong += 1
+            wrong_in_passages += answer.group(1).strip() in passages
+    print(f"{method}, 1-hop workflows: {len(one_hop)} ({one_search} with exactly one search); gold answer in "
+          f"the passages {gold_in_passages}, in the report {gold_in_report}; wrong answers {wrong}, of which in "
+          f"the passages {wrong_in_passages}")
