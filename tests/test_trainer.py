@@ -190,6 +190,56 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     torch.testing.assert_close(critic.advantages.shaped_rewards["searcher"], expected_rewards)
 
 
+def _with_em(batch, em_rows):
+    batch = copy.deepcopy(batch)
+    for row, ems in zip(batch.records, em_rows):
+        for record, em in zip(row, ems):
+            record["rewards"]["em"] = em
+    return batch
+
+
+def test_dynamic_sampling_keeps_drawing_until_b_questions_disagree(models, tmp_path, scripted_batch, monkeypatch):
+    uniform = _with_em(scripted_batch, [[1.0, 1.0], [0.0, 0.0]])
+    one_informative = _with_em(scripted_batch, [[0.0, 0.0], [0.0, 1.0]])
+    rounds = [uniform, one_informative, one_informative, uniform]
+    trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.dynamic_sampling_rounds": 3}))
+    monkeypatch.setattr(trainer, "_collect_round", lambda sampling_round: rounds[sampling_round])
+    batch, stats = trainer.collect()
+    # B = 2: round 0 has no informative question, rounds 1 and 2 have one each; round 3 is not drawn
+    assert stats["rollout/rounds"] == 3
+    assert stats["rollout/informative_fraction"] == pytest.approx(2 / 6)
+    assert [[r["rewards"]["em"] for r in row] for row in batch.records] == [[0.0, 1.0], [0.0, 1.0]]
+    question_1 = [s.input_ids for s in scripted_batch.sequences if s.group == 1]
+    for group in (0, 1):
+        assert [s.input_ids for s in batch.sequences if s.group == group] == question_1
+    ppo_batch, _ = trainer.prepare(batch)
+    assert ppo_batch.num_sequences == 2 * len(question_1)
+
+
+def test_dynamic_sampling_is_off_by_default_and_never_leaves_a_rank_empty(models, tmp_path, scripted_batch, monkeypatch):
+    uniform = _with_em(scripted_batch, [[1.0, 1.0], [0.0, 0.0]])
+    trainer = Trainer(stage2_config(models, tmp_path))
+    monkeypatch.setattr(trainer, "_collect_round", lambda sampling_round: uniform)
+    batch, stats = trainer.collect()
+    assert batch.sequences == uniform.sequences and batch.records == uniform.records
+    assert stats["rollout/rounds"] == 1 and stats["rollout/informative_fraction"] == 0
+    trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.dynamic_sampling_rounds": 2}))
+    monkeypatch.setattr(trainer, "_collect_round", lambda sampling_round: uniform)
+    batch, stats = trainer.collect()
+    assert batch is uniform and stats["rollout/rounds"] == 3
+
+
+def test_dynamic_sampling_rounds_draw_fresh_questions_with_fresh_seeds(models, tmp_path):
+    trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.dynamic_sampling_rounds": 1}))
+    drawn = []
+    next_batch = trainer.loader.next_batch
+    trainer.loader.next_batch = lambda: drawn.append(next_batch()[1]) or (
+        [trainer.loader.questions[i] for i in drawn[-1]], drawn[-1])
+    batch, stats = trainer.collect()  # a random π_0 answers nothing: no question is informative
+    assert stats["rollout/rounds"] == 2 and len(drawn) == 2 and set(drawn[0]).isdisjoint(drawn[1])
+    assert len(batch.questions) == 2 and trainer._seed_for(0, 1) != trainer._seed_for(0, 0)
+
+
 def test_nan_reward_stops_the_step_with_a_clear_error(models, tmp_path, scripted_batch):
     trainer = Trainer(stage2_config(models, tmp_path))
     batch = copy.deepcopy(scripted_batch)
@@ -218,3 +268,5 @@ def test_config_errors_name_the_field(models, tmp_path):
         build_config({"stage": "stage1", "variant": "prompted_critic"})
     with pytest.raises(ConfigError, match="rollout.group_size"):
         build_config({"stage": "stage1", "rollout": {"group_size": 0}})
+    with pytest.raises(ConfigError, match="rollout.dynamic_sampling_rounds"):
+        build_config({"stage": "stage1", "rollout": {"dynamic_sampling_rounds": -1}})

@@ -84,6 +84,9 @@ class RolloutConfig:
     max_input_tokens: int = 8192
     generation_batch_size: int = 64  # rows per batched generate call
     max_questions: int | None = None  # train on the first N questions of the split only
+    # DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions
+    # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
+    dynamic_sampling_rounds: int = 0
 
 
 @dataclass
@@ -166,6 +169,9 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if self.rollout.dynamic_sampling_rounds < 0:
+            raise ConfigError(f"rollout.dynamic_sampling_rounds: must be >= 0 (0 is off), "
+                              f"got {self.rollout.dynamic_sampling_rounds}")
         if self.logging.keep_samples < 0:
             raise ConfigError(f"logging.keep_samples: must be >= 0 (0 keeps all), got {self.logging.keep_samples}")
         self.distributed.validate()

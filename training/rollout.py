@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,19 @@ class TeamBatch:
         """Right-padded ids, attention mask and response mask of every sequence, in order."""
         return pad_batch([s.input_ids for s in self.sequences], [s.response_mask for s in self.sequences], pad_id)
 
+    def select_groups(self, groups: Sequence[int]) -> TeamBatch:
+        """The batch of the given questions only, renumbered 0, 1, … in the order given."""
+        position = {b: new for new, b in enumerate(groups)}
+        sequences = [replace(s, group=position[s.group]) for s in self.sequences if s.group in position]
+        sequences.sort(key=lambda s: (s.group, s.trajectory))
+        return TeamBatch([self.questions[b] for b in groups], self.group_size, sequences,
+                         [self.records[b] for b in groups])
+
+    def informative_groups(self) -> list[int]:
+        """The questions whose G trajectories do not all reach the same R_EM. The others give every
+        outcome-based advantage exactly 0 (DAPO's dynamic sampling drops them)."""
+        return [b for b, row in enumerate(self.records) if len({r["rewards"]["em"] for r in row}) > 1]
+
     def old_logprobs(self) -> torch.Tensor:
         """π_old log-probs aligned with ``token_batch`` (right padding, 0 off the response mask)."""
         width = max(len(s.input_ids) for s in self.sequences)
@@ -94,6 +107,18 @@ class TeamBatch:
         for row, s in enumerate(self.sequences):
             out[row, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
         return out
+
+
+def concat_batches(batches: Sequence[TeamBatch]) -> TeamBatch:
+    """One batch holding the questions of ``batches`` in order (all with the same group size)."""
+    if len({b.group_size for b in batches}) != 1:
+        raise ValueError("concat_batches needs batches with the same group size")
+    sequences, offset = [], 0
+    for batch in batches:
+        sequences += [replace(s, group=s.group + offset) for s in batch.sequences]
+        offset += len(batch.questions)
+    return TeamBatch([q for b in batches for q in b.questions], batches[0].group_size, sequences,
+                     [row for b in batches for row in b.records])
 
 
 def _call_seed(seed: int, group_key: int, trajectory: int, call_id: str, turn: int) -> int:

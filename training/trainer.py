@@ -4,7 +4,8 @@ One ``Trainer.train_step`` is one training step of the paper (B questions, G tra
 
 1. draw B training questions from the seeded ``QuestionLoader`` (its state is checkpointed);
 2. roll out G team trajectories per question with the current policy (``TeamRolloutCollector``);
-   every model call becomes a token-exact sequence with π_old log-probs;
+   every model call becomes a token-exact sequence with π_old log-probs (with dynamic sampling,
+   more rounds of questions until B of them have trajectories that disagree on R_EM);
 3. read the role rewards from the workflow records: R_EM, R_L (Eq. 6), c_ij, R_S (or, for the
    Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
 4. score every sequence with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
@@ -56,7 +57,7 @@ from training.losses import (
     ppo_role_metrics,
 )
 from training.nonfinite import save_nonfinite_step, step_tensors
-from training.rollout import TeamBatch, TeamRolloutCollector
+from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.teacher import Teacher
 from training.token_scoring import TokenBatch
@@ -333,20 +334,50 @@ class Trainer:
         self.dist.barrier()
         return saved
 
-    def _seed_for(self, purpose: int) -> int:
+    def _seed_for(self, purpose: int, sampling_round: int = 0) -> int:
         """A seed for this step's rollouts (0) or minibatch order (1), from the run seed alone."""
-        state = np.random.SeedSequence([self.config.seed, self.step, purpose])
+        entropy = [self.config.seed, self.step, purpose] + ([sampling_round] if sampling_round else [])
+        state = np.random.SeedSequence(entropy)
         return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(33))
 
     # ----- one step ----------------------------------------------------------------------
-    def collect(self) -> TeamBatch:
-        """This rank's share of the step's questions, with their dataset indices as group keys
+    def _collect_round(self, sampling_round: int) -> TeamBatch:
+        """This rank's share of B fresh questions, with their dataset indices as group keys
         (so the ranks' batches together are the single-process batch)."""
         questions, indices = self.loader.next_batch()
         self.model.eval()
         with distributed.generation_weights(self.scorer):
             return self.collector.collect(self.dist.shard(questions), self.config.rollout.group_size,
-                                          seed=self._seed_for(0), group_keys=self.dist.shard(indices))
+                                          seed=self._seed_for(0, sampling_round),
+                                          group_keys=self.dist.shard(indices))
+
+    def collect(self) -> tuple[TeamBatch, dict[str, float]]:
+        """The step's rollouts, and how many of their questions carry an outcome signal.
+
+        With ``rollout.dynamic_sampling_rounds`` it keeps drawing rounds of B questions until B
+        informative ones (``TeamBatch.informative_groups``) are found on all ranks together or
+        the rounds run out, then trains on the informative ones only (at most this rank's share of
+        B). A rank that found none keeps its first round, so that no rank has an empty batch.
+        """
+        rollout = self.config.rollout
+        rounds: list[TeamBatch] = []
+        found = 0
+        for sampling_round in range(1 + rollout.dynamic_sampling_rounds):
+            rounds.append(self._collect_round(sampling_round))
+            found += int(self.dist.sum(len(rounds[-1].informative_groups())))
+            if found >= rollout.batch_size:
+                break
+        batch = concat_batches(rounds)
+        informative = batch.informative_groups()
+        em = [r["rewards"]["em"] for row in batch.records for r in row]
+        stats = {
+            "rollout/rounds": float(len(rounds)),
+            "rollout/informative_fraction": len(informative) / len(batch.questions),
+            "rollout/em_all_rounds": float(np.mean(em)),
+        }
+        if rollout.dynamic_sampling_rounds:
+            batch = batch.select_groups(informative[: len(rounds[0].questions)]) if informative else rounds[0]
+        return batch, stats
 
     def prepare(self, batch: TeamBatch) -> tuple[PPOBatch, dict[str, float]]:
         """Rewards, Teacher scores and token advantages of a rollout batch."""
@@ -489,10 +520,11 @@ class Trainer:
         """One training step; returns its metrics. Raises ``NonFiniteError`` on NaN/inf."""
         started = time.perf_counter()
         self.step_inputs = {}
-        batch = self.collect()
+        batch, sampling_metrics = self.collect()
         self.step_inputs["rollout"] = batch
         rollout_s = time.perf_counter() - started
         ppo_batch, metrics = self.prepare(batch)
+        metrics.update(sampling_metrics)
         self.step_inputs["ppo"] = ppo_batch
         update_started = time.perf_counter()
         metrics.update(self.update(ppo_batch))

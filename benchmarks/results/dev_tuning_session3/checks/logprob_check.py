@@ -16,7 +16,7 @@ from training.trainer import Trainer
 
 config = load_config(sys.argv[1], ["rollout.batch_size=4", "run_dir=/tmp/logprob_check"])
 trainer = Trainer(config)
-batch = trainer.collect()
+batch, _ = trainer.collect()
 tokens = batch.token_batch(trainer.tokenizer.pad_token_id)
 roles = batch.role_ids()
 with torch.no_grad():
