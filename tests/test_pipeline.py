@@ -5,7 +5,7 @@ import json
 import pytest
 
 from maopd.cli import main
-from training.pipeline import held_out_manifest, load_preset
+from training.pipeline import held_out_manifest, load_preset, ptx_texts_path, stage_config
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():
@@ -17,6 +17,14 @@ def test_held_out_manifest_is_the_test_split_by_question_type():
     assert all(e.question.id.startswith("dev-") for e in held_out_manifest(dev))
     with pytest.raises(ValueError, match="eval.split"):  # at load time, before any training
         load_preset("smoke", ["eval.split=train"])
+
+
+def test_ptx_stages_read_the_pretraining_texts_the_pipeline_writes(tmp_path):
+    config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.ptx.coef=0.5"])
+    stage1 = stage_config(config, "stage1", "full", tmp_path / "pi0", None)
+    stage2 = stage_config(config, "stage2", "full", tmp_path / "pi0", tmp_path / "stage1")
+    assert stage1.ptx.coef == 0.5 and stage1.ptx.texts == str(ptx_texts_path(config))
+    assert stage2.ptx.coef == 0 and stage2.ptx.texts is None
 
 
 def test_unknown_preset_is_named():

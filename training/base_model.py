@@ -175,14 +175,9 @@ def pretraining_texts(config: SFTConfig) -> list[str]:
 def pretraining_examples(config: SFTConfig, tokenizer) -> list:
     """``pretraining_texts`` separated by ``<|endoftext|>``, cut into ``pretrain_seq_len`` windows
     with the loss on every token."""
-    from training.sft import SFTExample
+    from training.sft import language_model_windows
 
-    stream: list[int] = []
-    for text in pretraining_texts(config):
-        stream += tokenizer.encode(text) + [tokenizer.pad_token_id]
-    length = config.pretrain_seq_len
-    windows = [stream[start : start + length] for start in range(0, len(stream) - length + 1, length)]
-    return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]
+    return language_model_windows(pretraining_texts(config), tokenizer, config.pretrain_seq_len)
 
 
 def tail_mean(losses: list[float], last: int = 20) -> float:

@@ -111,6 +111,17 @@ class CriticConfig:
 
 
 @dataclass
+class PtxConfig:
+    """PPO-ptx (Ouyang et al., 2022, Eq. 2): γ · the language-modelling loss of plain texts added to
+    every PPO minibatch, so that the RL update does not erode what π_0 learned from them."""
+
+    coef: float = 0.0  # γ; 0 is off
+    texts: str | None = None  # a .jsonl file, one {"text": ...} per line
+    batch_size: int = 4  # windows per minibatch
+    seq_len: int = 512  # tokens per window
+
+
+@dataclass
 class CheckpointConfig:
     every: int = 100
     keep_last: int = 3
@@ -144,6 +155,7 @@ class TrainConfig:
     ppo: PPOLossConfig = field(default_factory=PPOLossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
+    ptx: PtxConfig = field(default_factory=PtxConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # used under torchrun
@@ -169,6 +181,13 @@ class TrainConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
+        if self.ptx.coef < 0:
+            raise ConfigError(f"ptx.coef: must be >= 0 (0 is off), got {self.ptx.coef}")
+        if self.ptx.coef > 0 and not self.ptx.texts:
+            raise ConfigError("ptx.texts: ptx.coef > 0 needs a .jsonl file of {\"text\": ...} lines")
+        if self.ptx.batch_size < 1 or self.ptx.seq_len < 2:
+            raise ConfigError(f"ptx.batch_size / ptx.seq_len: must be >= 1 / >= 2, got "
+                              f"{self.ptx.batch_size} / {self.ptx.seq_len}")
         if self.rollout.dynamic_sampling_rounds < 0:
             raise ConfigError(f"rollout.dynamic_sampling_rounds: must be >= 0 (0 is off), "
                               f"got {self.rollout.dynamic_sampling_rounds}")

@@ -106,7 +106,14 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
                      "model.path": str(base_model)})
     if teacher is not None:
         settings["teacher.path"] = str(teacher)
+    if settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.texts"):
+        settings["ptx.texts"] = str(ptx_texts_path(config))
     return build_config(apply_settings({}, settings))
+
+
+def ptx_texts_path(config: PipelineConfig) -> Path:
+    """Where the pipeline writes π_0's pretraining texts for PPO-ptx (``ptx.coef`` > 0)."""
+    return Path(config.run_dir) / "ptx_texts.jsonl"
 
 
 def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -150,9 +157,10 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
 def run_pipeline(config: PipelineConfig) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
-    from training.base_model import load_or_build_base_model
+    from training.base_model import load_or_build_base_model, pretraining_texts
     from training.checkpoint import resolve_model_dir
     from training.plot import plot_run
+    from training.ptx import write_texts
     from training.trainer import train_stage
 
     run_dir = Path(config.run_dir)
@@ -168,6 +176,8 @@ def run_pipeline(config: PipelineConfig) -> dict:
         return out
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
+    if any(_dotted(settings).get("ptx.coef", 0) > 0 for settings in (config.stage1, config.stage2)):
+        write_texts(pretraining_texts(config.base_model), ptx_texts_path(config))
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {

@@ -116,6 +116,16 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: t
     return [batches[i] for i in shuffled]
 
 
+def language_model_windows(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, length: int) -> list[SFTExample]:
+    """``texts`` separated by the pad (``<|endoftext|>``) token and cut into windows of ``length``
+    tokens, with the loss on every token but the first (a shorter tail is dropped)."""
+    stream: list[int] = []
+    for text in texts:
+        stream += tokenizer.encode(text) + [tokenizer.pad_token_id]
+    windows = [stream[start : start + length] for start in range(0, len(stream) - length + 1, length)]
+    return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]
+
+
 def sft_loss(model: torch.nn.Module, examples: Sequence[SFTExample], pad_id: int) -> torch.Tensor:
     """Mean negative log-likelihood of the masked tokens of ``examples`` (one padded batch)."""
     batch = pad_batch([e.input_ids for e in examples], [e.loss_mask for e in examples], pad_id)

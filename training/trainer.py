@@ -58,7 +58,9 @@ from training.losses import (
 )
 from training.nonfinite import save_nonfinite_step, step_tensors
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
+from training.ptx import PtxWindows
 from training.run_logging import MetricsLogger, truncate_metrics
+from training.sft import sft_loss
 from training.teacher import Teacher
 from training.token_scoring import TokenBatch
 
@@ -295,6 +297,8 @@ class Trainer:
         questions = self.make_env().questions[: config.rollout.max_questions]
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
         self.collector = TeamRolloutCollector(self.make_env, self.policy)
+        ptx = config.ptx
+        self.ptx = PtxWindows(ptx.texts, self.tokenizer, ptx.seq_len, ptx.batch_size) if ptx.coef > 0 else None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
             weight_decay=config.optim.weight_decay,
@@ -455,7 +459,7 @@ class Trainer:
         optim, mode = self.config.optim, self.config.ppo.loss_agg_mode
         self.model.train()
         generator = torch.Generator().manual_seed(self._seed_for(1))
-        losses, policy_losses, entropies, grad_norms = [], [], [], []
+        losses, policy_losses, entropies, grad_norms, ptx_losses = [], [], [], [], []
         role_metrics: dict[str, list[float]] = {}
         lengths = batch.tokens.attention_mask.sum(dim=-1)
         for _epoch in range(optim.epochs):
@@ -490,6 +494,11 @@ class Trainer:
                     )
                     for name, value in metrics.items():
                         role_metrics.setdefault(name, []).append(value)
+                if self.ptx is not None:
+                    # every rank adds its own windows; the gradient sum over ranks is their mean
+                    ptx_loss = sft_loss(self.model, self.ptx.sample(generator), self.tokenizer.pad_token_id)
+                    (self.config.ptx.coef / self.dist.world_size * ptx_loss).backward()
+                    ptx_losses.append(float(ptx_loss.detach()))
                 if not distributed.is_sharded(self.scorer):
                     self.dist.sum_gradients(self.model.parameters())
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip)
@@ -513,6 +522,8 @@ class Trainer:
         }
         if entropies:
             metrics["loss/entropy"] = float(np.mean(entropies))
+        if ptx_losses:
+            metrics["loss/ptx"] = float(np.mean(ptx_losses))
         metrics.update({name: float(np.mean(values)) for name, values in role_metrics.items()})
         return metrics
 
