@@ -5,7 +5,7 @@ import json
 import pytest
 
 from maopd.cli import main
-from training.pipeline import held_out_manifest, load_preset, ptx_texts_path, stage_config
+from training.pipeline import held_out_manifest, load_preset, ptx_data_path, stage_config
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():
@@ -19,12 +19,12 @@ def test_held_out_manifest_is_the_test_split_by_question_type():
         load_preset("smoke", ["eval.split=train"])
 
 
-def test_ptx_stages_read_the_pretraining_texts_the_pipeline_writes(tmp_path):
+def test_ptx_stages_read_the_demonstrations_the_pipeline_writes(tmp_path):
     config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.ptx.coef=0.5"])
     stage1 = stage_config(config, "stage1", "full", tmp_path / "pi0", None)
     stage2 = stage_config(config, "stage2", "full", tmp_path / "pi0", tmp_path / "stage1")
-    assert stage1.ptx.coef == 0.5 and stage1.ptx.texts == str(ptx_texts_path(config))
-    assert stage2.ptx.coef == 0 and stage2.ptx.texts is None
+    assert stage1.ptx.coef == 0.5 and stage1.ptx.data == str(ptx_data_path(config))
+    assert stage2.ptx.coef == 0 and stage2.ptx.data is None
 
 
 def test_unknown_preset_is_named():

@@ -137,26 +137,38 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(models, tmp_path, sc
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
-def test_ptx_adds_the_language_model_gradient_of_its_texts(models, tmp_path, scripted_batch):
-    from training.ptx import write_texts
+def _ptx_file(path):
+    from training.ptx import write_rows
+
+    questions = load_default_world().splits["dev"][:100]
+    texts = [{"text": q.question} for q in questions]
+    chats = [{"role": "answerer", "messages": [{"role": "user", "content": q.question},
+                                               {"role": "assistant", "content": f"<answer>{q.golden_answers[0]}</answer>"}]}
+             for q in questions]
+    return write_rows(texts + chats, path)
+
+
+def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, tmp_path, scripted_batch):
     from training.sft import sft_loss
 
-    texts = write_texts([q.question for q in load_default_world().splits["dev"][:200]], tmp_path / "ptx.jsonl")
+    data = _ptx_file(tmp_path / "ptx.jsonl")
     grads, ptx_grad = [], None
     for coef in (0.0, 0.5):
         trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch, **{
-            "ptx.coef": coef, "ptx.texts": str(texts), "ptx.seq_len": 64, "optim.lr": 1e-12,
-            "optim.grad_clip": 1e9})  # compare raw gradients
+            "ptx.coef": coef, "ptx.data": str(data), "ptx.seq_len": 64, "ptx.batch_size": 8,
+            "optim.lr": 1e-12, "optim.grad_clip": 1e9})  # compare raw gradients
         trainer.optimizer.step = lambda: None  # keep the gradient, skip the update
         metrics = trainer.update(ppo_batch)
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
         if coef:
-            # the windows the update drew, drawn again from the same seed
+            roles = {e.role for e in trainer.ptx.examples}
+            assert roles == {"pretraining", "answerer"}  # text windows and chat calls
+            # the examples the update drew, drawn again from the same seed
             generator = torch.Generator().manual_seed(trainer._seed_for(1))
             torch.randperm(ppo_batch.num_sequences, generator=generator)
-            windows = trainer.ptx.sample(generator)
+            examples = trainer.ptx.sample(generator)
             trainer.model.zero_grad()
-            loss = sft_loss(trainer.model, windows, trainer.tokenizer.pad_token_id)
+            loss = sft_loss(trainer.model, examples, trainer.tokenizer.pad_token_id)
             (coef * loss).backward()
             ptx_grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
             assert metrics["loss/ptx"] == pytest.approx(loss.item(), rel=1e-5)
@@ -165,15 +177,15 @@ def test_ptx_adds_the_language_model_gradient_of_its_texts(models, tmp_path, scr
     torch.testing.assert_close(grads[1] - grads[0], ptx_grad, rtol=1e-3, atol=1e-6)
 
 
-def test_ptx_texts_errors_name_the_field_and_line(models, tmp_path):
+def test_ptx_data_errors_name_the_field_and_line(models, tmp_path):
     from maopd.config import ConfigError
 
-    with pytest.raises(ConfigError, match="ptx.texts"):
+    with pytest.raises(ConfigError, match="ptx.data"):
         stage2_config(models, tmp_path, **{"ptx.coef": 0.1})
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"txt": "oops"}\n')
     with pytest.raises(ConfigError, match="line 2"):
-        Trainer(stage2_config(models, tmp_path, **{"ptx.coef": 0.1, "ptx.texts": str(bad)}))
+        Trainer(stage2_config(models, tmp_path, **{"ptx.coef": 0.1, "ptx.data": str(bad)}))
 
 
 def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch):

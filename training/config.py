@@ -112,13 +112,14 @@ class CriticConfig:
 
 @dataclass
 class PtxConfig:
-    """PPO-ptx (Ouyang et al., 2022, Eq. 2): γ · the language-modelling loss of plain texts added to
-    every PPO minibatch, so that the RL update does not erode what π_0 learned from them."""
+    """PPO-ptx (Ouyang et al., 2022, Eq. 2): γ · the negative log-likelihood of fixed examples
+    added to every PPO minibatch, so that the RL update does not erode what π_0 learned from them
+    (``training.ptx``)."""
 
     coef: float = 0.0  # γ; 0 is off
-    texts: str | None = None  # a .jsonl file, one {"text": ...} per line
-    batch_size: int = 4  # windows per minibatch
-    seq_len: int = 512  # tokens per window
+    data: str | None = None  # a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines
+    batch_size: int = 4  # examples per minibatch
+    seq_len: int = 1536  # text window length; longer chats are skipped
 
 
 @dataclass
@@ -183,8 +184,8 @@ class TrainConfig:
                 raise ConfigError(f"{name}: must be >= 1, got {value}")
         if self.ptx.coef < 0:
             raise ConfigError(f"ptx.coef: must be >= 0 (0 is off), got {self.ptx.coef}")
-        if self.ptx.coef > 0 and not self.ptx.texts:
-            raise ConfigError("ptx.texts: ptx.coef > 0 needs a .jsonl file of {\"text\": ...} lines")
+        if self.ptx.coef > 0 and not self.ptx.data:
+            raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (training.ptx)")
         if self.ptx.batch_size < 1 or self.ptx.seq_len < 2:
             raise ConfigError(f"ptx.batch_size / ptx.seq_len: must be >= 1 / >= 2, got "
                               f"{self.ptx.batch_size} / {self.ptx.seq_len}")

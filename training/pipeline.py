@@ -106,14 +106,14 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
                      "model.path": str(base_model)})
     if teacher is not None:
         settings["teacher.path"] = str(teacher)
-    if settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.texts"):
-        settings["ptx.texts"] = str(ptx_texts_path(config))
+    if settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.data"):
+        settings["ptx.data"] = str(ptx_data_path(config))
     return build_config(apply_settings({}, settings))
 
 
-def ptx_texts_path(config: PipelineConfig) -> Path:
-    """Where the pipeline writes π_0's pretraining texts for PPO-ptx (``ptx.coef`` > 0)."""
-    return Path(config.run_dir) / "ptx_texts.jsonl"
+def ptx_data_path(config: PipelineConfig) -> Path:
+    """Where the pipeline writes π_0's demonstrations for PPO-ptx (``ptx.coef`` > 0)."""
+    return Path(config.run_dir) / "ptx_data.jsonl"
 
 
 def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -157,10 +157,10 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
 def run_pipeline(config: PipelineConfig) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
-    from training.base_model import load_or_build_base_model, pretraining_texts
+    from training.base_model import demonstration_chats, load_or_build_base_model
     from training.checkpoint import resolve_model_dir
     from training.plot import plot_run
-    from training.ptx import write_texts
+    from training.ptx import write_rows
     from training.trainer import train_stage
 
     run_dir = Path(config.run_dir)
@@ -176,8 +176,9 @@ def run_pipeline(config: PipelineConfig) -> dict:
         return out
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
-    if any(_dotted(settings).get("ptx.coef", 0) > 0 for settings in (config.stage1, config.stage2)):
-        write_texts(pretraining_texts(config.base_model), ptx_texts_path(config))
+    needs_ptx = [_dotted(s).get("ptx.coef", 0) > 0 and not _dotted(s).get("ptx.data") for s in (config.stage1, config.stage2)]
+    if any(needs_ptx) and not ptx_data_path(config).is_file():
+        write_rows(demonstration_chats(config.base_model, progress=False), ptx_data_path(config))
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {

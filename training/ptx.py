@@ -1,8 +1,15 @@
-"""The texts of PPO-ptx: a fixed set of language-modelling windows, sampled for every minibatch.
+"""The data of PPO-ptx: fixed training examples, sampled for every PPO minibatch.
 
-The update adds ``ptx.coef`` times their mean token negative log-likelihood to each PPO
-minibatch's loss (``Trainer.update``). The pipeline writes π_0's own pretraining texts (passages
-and restated sentences: where copying a value is learned) to ``RUN_DIR/ptx_texts.jsonl``.
+The update adds ``ptx.coef`` times their mean token negative log-likelihood to each minibatch's
+loss (``Trainer.update``). ``ptx.data`` is a ``.jsonl`` file whose lines are either
+
+* ``{"text": ...}``: plain text, cut into ``ptx.seq_len``-token windows (language modelling), or
+* ``{"messages": [...], "role": ...}``: one model call as a chat, with the loss on the assistant
+  turns exactly as in SFT (``training.sft.encode_call``); calls over ``ptx.seq_len`` are skipped.
+
+The pipeline writes the demonstrations π_0 was fine-tuned on (``RUN_DIR/ptx_data.jsonl``), so
+the term anchors what SFT taught (following formats, copying values from passages) while the
+advantages move the rest.
 """
 
 from __future__ import annotations
@@ -10,49 +17,56 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from maopd.config import ConfigError
-from training.sft import SFTExample, language_model_windows
+from training.sft import SFTExample, encode_call, language_model_windows
 
 
-def write_texts(texts: Sequence[str], path: str | Path) -> Path:
-    """``texts`` as a ``.jsonl`` file of ``{"text": ...}`` lines."""
+def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """``rows`` (``{"text": ...}`` or ``{"messages": ..., "role": ...}``) as a ``.jsonl`` file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     return path
 
 
-def read_texts(path: str | Path) -> list[str]:
-    """The texts of a ``.jsonl`` file; errors name the file and line."""
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``ptx.data`` file; errors name the file and line."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"ptx.texts: {path} is not a file")
-    texts = []
+        raise ConfigError(f"ptx.data: {path} is not a file")
+    rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            text = json.loads(line)["text"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(f"ptx.texts: {path} line {number} is not a {{\"text\": ...}} object") from exc
-        if not isinstance(text, str):
-            raise ConfigError(f"ptx.texts: {path} line {number}: \"text\" must be a string")
-        texts.append(text)
-    return texts
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"ptx.data: {path} line {number} is not JSON") from exc
+        valid_text = isinstance(row, dict) and isinstance(row.get("text"), str)
+        valid_chat = isinstance(row, dict) and isinstance(row.get("messages"), list)
+        if not (valid_text or valid_chat):
+            raise ConfigError(f"ptx.data: {path} line {number} has neither a \"text\" string "
+                              f"nor a \"messages\" list")
+        rows.append(row)
+    return rows
 
 
-class PtxWindows:
-    """The windows of ``ptx.texts``; ``sample`` draws a batch with the caller's generator."""
+class PtxData:
+    """The examples of ``ptx.data``; ``sample`` draws ``batch_size`` of them with the caller's generator."""
 
     def __init__(self, path: str | Path, tokenizer, seq_len: int, batch_size: int):
-        self.windows = language_model_windows(read_texts(path), tokenizer, seq_len)
-        if not self.windows:
-            raise ConfigError(f"ptx.texts: {path} holds fewer than ptx.seq_len = {seq_len} tokens")
+        rows = read_rows(path)
+        texts = [row["text"] for row in rows if "text" in row]
+        chats = [encode_call(tokenizer, row["messages"], row.get("role", "")) for row in rows if "messages" in row]
+        self.examples = language_model_windows(texts, tokenizer, seq_len) + [c for c in chats if len(c) <= seq_len]
+        if not self.examples:
+            raise ConfigError(f"ptx.data: {path} gives no example of at most ptx.seq_len = {seq_len} tokens")
         self.batch_size = batch_size
 
     def sample(self, generator: torch.Generator) -> list[SFTExample]:
-        rows = torch.randint(len(self.windows), (self.batch_size,), generator=generator)
-        return [self.windows[int(i)] for i in rows]
+        rows = torch.randint(len(self.examples), (self.batch_size,), generator=generator)
+        return [self.examples[int(i)] for i in rows]

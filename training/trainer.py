@@ -58,7 +58,7 @@ from training.losses import (
 )
 from training.nonfinite import save_nonfinite_step, step_tensors
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
-from training.ptx import PtxWindows
+from training.ptx import PtxData
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.sft import sft_loss
 from training.teacher import Teacher
@@ -298,7 +298,7 @@ class Trainer:
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
         self.collector = TeamRolloutCollector(self.make_env, self.policy)
         ptx = config.ptx
-        self.ptx = PtxWindows(ptx.texts, self.tokenizer, ptx.seq_len, ptx.batch_size) if ptx.coef > 0 else None
+        self.ptx = PtxData(ptx.data, self.tokenizer, ptx.seq_len, ptx.batch_size) if ptx.coef > 0 else None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
             weight_decay=config.optim.weight_decay,
@@ -495,7 +495,7 @@ class Trainer:
                     for name, value in metrics.items():
                         role_metrics.setdefault(name, []).append(value)
                 if self.ptx is not None:
-                    # every rank adds its own windows; the gradient sum over ranks is their mean
+                    # every rank adds its own examples; the gradient sum over ranks is their mean
                     ptx_loss = sft_loss(self.model, self.ptx.sample(generator), self.tokenizer.pad_token_id)
                     (self.config.ptx.coef / self.dist.world_size * ptx_loss).backward()
                     ptx_losses.append(float(ptx_loss.detach()))
