@@ -20,7 +20,7 @@ def test_held_out_manifest_is_the_test_split_by_question_type():
 
 
 def test_ptx_stages_read_the_demonstrations_the_pipeline_writes(tmp_path):
-    config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.ptx.coef=0.5"])
+    config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.ptx.coef=0.5", "stage2.ptx.coef=0"])
     stage1 = stage_config(config, "stage1", "full", tmp_path / "pi0", None)
     stage2 = stage_config(config, "stage2", "full", tmp_path / "pi0", tmp_path / "stage1")
     assert stage1.ptx.coef == 0.5 and stage1.ptx.data == str(ptx_data_path(config))
@@ -43,6 +43,8 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
         assert (run_dir / "eval" / name).is_file()
     assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()
+    assert (run_dir / "ptx_data.jsonl").is_file()  # the smoke preset, like the default, uses PPO-ptx
+    assert "loss/ptx" in json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
     records = (run_dir / "eval" / "records.jsonl").read_text().splitlines()
     # a rerun resumes: no stage retrains, no record is run twice
     assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
