@@ -177,6 +177,17 @@ def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, t
     torch.testing.assert_close(grads[1] - grads[0], ptx_grad, rtol=1e-3, atol=1e-6)
 
 
+def test_ptx_data_is_written_whole_or_not_at_all(tmp_path):
+    from training.ptx import read_rows, write_rows
+
+    target = tmp_path / "ptx.jsonl"
+    with pytest.raises(TypeError):
+        write_rows([{"text": "fine"}, {"text": object()}], target)  # fails half way
+    assert not target.exists()
+    write_rows([{"text": "fine"}], target)
+    assert read_rows(target) == [{"text": "fine"}] and list(tmp_path.iterdir()) == [target]
+
+
 def test_ptx_data_errors_name_the_field_and_line(models, tmp_path):
     from maopd.config import ConfigError
 

@@ -26,10 +26,13 @@ from training.sft import SFTExample, encode_call, language_model_windows
 
 
 def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """``rows`` (``{"text": ...}`` or ``{"messages": ..., "role": ...}``) as a ``.jsonl`` file."""
+    """``rows`` (``{"text": ...}`` or ``{"messages": ..., "role": ...}``) as a ``.jsonl`` file,
+    written whole or not at all (a run interrupted while writing must not resume on half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    partial.replace(path)
     return path
 
 
