@@ -176,9 +176,12 @@ def run_pipeline(config: PipelineConfig) -> dict:
         return out
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
-    needs_ptx = [_dotted(s).get("ptx.coef", 0) > 0 and not _dotted(s).get("ptx.data") for s in (config.stage1, config.stage2)]
-    if any(needs_ptx) and not ptx_data_path(config).is_file():
-        write_rows(demonstration_chats(config.base_model, progress=False), ptx_data_path(config))
+    # PPO-ptx without its own data trains on π_0's demonstrations (see stage_config)
+    stages = (_dotted(config.stage1), _dotted(config.stage2))
+    needs_ptx_data = any(s.get("ptx.coef", 0) > 0 and not s.get("ptx.data") for s in stages)
+    if needs_ptx_data and not ptx_data_path(config).is_file():
+        rows = timed("ptx_data", demonstration_chats, config.base_model, False)
+        write_rows(rows, ptx_data_path(config))
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {
