@@ -302,6 +302,12 @@ def test_dynamic_sampling_rounds_draw_fresh_questions_with_fresh_seeds(models, t
     assert len(batch.questions) == 2 and trainer._seed_for(0, 1) != trainer._seed_for(0, 0)
 
 
+def test_first_question_skips_the_start_of_the_split(models, tmp_path):
+    split = hierarchical_search_v0.env().questions
+    trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.first_question": 5}))
+    assert trainer.loader.questions == split[5:13]  # then max_questions = 8
+
+
 def test_nan_reward_stops_the_step_with_a_clear_error(models, tmp_path, scripted_batch):
     trainer = Trainer(stage2_config(models, tmp_path))
     batch = copy.deepcopy(scripted_batch)
@@ -330,5 +336,7 @@ def test_config_errors_name_the_field(models, tmp_path):
         build_config({"stage": "stage1", "variant": "prompted_critic"})
     with pytest.raises(ConfigError, match="rollout.group_size"):
         build_config({"stage": "stage1", "rollout": {"group_size": 0}})
+    with pytest.raises(ConfigError, match="rollout.first_question"):
+        build_config({"stage": "stage1", "rollout": {"first_question": -1}})
     with pytest.raises(ConfigError, match="rollout.dynamic_sampling_rounds"):
         build_config({"stage": "stage1", "rollout": {"dynamic_sampling_rounds": -1}})

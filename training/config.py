@@ -84,6 +84,8 @@ class RolloutConfig:
     max_input_tokens: int = 8192
     generation_batch_size: int = 64  # rows per batched generate call
     max_questions: int | None = None  # train on the first N questions of the split only
+    # skip the first N questions of the split (e.g. those π_0's demonstrations were made from)
+    first_question: int = 0
     # DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions
     # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
     dynamic_sampling_rounds: int = 0
@@ -189,6 +191,8 @@ class TrainConfig:
         if self.ptx.batch_size < 1 or self.ptx.seq_len < 2:
             raise ConfigError(f"ptx.batch_size / ptx.seq_len: must be >= 1 / >= 2, got "
                               f"{self.ptx.batch_size} / {self.ptx.seq_len}")
+        if self.rollout.first_question < 0:
+            raise ConfigError(f"rollout.first_question: must be >= 0, got {self.rollout.first_question}")
         if self.rollout.dynamic_sampling_rounds < 0:
             raise ConfigError(f"rollout.dynamic_sampling_rounds: must be >= 0 (0 is off), "
                               f"got {self.rollout.dynamic_sampling_rounds}")

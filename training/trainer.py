@@ -294,7 +294,7 @@ class Trainer:
         self.teacher = load_teacher(config, self.tokenizer, self.device)
         self.critic = PromptedCritic(self.policy, config.critic) if config.searcher_reward == "critic" else None
         self.make_env = env_factory(config)
-        questions = self.make_env().questions[: config.rollout.max_questions]
+        questions = self.make_env().questions[config.rollout.first_question :][: config.rollout.max_questions]
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
         self.collector = TeamRolloutCollector(self.make_env, self.policy)
         ptx = config.ptx
