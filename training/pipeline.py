@@ -106,9 +106,14 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
                      "model.path": str(base_model)})
     if teacher is not None:
         settings["teacher.path"] = str(teacher)
-    if settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.data"):
+    if _needs_ptx_data(settings):
         settings["ptx.data"] = str(ptx_data_path(config))
     return build_config(apply_settings({}, settings))
+
+
+def _needs_ptx_data(settings: dict[str, Any]) -> bool:
+    """Whether a stage's (dotted) settings use PPO-ptx without data of their own."""
+    return settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.data")
 
 
 def ptx_data_path(config: PipelineConfig) -> Path:
@@ -177,8 +182,7 @@ def run_pipeline(config: PipelineConfig) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's demonstrations (see stage_config)
-    stages = (_dotted(config.stage1), _dotted(config.stage2))
-    needs_ptx_data = any(s.get("ptx.coef", 0) > 0 and not s.get("ptx.data") for s in stages)
+    needs_ptx_data = any(_needs_ptx_data(_dotted(s)) for s in (config.stage1, config.stage2))
     if needs_ptx_data and not ptx_data_path(config).is_file():
         rows = timed("ptx_data", demonstration_chats, config.base_model, False)
         write_rows(rows, ptx_data_path(config))

@@ -113,6 +113,8 @@ def concat_batches(batches: Sequence[TeamBatch]) -> TeamBatch:
     """One batch holding the questions of ``batches`` in order (all with the same group size)."""
     if len({b.group_size for b in batches}) != 1:
         raise ValueError("concat_batches needs batches with the same group size")
+    if len(batches) == 1:  # the usual step: nothing to renumber
+        return batches[0]
     sequences, offset = [], 0
     for batch in batches:
         sequences += [replace(s, group=s.group + offset) for s in batch.sequences]

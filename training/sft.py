@@ -35,7 +35,7 @@ from transformers import PreTrainedTokenizerBase
 
 from agents.actions import STOP_STRINGS
 from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
-from training.token_scoring import pad_batch, score_tokens
+from training.token_scoring import TokenBatch, pad_batch, score_tokens
 
 
 @dataclass
@@ -126,10 +126,14 @@ def language_model_windows(texts: Sequence[str], tokenizer: PreTrainedTokenizerB
     return [SFTExample(window, [0] + [1] * (length - 1), "pretraining") for window in windows]
 
 
+def sft_batch(examples: Sequence[SFTExample], pad_id: int) -> TokenBatch:
+    """``examples`` as one right-padded batch whose response mask is their loss mask."""
+    return pad_batch([e.input_ids for e in examples], [e.loss_mask for e in examples], pad_id)
+
+
 def sft_loss(model: torch.nn.Module, examples: Sequence[SFTExample], pad_id: int) -> torch.Tensor:
     """Mean negative log-likelihood of the masked tokens of ``examples`` (one padded batch)."""
-    batch = pad_batch([e.input_ids for e in examples], [e.loss_mask for e in examples], pad_id)
-    scores = score_tokens(model, batch)
+    scores = score_tokens(model, sft_batch(examples, pad_id))
     return -scores.logprobs[scores.mask].mean()
 
 

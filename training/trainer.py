@@ -60,7 +60,7 @@ from training.nonfinite import save_nonfinite_step, step_tensors
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.ptx import PtxData
 from training.run_logging import MetricsLogger, truncate_metrics
-from training.sft import sft_loss
+from training.sft import sft_batch
 from training.teacher import Teacher
 from training.token_scoring import TokenBatch
 
@@ -340,6 +340,7 @@ class Trainer:
 
     def _seed_for(self, purpose: int, sampling_round: int = 0) -> int:
         """A seed for this step's rollouts (0) or minibatch order (1), from the run seed alone."""
+        # round 0 keeps the seeds that runs had before dynamic sampling existed
         entropy = [self.config.seed, self.step, purpose] + ([sampling_round] if sampling_round else [])
         state = np.random.SeedSequence(entropy)
         return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(33))
@@ -495,8 +496,11 @@ class Trainer:
                     for name, value in metrics.items():
                         role_metrics.setdefault(name, []).append(value)
                 if self.ptx is not None:
+                    # scored through self.scorer like the PPO tokens, so FSDP and the device apply
+                    tokens = sft_batch(self.ptx.sample(generator), self.tokenizer.pad_token_id).to(self.device)
+                    logprobs, _ = self.scorer(tokens, 1.0, with_entropy=False)
+                    ptx_loss = -logprobs[tokens.response_mask.bool()].mean()
                     # every rank adds its own examples; the gradient sum over ranks is their mean
-                    ptx_loss = sft_loss(self.model, self.ptx.sample(generator), self.tokenizer.pad_token_id)
                     (self.config.ptx.coef / self.dist.world_size * ptx_loss).backward()
                     ptx_losses.append(float(ptx_loss.detach()))
                 if not distributed.is_sharded(self.scorer):
