@@ -4,7 +4,8 @@
                  head dim 64, MLP 3072: about 0.1 B parameters), built in-process from a
                  transformers config over a tokenizer trained on the embedded world. Nothing is
                  downloaded. Saved in Hugging Face format, so the trainer, vLLM and the throughput
-                 benchmark all load the same directory.
+                 benchmark all load the same directory. ``--ptx-data`` also writes the world's
+                 passages as a PPO-ptx file (``{"text"}`` lines) for the Stage II step.
 ``vllm``         ``VLLMPolicy`` on that directory: one batch of team-role prompts, tokens/s, and the
                  gap between vLLM's recorded log-probs and the trainer's re-score of the same ids
                  on the GPU (top-p 1, so the two should agree up to bf16 rounding).
@@ -22,17 +23,20 @@ import torch
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
+from training.ptx import write_rows
 
 CHECK_MODEL = TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8, head_dim=64,
                               intermediate_size=3072, initializer_range=0.02, seed=0)
 
 
-def build_model(out: Path) -> dict:
+def build_model(out: Path, ptx_data: Path | None) -> dict:
     world = load_default_world()
     texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
     tokenizer = train_tokenizer(texts, vocab_size=4096)
     model = build_tiny_model(tokenizer, CHECK_MODEL)
     save_model(model, tokenizer, out)
+    if ptx_data is not None:
+        write_rows([{"text": d.contents} for d in world.corpus.documents], ptx_data)
     return {"model_dir": str(out), "parameters": sum(p.numel() for p in model.parameters()),
             "config": CHECK_MODEL.__dict__}
 
@@ -80,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build-model")
     build.add_argument("--out", required=True)
+    build.add_argument("--ptx-data", type=Path, help="also write the world's passages here as PPO-ptx data")
     smoke = commands.add_parser("vllm")
     smoke.add_argument("--model", required=True)
     smoke.add_argument("--prompts", type=int, default=64)
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("--result", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     if args.command == "build-model":
-        result = build_model(Path(args.out))
+        result = build_model(Path(args.out), args.ptx_data)
     else:
         result = vllm_smoke(Path(args.model), args.prompts, args.max_new_tokens)
     Path(args.result).write_text(json.dumps(result, indent=2))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, about 10 minutes on one H200: vLLM rollouts, one Stage II trainer step (FSDP2 +
-# bf16 + gradient checkpointing under torchrun), and the rollout throughput benchmark, all on a
+# bf16 + gradient checkpointing under torchrun, with PPO-ptx and a dynamic-sampling round), and
+# the rollout throughput benchmark, all on a
 # ~0.1 B random Qwen3 built from a config (nothing is downloaded). CI never runs it.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]        # OUT_DIR: $1, else $OUT, else gpu_check_results
@@ -42,7 +43,8 @@ part() {  # part NAME SECONDS COMMAND...: run under timeout, log, record the out
 }
 
 MODEL="$OUT_DIR/model"
-part build_model 120 "$PYTHON" benchmarks/gpu_check.py build-model --out "$MODEL" --result "$OUT_DIR/model.json"
+part build_model 120 "$PYTHON" benchmarks/gpu_check.py build-model --out "$MODEL" --ptx-data "$OUT_DIR/ptx_data.jsonl" \
+  --result "$OUT_DIR/model.json"
 
 if "$PYTHON" -c "import sys; from agents.vllm_policy import vllm_python; sys.exit(0 if vllm_python() else 1)"; then
   part vllm_rollout 240 "$PYTHON" benchmarks/gpu_check.py vllm --model "$MODEL" --result "$OUT_DIR/vllm_rollout.json"
@@ -50,8 +52,9 @@ else
   echo "vllm_rollout: SKIPPED, no vLLM venv (set MAOPD_VLLM_PYTHON to the python of a CUDA vLLM 0.32 venv)" | tee -a "$SUMMARY"
 fi
 
-part stage2_step 240 "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node 1 -m maopd.cli train \
-  --config configs/gpu_check_stage2.yaml --fresh model.path="$MODEL" teacher.path="$MODEL" run_dir="$OUT_DIR/stage2_run"
+part stage2_step 300 "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node 1 -m maopd.cli train \
+  --config configs/gpu_check_stage2.yaml --fresh model.path="$MODEL" teacher.path="$MODEL" \
+  ptx.data="$OUT_DIR/ptx_data.jsonl" run_dir="$OUT_DIR/stage2_run"
 [ -f "$OUT_DIR/stage2_run/metrics.jsonl" ] && cp "$OUT_DIR/stage2_run/metrics.jsonl" "$OUT_DIR/stage2_step_metrics.jsonl"
 
 part rollout_throughput 180 "$PYTHON" benchmarks/rollout_throughput.py --model "$MODEL" --device cuda \
