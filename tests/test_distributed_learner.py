@@ -20,10 +20,11 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
 from maopd.config import ConfigError
 from training.config import ModelConfig, build_config
 from training.distributed import DistributedConfig, DistributedContext
+from training.ptx import write_rows
 from training.run_logging import read_metrics
 from training.trainer import Trainer, build_tiny_policy, train_stage
 
@@ -120,6 +121,42 @@ def test_two_gloo_ranks_take_the_single_process_step(models, tmp_path, single_pr
     assert two["optim/updates"] == one["optim/updates"] == 1
     samples = (run_dir / "samples" / "step_1.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in samples] == [1, 1]
+
+
+@pytest.mark.slow
+def test_two_fsdp_ranks_with_ptx_and_dynamic_sampling_take_the_single_process_step(models, tmp_path):
+    """PPO-ptx and a dynamic-sampling round under FSDP2 on 2 ranks. The ptx file holds one
+    window, so every rank draws the same examples and the ranks' summed ptx gradient (each
+    scaled by 1/world size) is the single process's; the random π_0 solves nothing, so both
+    runs draw a second round, find no informative question, and train on their first round."""
+    _, tokenizer = load_model(models / "pi0")
+    text = "Minikas River is 2492 km long."
+    ptx_file = write_rows([{"text": text}], tmp_path / "ptx.jsonl")
+    settings = {"ptx": {"coef": 0.5, "data": str(ptx_file), "batch_size": 2,
+                        "seq_len": len(tokenizer.encode(text)) + 1}}
+
+    def with_settings(data: dict) -> dict:
+        data = {**data, **settings}
+        data["rollout"] = {**data["rollout"], "dynamic_sampling_rounds": 1}
+        return data
+
+    config_path, run_dir = tmp_path / "stage2.yaml", tmp_path / "run"
+    config_path.write_text(yaml.safe_dump(with_settings(stage2_data(models, run_dir, fsdp=True))))
+    torchrun_train(config_path)
+    reference = train_in_one_process(with_settings(stage2_data(models, tmp_path / "single")))
+
+    # the clipped gradient is the single process's to float rounding, so the ptx term is counted once
+    (one,), (two,) = read_metrics(reference), read_metrics(run_dir)
+    assert two["optim/grad_norm"] == pytest.approx(one["optim/grad_norm"], rel=1e-5)
+    # Adam's first step amplifies that rounding where a weight's gradient sum is near zero:
+    # measured at most 6.5e-5 here (lr 1e-3), against steps of 1e-3
+    expected, got = weights(reference), weights(run_dir)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=2 * ADAM_ATOL, msg=name)
+    assert one["rollout/rounds"] == two["rollout/rounds"] == 2
+    assert one["rollout/informative_fraction"] == two["rollout/informative_fraction"] == 0
+    assert two["loss/ptx"] == pytest.approx(one["loss/ptx"], rel=1e-5)
+    assert two["loss/total"] == pytest.approx(one["loss/total"], rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.slow
