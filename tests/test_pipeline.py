@@ -19,6 +19,15 @@ def test_held_out_manifest_is_the_test_split_by_question_type():
         load_preset("smoke", ["eval.split=train"])
 
 
+def test_held_out_manifest_takes_every_question_unless_told_a_number():
+    every = held_out_manifest(load_preset("smoke", ["eval.questions_per_type=null"]))
+    assert len(every) == 300 and len({e.question.id for e in every}) == 300
+    some = held_out_manifest(load_preset("smoke", ["eval.questions_per_type=2"]))
+    assert len(some) == 8 and {e.question.id for e in some} <= {e.question.id for e in every}
+    with pytest.raises(ValueError, match="eval.questions_per_type"):
+        load_preset("smoke", ["eval.questions_per_type=0"])
+
+
 def test_ptx_stages_read_the_demonstrations_the_pipeline_writes(tmp_path):
     config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.ptx.coef=0.5", "stage2.ptx.coef=0"])
     stage1 = stage_config(config, "stage1", "full", tmp_path / "pi0", None)

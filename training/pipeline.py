@@ -43,7 +43,8 @@ VARIANT_METHODS = {
 @dataclass
 class EvalConfig:
     split: str = "test"  # "dev" to tune settings: never tune on test
-    questions_per_type: int = 40  # questions of each type (the "datasets" of the macro average)
+    # questions of each type (the "datasets" of the macro average); None: every question of the split
+    questions_per_type: int | None = None
     attempts: int = 4
     temperature: float = 0.6
     top_p: float = 0.95
@@ -54,6 +55,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.split not in ("dev", "test"):
             raise ValueError(f"eval.split must be 'dev' or 'test', got {self.split!r}")
+        if self.questions_per_type is not None and self.questions_per_type < 1:
+            raise ValueError(f"eval.questions_per_type must be at least 1 or null (every question), "
+                             f"got {self.questions_per_type}")
 
 
 @dataclass
@@ -133,7 +137,8 @@ def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def held_out_manifest(config: PipelineConfig):
-    """The held-out questions (``eval.split``), ``questions_per_type`` of each type, sampled with the manifest seed."""
+    """The held-out questions (``eval.split``): ``questions_per_type`` of each type, sampled with the
+    manifest seed, or all of them."""
     from benchmarks.eval.manifest import build_manifest
     from envs.synthwiki import load_default_world
 
@@ -142,7 +147,8 @@ def held_out_manifest(config: PipelineConfig):
     for question in world.splits[config.eval.split]:
         meta = question.metadata
         pools.setdefault("comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop", []).append(question)
-    counts = {name: min(config.eval.questions_per_type, len(pool)) for name, pool in sorted(pools.items())}
+    wanted = config.eval.questions_per_type
+    counts = {name: len(pool) if wanted is None else min(wanted, len(pool)) for name, pool in sorted(pools.items())}
     training = [q.question for q in world.splits["train"]]
     return build_manifest(pools, counts, training_questions=training).entries
 
