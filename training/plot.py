@@ -1,8 +1,9 @@
 """Learning curves of a run from its ``metrics.jsonl``, drawn to PNG (``maopd plot RUN_DIR``).
 
-Four panels against the training step: reward per role and the team EM, Answerer candidate EM,
-search actions per workflow, and the policy entropy per role. A metric a run does not log
-(e.g. the Leader in Stage I) is left out of its panel.
+Four panels against the training step: reward per role and the team EM, exact match (with the
+EM over every dynamic-sampling round, since the trained groups are the informative ones), search
+actions per workflow, and the policy entropy per role. A metric a run does not log (e.g. the
+Leader in Stage I) is left out of its panel; a panel with none says so.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from training.run_logging import read_metrics
 PANELS = (
     ("Reward per role", [("reward/em", "team EM (R_EM)")]
      + [(f"reward/{role}", role) for role in ROLE_NAMES] + [("reward/searcher_critic", "searcher (critic)")]),
-    ("Exact match", [("reward/em", "team (max over candidates)"), ("em/answerer_candidates", "Answerer candidates")]),
+    ("Exact match", [("reward/em", "team (max over candidates)"), ("em/answerer_candidates", "Answerer candidates"),
+                     ("rollout/em_all_rounds", "team, all sampling rounds")]),
     ("Search actions per workflow", [("workflow/search_actions", "search actions"),
                                      ("workflow/searches_with_passages", "with passages")]),
     ("Entropy", [(f"{role}/entropy", role) for role in ROLE_NAMES]),
@@ -47,6 +49,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
+        else:
+            axis.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=axis.transAxes)
     figure.suptitle(str(run_dir))
     figure.savefig(out, dpi=110)
     plt.close(figure)
