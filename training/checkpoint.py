@@ -72,7 +72,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str) -> None:
+    """``text`` in ``path``, whole or not at all: written to a temporary file, synced, then renamed."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -114,7 +115,7 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     _crash_point(step, "moved")
-    _write_text_atomically(root / LATEST, final.name + "\n")
+    write_text_atomically(root / LATEST, final.name + "\n")
     _crash_point(step, "pointer")
     prune_checkpoints(root, keep_last)
     return final

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from maopd.config import ConfigError
+from training.checkpoint import write_text_atomically
 from training.sft import SFTExample, encode_call, language_model_windows
 
 
@@ -30,9 +31,7 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     written whole or not at all (a run interrupted while writing must not resume on half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    partial.replace(path)
+    write_text_atomically(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     return path
 
 
