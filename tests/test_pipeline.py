@@ -5,7 +5,7 @@ import json
 import pytest
 
 from maopd.cli import main
-from training.pipeline import held_out_manifest, load_preset, ptx_data_path, stage_config
+from training.pipeline import held_out_manifest, load_preset, ptx_data_path, ptx_rows, stage_config
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():
@@ -34,6 +34,17 @@ def test_ptx_stages_read_the_demonstrations_the_pipeline_writes(tmp_path):
     stage2 = stage_config(config, "stage2", "full", tmp_path / "pi0", tmp_path / "stage1")
     assert stage1.ptx.coef == 0.5 and stage1.ptx.data == str(ptx_data_path(config))
     assert stage2.ptx.coef == 0 and stage2.ptx.data is None
+
+
+def test_ptx_source_picks_pi0s_demonstrations_or_its_pretraining_passages():
+    pretraining = load_preset("smoke", ["ptx_source=pretraining", "base_model.pretrain_worlds=1"])
+    rows = ptx_rows(pretraining)
+    assert rows and all(set(row) == {"text"} for row in rows)
+    assert ": " in rows[0]["text"]  # "title: text", the form π_0 was pretrained on
+    with pytest.raises(ValueError, match="pretrain_worlds"):
+        ptx_rows(load_preset("smoke", ["ptx_source=pretraining", "base_model.pretrain_worlds=0"]))
+    with pytest.raises(ValueError, match="ptx_source"):
+        load_preset("smoke", ["ptx_source=expert"])
 
 
 def test_unknown_preset_is_named():

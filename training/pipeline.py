@@ -31,6 +31,7 @@ from maopd.config import load_yaml, save_yaml, to_dict
 from training.base_model import SFTConfig
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
+PTX_SOURCES = ("demonstrations", "pretraining")
 VARIANT_METHODS = {
     "full": "MultiAgent-OPD",
     "outcome_searcher_rl": "w/ outcome-based Searcher RL",
@@ -73,6 +74,14 @@ class PipelineConfig:
     stage2: dict[str, Any] = field(default_factory=dict)
     variants: list[str] = field(default_factory=lambda: ["full"])
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
+    # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
+    # anchor copying without anchoring the demonstrated team's mistakes
+    ptx_source: str = "demonstrations"
+
+    def __post_init__(self) -> None:
+        if self.ptx_source not in PTX_SOURCES:
+            raise ValueError(f"ptx_source must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
 
 
 # Studies over the default pipeline: the settings each one changes. Table 3 extends the main job's
@@ -121,8 +130,19 @@ def _needs_ptx_data(settings: dict[str, Any]) -> bool:
 
 
 def ptx_data_path(config: PipelineConfig) -> Path:
-    """Where the pipeline writes π_0's demonstrations for PPO-ptx (``ptx.coef`` > 0)."""
+    """Where the pipeline writes the PPO-ptx data of ``ptx_source`` (``ptx.coef`` > 0)."""
     return Path(config.run_dir) / "ptx_data.jsonl"
+
+
+def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
+    """The rows of π_0's training data that ``config.ptx_source`` names, in ``training.ptx``'s format."""
+    from training.base_model import demonstration_chats, pretraining_texts
+
+    if config.ptx_source == "demonstrations":
+        return demonstration_chats(config.base_model, progress=False)
+    if config.base_model.pretrain_worlds < 1:
+        raise ValueError("ptx_source 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
+    return [{"text": text} for text in pretraining_texts(config.base_model)]
 
 
 def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -168,7 +188,7 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
 def run_pipeline(config: PipelineConfig) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
-    from training.base_model import demonstration_chats, load_or_build_base_model
+    from training.base_model import load_or_build_base_model
     from training.checkpoint import resolve_model_dir
     from training.plot import plot_run
     from training.ptx import write_rows
@@ -187,11 +207,10 @@ def run_pipeline(config: PipelineConfig) -> dict:
         return out
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
-    # PPO-ptx without its own data trains on π_0's demonstrations (see stage_config)
+    # PPO-ptx without its own data trains on π_0's training data (see stage_config)
     needs_ptx_data = any(_needs_ptx_data(_dotted(s)) for s in (config.stage1, config.stage2))
     if needs_ptx_data and not ptx_data_path(config).is_file():
-        rows = timed("ptx_data", demonstration_chats, config.base_model, False)
-        write_rows(rows, ptx_data_path(config))
+        write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {
