@@ -16,6 +16,7 @@ from training.base_model import (
     SMOKE_CONFIG,
     SFTConfig,
     build_base_model,
+    demonstration_chats,
     load_or_build_base_model,
 )
 from training.sft import (
@@ -119,6 +120,26 @@ def test_config_errors_name_the_field(tmp_path):
 def test_config_key_changes_with_every_field():
     assert SFTConfig().key() == SFTConfig().key()
     assert len({SFTConfig().key(), SFTConfig(seed=1).key(), SFTConfig(noise=0.2).key(), SFTConfig(lr=1e-4).key()}) == 4
+
+
+def test_noise_knobs_set_single_mistakes_apart_from_the_uniform_noise():
+    config = SFTConfig(noise=0.0, noise_knobs={"searcher_skip_search": 0.3})
+    assert config.noise_config().searcher_skip_search == 0.3 and config.noise_config().leader_drop_report == 0.0
+    assert config.key() != SFTConfig(noise=0.0).key()
+    with pytest.raises(ValueError, match="noise_knobs.*searcher_skip"):
+        SFTConfig(noise_knobs={"searcher_skip": 0.3})
+    with pytest.raises(ValueError, match="noise_knobs.*leader_drop_report"):
+        SFTConfig(noise_knobs={"leader_drop_report": 2.0})
+
+
+def test_a_skip_search_knob_of_one_makes_every_searcher_demonstration_give_up():
+    config = replace(SMOKE_CONFIG, demo_questions=5, workflows=["cascade"], noise=0.0,
+                     noise_knobs={"searcher_skip_search": 1.0})
+    searcher_calls = [row for row in demonstration_chats(config, progress=False) if row["role"] == "searcher"]
+    assert len(searcher_calls) == 5
+    for row in searcher_calls:
+        outputs = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert len(outputs) == 1 and outputs[0].startswith("<report>")
 
 
 @pytest.fixture(scope="module")

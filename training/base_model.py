@@ -63,6 +63,9 @@ class SFTConfig:
     # the world_seed world only.
     demo_worlds: int = 1
     noise: float = 0.1  # every NoiseConfig knob of the scripted team
+    # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
+    # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
+    noise_knobs: dict[str, float] = field(default_factory=dict)
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
     # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
     # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
@@ -104,6 +107,10 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.workflows must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
+        try:
+            self.noise_config()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"SFTConfig.noise_knobs: {exc}") from None
         for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
                      "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences"):
             if getattr(self, name) < 1:
@@ -114,9 +121,18 @@ class SFTConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)!r}")
 
+    def noise_config(self):
+        """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
+        from envs.synthwiki.noisy import NoiseConfig
+
+        return replace(NoiseConfig.uniform(self.noise), **self.noise_knobs)
+
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
-        text = json.dumps({"build_version": BUILD_VERSION, **to_dict(self)}, sort_keys=True)
+        fields = to_dict(self)
+        if not self.noise_knobs:  # models built before the field existed keep their key
+            del fields["noise_knobs"]
+        text = json.dumps({"build_version": BUILD_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -134,7 +150,7 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
 
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.demos import demonstrations
-    from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
+    from envs.synthwiki.noisy import NoisyTeam
     from envs.synthwiki.world import build_world, load_default_world
 
     rows = []
@@ -144,7 +160,7 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
         for workflow in config.workflows:
-            team = NoisyTeam(NoiseConfig.uniform(config.noise), config.seed + index)
+            team = NoisyTeam(config.noise_config(), config.seed + index)
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
     return rows
