@@ -21,7 +21,7 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
 
 The same config gives the same weights, bit for bit (on the same machine and torch version).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
-The default preset's π_0 (a 2.8 MB model that takes ~15 minutes to build on 2 cores) is shipped
+The default preset's π_0 (a 2.9 MB model that takes ~19 minutes to build on 2 cores) is shipped
 in ``models/base-<key>/``, so the main job starts from it; models/README.md shows the command
 that rebuilds it identically.
 """

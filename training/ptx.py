@@ -9,7 +9,7 @@ loss (``Trainer.update``). ``ptx.data`` is a ``.jsonl`` file whose lines are eit
 
 The pipeline writes the demonstrations π_0 was fine-tuned on (``RUN_DIR/ptx_data.jsonl``), so
 the term anchors what SFT taught (following formats, copying values from passages) while the
-advantages move the rest.
+advantages move the rest; ``ptx_source: pretraining`` writes its pretraining passages instead.
 """
 
 from __future__ import annotations
