@@ -36,8 +36,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from maopd.config import save_yaml, to_dict
+
+if TYPE_CHECKING:
+    from envs.synthwiki.noisy import NoiseConfig
 
 # Bump when the build changes what a config produces, so cached models are rebuilt.
 BUILD_VERSION = 2
@@ -121,7 +125,7 @@ class SFTConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)!r}")
 
-    def noise_config(self):
+    def noise_config(self) -> NoiseConfig:
         """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
         from envs.synthwiki.noisy import NoiseConfig
 
@@ -129,10 +133,10 @@ class SFTConfig:
 
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
-        fields = to_dict(self)
+        values = to_dict(self)
         if not self.noise_knobs:  # models built before the field existed keep their key
-            del fields["noise_knobs"]
-        text = json.dumps({"build_version": BUILD_VERSION, **fields}, sort_keys=True)
+            del values["noise_knobs"]
+        text = json.dumps({"build_version": BUILD_VERSION, **values}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
