@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from maopd.config import save_yaml
+from training.atomic_write import write_text_atomically
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -70,16 +71,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """``text`` in ``path``, whole or not at all: written to a temporary file, synced, then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _crash_point(step: int, phase: str) -> None:

@@ -82,6 +82,8 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.ptx_source not in PTX_SOURCES:
             raise ValueError(f"ptx_source must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
+        if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
+            raise ValueError("ptx_source 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
 
 
 # Studies over the default pipeline: the settings each one changes. Table 3 extends the main job's
@@ -140,8 +142,6 @@ def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
 
     if config.ptx_source == "demonstrations":
         return demonstration_chats(config.base_model, progress=False)
-    if config.base_model.pretrain_worlds < 1:
-        raise ValueError("ptx_source 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
     return [{"text": text} for text in pretraining_texts(config.base_model)]
 
 

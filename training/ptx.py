@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from maopd.config import ConfigError
-from training.checkpoint import write_text_atomically
+from training.atomic_write import write_text_atomically
 from training.sft import SFTExample, encode_call, language_model_windows
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from pathlib import Path
 from typing import Any
+
+from training.atomic_write import write_text_atomically
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -53,10 +54,8 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     if not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     kept = [row for row in _parse_rows(path, text) if row.get("step", 0) <= last_step]
-    # through a temporary file, so that a crash now cannot lose the rows being kept
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    # whole or not at all, so that a crash now cannot lose the rows being kept
+    write_text_atomically(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 class MetricsLogger:
