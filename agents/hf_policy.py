@@ -33,8 +33,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from agents.chat_tokens import prompt_ids
-from agents.policy import AgentOutput, AgentTurn
 from agents.sampling import Candidate, SamplingConfig, StopMatcher, sample_rows
+from envs.policy import AgentOutput, AgentTurn
 
 
 def candidate_seed(seed: int, index: int) -> int:

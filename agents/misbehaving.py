@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from agents.policy import AgentOutput, AgentTurn
+from envs.policy import AgentOutput, AgentTurn
 
 BAD_OUTPUTS: tuple[str, ...] = (
     "",

@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 
-from agents.actions import ROLE_ACTION_KINDS
-from agents.policy import AgentOutput, AgentTurn
+from envs.actions import ROLE_ACTION_KINDS
+from envs.policy import AgentOutput, AgentTurn
 
 logger = logging.getLogger(__name__)
 

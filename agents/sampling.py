@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from agents.actions import STOP_STRINGS
+from envs.actions import STOP_STRINGS
 
 FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
 

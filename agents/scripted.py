@@ -15,15 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agents.policy import AgentOutput, AgentTurn, RoleRouter
+from envs.policy import AgentOutput, AgentTurn, RoleRouter
+from envs.prompts import NO_FACTS, parse_passages, parse_reports, strip_label, user_texts
 
 STOPWORDS = frozenset(
     "a an the of in on at to for by with from is was are were be been which what who whom where when "
     "how did does do its it he she they his her their this that as and or".split()
 )
 _WORD = re.compile(r"[\w'-]+", re.UNICODE)
-_PASSAGE_LINE = re.compile(r"^\[\d+\] (?P<title>[^:]*): (?P<text>.*)$")
-_REPORT_LINE = re.compile(r"^\[Report \d+\] \((?P<task>.*?)\) (?P<text>.*)$")
 
 
 def words(text: str) -> list[str]:
@@ -40,18 +39,8 @@ def sentences(text: str) -> list[str]:
 
 def latest_passages(turn: AgentTurn) -> list[tuple[str, str]]:
     """(title, text) of the passages in the most recent ``<information>`` message."""
-    for message in reversed(turn.messages):
-        if message["role"] == "user" and message["content"].startswith("<information>"):
-            return [
-                (m.group("title"), m.group("text"))
-                for m in map(_PASSAGE_LINE.match, message["content"].splitlines())
-                if m
-            ]
-    return []
-
-
-def report_texts(text: str) -> list[str]:
-    return [m.group("text") for m in map(_REPORT_LINE.match, text.splitlines()) if m]
+    messages = user_texts(turn, "<information>")
+    return parse_passages(messages[-1]) if messages else []
 
 
 def best_sentence(task: str, passages: Sequence[tuple[str, str]]) -> str | None:
@@ -81,10 +70,6 @@ def novel_span(question: str, text: str) -> str:
     return " ".join(best)
 
 
-def strip_prefix(text: str, prefix: str) -> str:
-    return text[len(prefix) :].strip() if text.startswith(prefix) else text.strip()
-
-
 class ScriptedLeader:
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
         return [AgentOutput([self.decide(turn)]) for turn in turns]
@@ -92,7 +77,7 @@ class ScriptedLeader:
     def decide(self, turn: AgentTurn) -> str:
         has_reports = any(m["role"] == "user" and m["content"].startswith("Reports:") for m in turn.messages)
         if "delegate" in turn.allowed and not has_reports:
-            question = strip_prefix(turn.task.splitlines()[0], "Question:")
+            question = strip_label(turn.task, "Question:")
             return f"<delegate>\n{question}\n</delegate>"
         return "<select>all</select>"
 
@@ -102,12 +87,12 @@ class ScriptedSearcher:
         return [AgentOutput([self.decide(turn)]) for turn in turns]
 
     def decide(self, turn: AgentTurn) -> str:
-        task = strip_prefix(turn.task, "Task:")
+        task = strip_label(turn.task, "Task:")
         searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
         if not searched and "search" in turn.allowed:
             return f"<search>{task}</search>"
         fact = best_sentence(task, latest_passages(turn))
-        return f"<report>{fact or 'No relevant information found.'}</report>"
+        return f"<report>{fact or NO_FACTS}</report>"
 
 
 class ScriptedAnswerer:
@@ -116,8 +101,8 @@ class ScriptedAnswerer:
 
     def decide(self, turn: AgentTurn) -> str:
         body = turn.messages[-1]["content"]
-        question = strip_prefix(body.split("\n\n", 1)[0], "Question:")
-        passages = [("", text) for text in report_texts(body)]
+        question = strip_label(body, "Question:")
+        passages = [("", text) for _, _, text in parse_reports(body)]
         fact = best_sentence(question, passages) or ""
         return f"<answer>{novel_span(question, fact)}</answer>"
 

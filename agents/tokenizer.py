@@ -27,8 +27,8 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from agents.actions import ACTION_KINDS
-from agents.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from envs.actions import ACTION_KINDS
+from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"

@@ -52,9 +52,9 @@ def samples(records: list[dict], count: int = 3) -> list[dict]:
 
 
 def play_expert(workflow: str, retriever, questions) -> list[dict]:
+    from agents.expert_team import expert_team
     from envs.episode import run_episode
     from envs.synthwiki.demos import make_env
-    from envs.synthwiki.teams import expert_team
 
     env = make_env(workflow, retriever, questions)
     return [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(len(questions))]

@@ -191,7 +191,11 @@ def main() -> int:
     from envs.retrieval.bm25 import BM25Retriever
     from envs.retrieval.dense import DenseRetriever
     from envs.retrieval.encoder import TextEncoder
-    from envs.retrieval.pyserini_adapter import PyseriniBM25Retriever, build_lucene_index, pyserini_available
+    from envs.retrieval.pyserini_adapter import (
+        PyseriniBM25Retriever,
+        build_lucene_index,
+        pyserini_available,
+    )
 
     probes, paragraphs = load_probes(args.data)
     corpus = closed_corpus(paragraphs)

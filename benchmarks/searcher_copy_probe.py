@@ -18,8 +18,8 @@ import torch
 
 def copy_rate(model_dir: str, count: int) -> dict:
     from agents.chat_tokens import prompt_ids
-    from agents.prompts import system_message, task_message
     from agents.tiny_model import load_model
+    from envs.prompts import system_message, task_message
     from envs.synthwiki.world import load_default_world
 
     model, tokenizer = load_model(model_dir)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from agents.expert_team import expert_team
+from agents.noisy_team import NoiseConfig, NoisyTeam
 from envs.datasets import Question
 from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
 from envs.synthwiki.demos import WORKFLOWS, make_env
-from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
 from envs.synthwiki.questions import KINDS
-from envs.synthwiki.teams import expert_team
 from envs.synthwiki.world import build_world
 
 TOPK = 3

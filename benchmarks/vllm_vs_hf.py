@@ -28,10 +28,10 @@ import torch
 
 from agents.chat_tokens import prompt_ids
 from agents.hf_policy import HFPolicy
-from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
 from agents.vllm_policy import VLLMPolicy
+from envs.prompts import system_message, task_message
 
 RESULTS = Path(__file__).parent / "results"
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "river through Paris",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.policy import Policy
+from envs.policy import Policy
 from envs.search_env import SearchEnv
 
 

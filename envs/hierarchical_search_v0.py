@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import prompts
+from envs import prompts
 from envs import rewards as R
 from envs.parallel import parallel_wrapper_fn
 from envs.search_env import SearchEnv, Turn, with_notice

@@ -24,7 +24,7 @@ text mode by construction. A masked or out-of-range index, or anything not an in
 rendered as the empty output, which the environment records as a format failure.
 
 Item features (``ITEM_FEATURES`` per menu slot) describe each option: present, finishes the call,
-``hint`` (the option the SynthWiki expert team would choose, from ``envs.synthwiki.teams``),
+``hint`` (the option the SynthWiki expert team would choose, from ``agents.expert_team``),
 repeated (query already searched / subtask already delegated), word overlap with the task, built
 from evidence (passages or reports), size (subtasks per Searcher slot, or resolved fraction of a
 report), fallback (the whole question, "unknown"). Menus are shuffled by a hash of the state, so
@@ -45,9 +45,10 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils import BaseWrapper
 
-from agents.actions import ACTION_KINDS, parse_subtasks
-from agents.policy import AgentTurn
+from envs.actions import ACTION_KINDS, ROLES, action_contents, parse_subtasks
 from envs.parallel import SearchParallelEnv
+from envs.policy import AgentTurn
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
 from envs.search_env import SearchEnv
 from envs.synthwiki.grammar import (
     NAME,
@@ -58,23 +59,12 @@ from envs.synthwiki.grammar import (
     parse_question,
     subquestion,
 )
+from envs.synthwiki.knowledge import Knowledge, final_answer, resolve
 from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
-from envs.synthwiki.teams import (
-    NO_FACTS,
-    Knowledge,
-    final_answer,
-    own_actions,
-    passage_texts,
-    reports,
-    resolve,
-    strip_label,
-    user_texts,
-)
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8
 HINT_FEATURE = 2  # index of ``hint`` in ``Option.features``
-ROLES = ("leader", "searcher", "answerer")
 GLOBAL_FEATURES = len(ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
 UNKNOWN = "unknown"
@@ -135,8 +125,8 @@ def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
 def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     question = strip_label(turn.task, "Question:")
     plan = parse_question(question)
-    report_lines = [r for message in user_texts(turn, "Reports:") for r in reports(message)]
-    delegated = {task for content in own_actions(turn, "delegate") for task in parse_subtasks(content)}
+    report_lines = [r for message in user_texts(turn, "Reports:") for r in parse_reports(message)]
+    delegated = {task for content in action_contents(turn.messages, "delegate") for task in parse_subtasks(content)}
     menu: list[Option] = []
     if "delegate" in turn.allowed:
         wanted: list[str] = []
@@ -160,7 +150,7 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     finish_now = not any(o.hint for o in menu)
     menu.append(Option("select", "<select>all</select>", "all reports", hint=finish_now,
                        from_evidence=bool(report_lines), fallback=not report_lines))
-    latest = reports(user_texts(turn, "Reports:")[-1]) if report_lines else []
+    latest = parse_reports(user_texts(turn, "Reports:")[-1]) if report_lines else []
     if latest and len(latest) < len(report_lines):
         numbers = ", ".join(str(number) for number, _, _ in latest)
         menu.append(Option("select", f"<select>{numbers}</select>", f"reports {numbers}", from_evidence=True))
@@ -170,7 +160,7 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
 def searcher_menu(turn: AgentTurn) -> list[Option]:
     task = strip_label(turn.task, "Task:")
     plan = parse_question(task)
-    searched = set(own_actions(turn, "search"))
+    searched = set(action_contents(turn.messages, "search"))
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
@@ -205,10 +195,10 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
     body = turn.messages[-1]["content"]
     question = strip_label(body, "Question:")
     plan = parse_question(question)
-    knowledge = Knowledge(text for _, _, text in reports(body))
+    knowledge = Knowledge(text for _, _, text in parse_reports(body))
     answer = (final_answer(plan, knowledge) if plan is not None else None) or UNKNOWN
     facts = {value for value in knowledge.values.values()}
-    spans = [(s, True) for s in mentions(" ".join(text for _, _, text in reports(body)))]
+    spans = [(s, True) for s in mentions(" ".join(text for _, _, text in parse_reports(body)))]
     spans += [(s, False) for s in mentions(question)]
     # Keep the values stated as facts first: they are the likely answers when the menu overflows.
     spans.sort(key=lambda item: item[0] not in facts)

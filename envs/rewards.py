@@ -20,7 +20,7 @@ import string
 import unicodedata
 from collections.abc import Iterable
 
-from agents.actions import strict_answer
+from envs.actions import strict_answer
 
 FORMAT_PENALTY = -1.0
 TOOL_STEP_CAP = 6

@@ -35,11 +35,11 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
-from agents import prompts
-from agents.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
-from agents.policy import AgentOutput, AgentTurn
+from envs import prompts
 from envs import rewards as R
+from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
 from envs.datasets import Question, load_questions
+from envs.policy import AgentOutput, AgentTurn
 from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus

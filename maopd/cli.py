@@ -1,7 +1,7 @@
 """The ``maopd`` command line.
 
-Each package contributes its subcommands through a ``register(subparsers)`` function in its own
-``cli`` module, listed in ``COMMAND_MODULES``. Subcommand modules are imported lazily-cheaply:
+Each subcommand group is a module of ``maopd.commands`` with a ``register(subparsers)`` function,
+listed in ``COMMAND_MODULES``. Subcommand modules are imported lazily-cheaply:
 they must keep heavy imports (torch, transformers) inside their command functions so that
 ``maopd --help`` stays fast.
 """
@@ -13,12 +13,12 @@ import importlib
 import sys
 
 COMMAND_MODULES = [
-    "envs.cli",
-    "envs.retrieval.cli",
-    "benchmarks.eval.cli",
-    "envs.synthwiki.cli",
-    "training.cli",
-    "training.sft_cli",
+    "maopd.commands.play",
+    "maopd.commands.retrieval",
+    "maopd.commands.eval",
+    "maopd.commands.world",
+    "maopd.commands.train",
+    "maopd.commands.sft",
 ]
 
 

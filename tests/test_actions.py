@@ -1,6 +1,12 @@
 """The action grammar: what counts as an action, and what is a format failure."""
 
-from agents.actions import neutralize_tags, parse_action, parse_selection, parse_subtasks, strict_answer
+from envs.actions import (
+    neutralize_tags,
+    parse_action,
+    parse_selection,
+    parse_subtasks,
+    strict_answer,
+)
 
 
 def test_search_and_report():

@@ -7,12 +7,14 @@ import torch
 
 from maopd.config import ConfigError, from_dict
 from training.advantages import (
-    ADVANTAGE_ESTIMATORS,
+    SEARCHER_ESTIMATORS,
     AdvantageConfig,
+    SearcherInputs,
     assign_token_advantages,
-    get_advantage_estimator,
+    get_searcher_estimator,
     grpo_advantages,
     opd_advantages,
+    register_searcher_estimator,
     searcher_token_mask,
     sequence_kl,
     team_token_advantages,
@@ -103,12 +105,35 @@ def test_opd_clamp_bounds_extreme_log_ratios():
     torch.testing.assert_close(unclamped, torch.tensor([[-19.95, 14.95]]))
 
 
-def test_registry_names_the_paper_estimators():
-    assert get_advantage_estimator("grpo") is grpo_advantages
-    assert get_advantage_estimator("opd") is opd_advantages
-    assert set(ADVANTAGE_ESTIMATORS) >= {"grpo", "opd"}
-    with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
-        get_advantage_estimator("gae")
+def test_registry_names_the_paper_searcher_signals():
+    assert set(SEARCHER_ESTIMATORS) == {"opd", "grpo_final_em", "grpo_rs", "none"}
+    with pytest.raises(ValueError, match="unknown searcher estimator 'gae'"):
+        get_searcher_estimator("gae")
+
+
+def test_a_registered_searcher_estimator_is_what_team_advantages_dispatch_to():
+    """A user's estimator, registered under a new name, is validated by the config and used."""
+    calls = []
+
+    @register_searcher_estimator("constant_for_test")
+    def constant(inputs: SearcherInputs) -> torch.Tensor:
+        calls.append(inputs.config.searcher_signal)
+        return torch.full(inputs.response_mask.shape, 0.25)
+
+    try:
+        config = AdvantageConfig(searcher_signal="constant_for_test", kl_in_reward_coef=0.0)
+        batch = _team_batch()
+        result = team_token_advantages(**batch, config=config, leader_rewards=torch.tensor([[0.9, 0.1]]),
+                                       answerer_rewards=torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]))
+        is_searcher = batch["role_ids"] == SEARCHER
+        searcher = result.token_advantages[is_searcher]
+        mask = batch["response_mask"][is_searcher].bool()
+        assert calls == ["constant_for_test"]
+        assert torch.all(searcher[mask] == 0.25) and torch.all(searcher[~mask] == 0)
+    finally:
+        del SEARCHER_ESTIMATORS["constant_for_test"]
+    with pytest.raises(ConfigError, match="searcher_signal: 'constant_for_test' is not one of"):
+        AdvantageConfig(searcher_signal="constant_for_test")
 
 
 def test_searcher_token_mask_keeps_only_searcher_generated_tokens():
@@ -129,36 +154,48 @@ ROLES = torch.tensor([LEADER, SEARCHER, ANSWERER])
 RESPONSE = torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
 
 
-def test_assign_token_advantages_opd_mode():
+def test_assign_token_advantages_gives_searcher_tokens_the_searcher_part():
     sequence = torch.tensor([0.7, 99.0, -0.4])
-    opd = torch.tensor([[5.0, 5.0, 5.0], [0.02, 0.0, -0.03], [5.0, 5.0, 5.0]])
-    adv = assign_token_advantages(ROLES, RESPONSE, sequence, opd, "opd")
+    searcher = torch.tensor([[5.0, 5.0, 5.0], [0.02, 0.0, -0.03], [5.0, 5.0, 5.0]])
+    adv = assign_token_advantages(ROLES, RESPONSE, sequence, searcher)
     expected = torch.tensor([[0.7, 0.7, 0.0], [0.02, 0.0, -0.03], [-0.4, -0.4, -0.4]])
     torch.testing.assert_close(adv, expected)
 
 
+def _searcher_part(signal: str, sequence: torch.Tensor) -> torch.Tensor:
+    inputs = SearcherInputs(ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence,
+                            AdvantageConfig(searcher_signal=signal))
+    return get_searcher_estimator(signal)(inputs)
+
+
 @pytest.mark.parametrize("signal", ["grpo_final_em", "grpo_rs"])
-def test_assign_token_advantages_outcome_modes_broadcast_the_sequence_value(signal):
-    adv = assign_token_advantages(ROLES, RESPONSE, torch.tensor([0.7, 0.3, -0.4]), None, signal)
+def test_outcome_signals_broadcast_the_sequence_value(signal):
+    sequence = torch.tensor([0.7, 0.3, -0.4])
+    adv = assign_token_advantages(ROLES, RESPONSE, sequence, _searcher_part(signal, sequence))
     expected = torch.tensor([[0.7, 0.7, 0.0], [0.3, 0.0, 0.3], [-0.4, -0.4, -0.4]])
     torch.testing.assert_close(adv, expected)
 
 
-def test_assign_token_advantages_none_mode_zeroes_searchers():
-    adv = assign_token_advantages(ROLES, RESPONSE, torch.tensor([0.7, 0.3, -0.4]), None, "none")
+def test_none_signal_zeroes_searchers():
+    sequence = torch.tensor([0.7, 0.3, -0.4])
+    adv = assign_token_advantages(ROLES, RESPONSE, sequence, _searcher_part("none", sequence))
     assert torch.equal(adv[1], torch.zeros(3))
     torch.testing.assert_close(adv[0], torch.tensor([0.7, 0.7, 0.0]))
 
 
+def test_opd_signal_needs_teacher_logprobs():
+    inputs = SearcherInputs(ROLES, RESPONSE, torch.zeros(3, 3), None, torch.zeros(3), AdvantageConfig())
+    with pytest.raises(ValueError, match="needs teacher_logprobs"):
+        get_searcher_estimator("opd")(inputs)
+
+
 def test_assign_token_advantages_rejects_bad_input():
-    with pytest.raises(ValueError, match="searcher_signal"):
-        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), None, "judge")
-    with pytest.raises(ValueError, match="needs opd_token_advantages"):
-        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), None, "opd")
+    with pytest.raises(ValueError, match="searcher_advantages must have shape"):
+        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), torch.zeros(2, 3))
     with pytest.raises(ValueError, match="role_ids must be in"):
-        assign_token_advantages(torch.tensor([0, 3, 1]), RESPONSE, torch.zeros(3), None, "none")
+        assign_token_advantages(torch.tensor([0, 3, 1]), RESPONSE, torch.zeros(3), torch.zeros(3, 3))
     with pytest.raises(ValueError, match="sequence_advantages must have shape"):
-        assign_token_advantages(ROLES, RESPONSE, torch.zeros(2), None, "none")
+        assign_token_advantages(ROLES, RESPONSE, torch.zeros(2), torch.zeros(3, 3))
 
 
 def _team_batch():

@@ -1,8 +1,8 @@
 import pytest
 
 from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
-from agents.prompts import feedback_message, system_message, task_message
 from agents.tokenizer import train_tokenizer
+from envs.prompts import feedback_message, system_message, task_message
 
 INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
 INFO_2 = {"role": "user", "content": "<information>\nNo results.\n</information>"}

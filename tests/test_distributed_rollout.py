@@ -4,9 +4,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.sampling import SamplingConfig  # noqa: E402
 from agents.tiny_model import build_tiny_lm, load_model, save_model  # noqa: E402
-from agents.hf_policy import HFPolicy  # noqa: E402
 from envs import hierarchical_search_v0  # noqa: E402
 from envs.synthwiki import load_default_world  # noqa: E402
 from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig, _shards  # noqa: E402

@@ -9,10 +9,11 @@ reuses them to drive whole episodes.
 import os
 import re
 
+from adversarial import INJECTION_PAYLOADS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.actions import (
+from envs.actions import (
     ACTION_KINDS,
     ROLE_ACTION_KINDS,
     STRUCTURAL_TAGS,
@@ -20,8 +21,7 @@ from agents.actions import (
     parse_action,
     strict_answer,
 )
-from agents.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
-from envs.adversarial import INJECTION_PAYLOADS
+from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 
 # CI runs >= 10,000 examples in all (these three tests plus test_fuzz_envs.py); set
 # MAOPD_FUZZ_SCALE=10 for a deeper run.

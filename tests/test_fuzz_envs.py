@@ -12,6 +12,8 @@ import random
 from collections import Counter
 
 import pytest
+from adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
+from fixture import load_fixture
 from hypothesis import given
 from hypothesis import strategies as st
 from test_fuzz_actions import (
@@ -24,13 +26,11 @@ from test_fuzz_actions import (
     unicode_text,
 )
 
-from agents.actions import ROLE_ACTION_KINDS, parse_action
-from agents.policy import AgentOutput
-from agents.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 from envs import cascade_search_v0, hierarchical_search_v0
-from envs.adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
+from envs.actions import ROLE_ACTION_KINDS, parse_action
 from envs.datasets import Question
-from envs.fixture import load_fixture
+from envs.policy import AgentOutput
+from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 from envs.retrieval.bm25 import BM25Retriever
 from envs.search_env import MAX_OBSERVATION_CHARS
 

@@ -5,12 +5,12 @@ import torch
 
 from agents.chat_tokens import encode_text, prompt_ids
 from agents.hf_policy import HFPolicy
-from agents.policy import AgentTurn, Policy
-from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
 from agents.tiny_model import build_tiny_model
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
+from envs.policy import AgentTurn, Policy
+from envs.prompts import system_message, task_message
 from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "a", "river through Paris",

@@ -5,20 +5,20 @@ model with its tags neutralized, so it can neither act for any role nor end an e
 """
 
 import pytest
-from test_workflows import Rules
-
-from agents.actions import ACTION_KINDS, parse_action
-from agents.scripted import scripted_team
-from envs import cascade_search_v0, hierarchical_search_v0
-from envs.adversarial import (
+from adversarial import (
     INJECTED_ANSWER,
     INJECTION_PAYLOADS,
     is_adversarial,
     leaked_tags,
     poison_corpus,
 )
+from fixture import load_fixture
+from test_workflows import Rules
+
+from agents.scripted import scripted_team
+from envs import cascade_search_v0, hierarchical_search_v0
+from envs.actions import ACTION_KINDS, parse_action
 from envs.episode import run_episode
-from envs.fixture import load_fixture
 from envs.retrieval.bm25 import BM25Retriever
 
 WORKFLOWS = [cascade_search_v0, hierarchical_search_v0]

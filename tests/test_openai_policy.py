@@ -17,8 +17,8 @@ from agents.openai_policy import (
     OpenAIPolicyError,
     restore_stop_tag,
 )
-from agents.policy import AgentTurn
-from agents.prompts import system_message, task_message
+from envs.policy import AgentTurn
+from envs.prompts import system_message, task_message
 
 SECRET = "sk-test-5ecret-never-shown"
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from pettingzoo.test import api_test, parallel_api_test
 
+from agents.expert_team import expert_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
 from envs.option_mode import (
@@ -16,7 +17,6 @@ from envs.option_mode import (
     option_env,
     option_parallel_env,
 )
-from envs.synthwiki.teams import expert_team
 
 TEXT_ENVS = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
 SAME_FIELDS = ("subtasks", "reports", "selected_reports", "searches", "candidates", "rewards", "counters", "format_errors")

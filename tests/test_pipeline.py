@@ -5,7 +5,7 @@ import json
 import pytest
 
 from maopd.cli import main
-from training.pipeline import held_out_manifest, load_preset, ptx_data_path, ptx_rows, stage_config
+from maopd.pipeline import held_out_manifest, load_preset, ptx_data_path, ptx_rows, stage_config
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():

@@ -1,7 +1,5 @@
 """Search-R1 protocol: our server and HTTP client, request bounds, batching, dead-server errors; cache; factory."""
 
-import asyncio
-import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor

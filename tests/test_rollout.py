@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from agents.chat_tokens import encode_text, render_text
+from agents.expert_team import expert_team
 from agents.hf_policy import HFPolicy
 from agents.sampling import Candidate, SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
 from envs import cascade_search_v0, hierarchical_search_v0
-from envs.synthwiki.teams import expert_team
 from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from agents.chat_tokens import encode_text, end_of_turn_id, render_text
-from agents.prompts import feedback_message, information_message, system_message, task_message
 from agents.tokenizer import train_tokenizer
+from envs.prompts import feedback_message, information_message, system_message, task_message
 from envs.retrieval.base import Passage
+from maopd.commands.sft import resolve_config
 from maopd.config import ConfigError
 from training.base_model import (
     METRICS_FILE,
@@ -27,7 +28,6 @@ from training.sft import (
     sft_loss,
     train_sft,
 )
-from training.sft_cli import resolve_config
 
 PASSAGE = Passage(id="7", title="Dalen Marsk", text="Dalen Marsk was born in Tremask.", score=1.0)
 SEARCHER_CHAT = [
@@ -182,8 +182,8 @@ def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
 def test_the_default_preset_base_model_is_shipped():
     """The main job starts from the committed π_0: the preset and the shipped model must agree."""
     from maopd.config import load_yaml
+    from maopd.pipeline import load_preset
     from training.base_model import CONFIG_FILE, SHIPPED_DIR
-    from training.pipeline import load_preset
 
     config = load_preset("default").base_model
     directory = SHIPPED_DIR / f"base-{config.key()}"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from agents.single_role import SingleRoleEnv
 from envs.option_mode import expert_choice
-from envs.single_role import SingleRoleEnv
 
 
 @pytest.mark.parametrize(("role", "workflow"), [("leader", "hierarchical"), ("searcher", "hierarchical"),

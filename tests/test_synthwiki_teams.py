@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from agents import prompts
-from agents.actions import parse_action
-from agents.policy import AgentTurn
+from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher, expert_team
+from agents.noisy_team import NoiseConfig, NoisyTeam
+from envs import prompts
+from envs.actions import parse_action
+from envs.policy import AgentTurn
 from envs.retrieval.base import Passage
 from envs.retrieval.bm25 import BM25Retriever
 from envs.synthwiki import build_world
 from envs.synthwiki.demos import demonstrations
-from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
-from envs.synthwiki.teams import ExpertAnswerer, ExpertLeader, ExpertSearcher, expert_team
 
 QUESTION = "Where was the founder of Vellora born?"
 VELLORA = Passage("1", "Vellora Records", "Vellora Records is a music company. Vellora Records is also known as "

@@ -3,9 +3,9 @@ import torch
 
 from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
-from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model
+from envs.prompts import system_message, task_message
 from training.teacher import Teacher
 from training.token_scoring import pad_batch, score_tokens
 

@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from agents.chat_tokens import encode_text
+from agents.expert_team import expert_team
 from agents.sampling import Candidate
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs import hierarchical_search_v0
 from envs.synthwiki import load_default_world
-from envs.synthwiki.teams import expert_team
 from training.advantages import grpo_advantages
 from training.config import ModelConfig, apply_settings, build_config
 from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError

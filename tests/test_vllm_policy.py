@@ -11,10 +11,10 @@ from vllm_support import require_vllm_python, save_tiny_model
 
 from agents.chat_tokens import prompt_ids
 from agents.hf_policy import HFPolicy
-from agents.policy import AgentTurn, Policy
-from agents.prompts import system_message, task_message
 from agents.sampling import SamplingConfig
 from agents.vllm_policy import VLLMPolicy, VLLMWorkerError
+from envs.policy import AgentTurn, Policy
+from envs.prompts import system_message, task_message
 from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "river through Paris"]

@@ -3,14 +3,14 @@
 import json
 
 import pytest
+from fixture import load_fixture
 
 from agents.misbehaving import MisbehavingPolicy
-from agents.policy import AgentOutput
 from agents.scripted import scripted_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.datasets import Question
 from envs.episode import run_episode
-from envs.fixture import load_fixture
+from envs.policy import AgentOutput
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
 
@@ -190,7 +190,7 @@ def test_scripted_team_accuracy_on_fixture():
 
 
 def test_corpus_and_questions_from_paths():
-    from envs.fixture import FIXTURE_DIR
+    from fixture import FIXTURE_DIR
 
     env = cascade_search_v0.env(corpus=FIXTURE_DIR / "corpus.jsonl", questions=str(FIXTURE_DIR / "questions.jsonl"))
     assert len(env.questions) == 12 and len(env.retriever.corpus) == 16

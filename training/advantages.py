@@ -9,9 +9,10 @@ Shapes (see docs/algorithms.md for the full layout):
   ``candidate_index`` [N] the candidate j of each Answerer call (ignored for other roles);
 * token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs``.
 
-``team_token_advantages`` composes the pieces for a PPO batch; the Searcher's learning signal is
-a config choice (``AdvantageConfig.searcher_signal``) so every variant of the paper's Table 3 and
-Stage I are the same code:
+``team_token_advantages`` composes the pieces for a PPO batch. The Searcher's learning signal is
+the estimator registered under ``AdvantageConfig.searcher_signal`` in ``SEARCHER_ESTIMATORS``
+(one signature: ``SearcherInputs -> [N, T]``), so every variant of the paper's Table 3 and Stage I
+are the same code, and a new signal is one decorated function:
 
 * ``"opd"``           Stage II, MultiAgent-OPD: Eq. 5 on every Searcher token;
 * ``"grpo_final_em"`` "w/ outcome-based Searcher RL": Eq. 1 on the team outcome R_EM;
@@ -40,24 +41,15 @@ from training.losses import (
     masked_where,
     registry_decorator,
 )
+from training.token_scoring import TokenBatch
 
 GRPO_EPS = 1e-6
 OPD_BETA = 0.01
 KL_IN_REWARD_COEF = 1e-3
-SearcherSignal = Literal["opd", "grpo_final_em", "grpo_rs", "none"]
-SEARCHER_SIGNALS: tuple[str, ...] = ("opd", "grpo_final_em", "grpo_rs", "none")
-
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {}
+# The Searcher outcome that Eq. 1 normalises for each outcome-based signal (team_token_advantages).
+SEARCHER_OUTCOMES = {"grpo_final_em": "final_em", "grpo_rs": "searcher_rewards"}
 
 
-register_advantage_estimator = registry_decorator(ADVANTAGE_ESTIMATORS, "advantage estimator")
-
-
-def get_advantage_estimator(name: str) -> Callable[..., torch.Tensor]:
-    return lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
-
-
-@register_advantage_estimator("grpo")
 def grpo_advantages(
     rewards: torch.Tensor,
     valid_mask: torch.Tensor | None = None,
@@ -94,7 +86,6 @@ def grpo_advantages(
     return masked_where(valid & varies, deviation / (std + eps))
 
 
-@register_advantage_estimator("opd")
 def opd_advantages(
     teacher_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -144,49 +135,91 @@ def sum_into_groups(
     )
 
 
+@dataclass(frozen=True)
+class SearcherInputs:
+    """What a Searcher estimator reads: the batch's token tensors and the config.
+
+    ``sequence_advantages`` [N] holds, on Searcher calls, the GRPO advantage of the Searcher
+    outcome named by ``SEARCHER_OUTCOMES`` (0 for a signal without one).
+    """
+
+    role_ids: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    teacher_logprobs: torch.Tensor | None
+    sequence_advantages: torch.Tensor
+    config: AdvantageConfig
+
+
+SearcherEstimator = Callable[[SearcherInputs], torch.Tensor]
+SEARCHER_ESTIMATORS: dict[str, SearcherEstimator] = {}
+register_searcher_estimator = registry_decorator(SEARCHER_ESTIMATORS, "searcher estimator")
+
+
+def get_searcher_estimator(name: str) -> SearcherEstimator:
+    return lookup(SEARCHER_ESTIMATORS, "searcher estimator", name)
+
+
+@register_searcher_estimator("opd")
+def opd_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
+    """Eq. 5 on every Searcher token (MultiAgent-OPD, Stage II)."""
+    mask = searcher_token_mask(inputs.role_ids, inputs.response_mask)
+    if not bool(mask.any()):
+        return torch.zeros(inputs.response_mask.shape, device=inputs.response_mask.device)
+    if inputs.teacher_logprobs is None:
+        raise ValueError("searcher_signal 'opd' needs teacher_logprobs")
+    check_finite("teacher_logprobs", inputs.teacher_logprobs, role_ids=inputs.role_ids, mask=mask)
+    check_finite("old_logprobs", inputs.old_logprobs, role_ids=inputs.role_ids, mask=mask)
+    return opd_advantages(inputs.teacher_logprobs, inputs.old_logprobs, mask, beta=inputs.config.opd_beta,
+                          log_ratio_clamp=inputs.config.opd_log_ratio_clamp)
+
+
+@register_searcher_estimator("grpo_final_em")
+@register_searcher_estimator("grpo_rs")
+def outcome_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
+    """Eq. 1 on a Searcher outcome (R_EM or R_S), broadcast over the call's tokens (Eq. 7)."""
+    return inputs.sequence_advantages.float()[:, None].expand_as(inputs.response_mask)
+
+
+@register_searcher_estimator("none")
+def no_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
+    """No Searcher signal ("w/o direct Searcher supervision")."""
+    return torch.zeros(inputs.response_mask.shape, device=inputs.response_mask.device)
+
+
 def assign_token_advantages(
     role_ids: torch.Tensor,
     response_mask: torch.Tensor,
     sequence_advantages: torch.Tensor,
-    opd_token_advantages: torch.Tensor | None = None,
-    searcher_signal: SearcherSignal = "opd",
+    searcher_advantages: torch.Tensor,
 ) -> torch.Tensor:
     """Eq. 7: each token gets the advantage of the role that generated it. [N, T].
 
     Leader and Answerer tokens take their sequence's GRPO advantage (trajectory-level for the
     Leader, candidate-level for the Answerer, already resolved in ``sequence_advantages`` [N]).
-    Searcher tokens take, by ``searcher_signal``: their own OPD advantage (``"opd"``), their
-    sequence's outcome GRPO advantage (``"grpo_final_em"``, ``"grpo_rs"``) or 0 (``"none"``).
+    Searcher tokens take ``searcher_advantages`` [N, T], the output of the Searcher estimator.
     Tokens outside ``response_mask`` get 0.
     """
-    if searcher_signal not in SEARCHER_SIGNALS:
-        raise ValueError(f"searcher_signal {searcher_signal!r} is not one of {SEARCHER_SIGNALS}")
     num_sequences, num_tokens = response_mask.shape
     check_role_ids(role_ids, num_sequences)
     if sequence_advantages.shape != (num_sequences,):
         raise ValueError(
             f"sequence_advantages must have shape [{num_sequences}], got {list(sequence_advantages.shape)}"
         )
+    if searcher_advantages.shape != response_mask.shape:
+        raise ValueError(
+            f"searcher_advantages must have shape {list(response_mask.shape)}, got {list(searcher_advantages.shape)}"
+        )
     broadcast = sequence_advantages.float()[:, None].expand(-1, num_tokens)
-    if searcher_signal == "opd":
-        if opd_token_advantages is None or opd_token_advantages.shape != response_mask.shape:
-            raise ValueError(
-                "searcher_signal 'opd' needs opd_token_advantages shaped like response_mask"
-            )
-        searcher_part = opd_token_advantages.float()
-    elif searcher_signal == "none":
-        searcher_part = torch.zeros_like(broadcast)
-    else:
-        searcher_part = broadcast
     is_searcher = (role_ids == SEARCHER)[:, None]
-    return masked_where(response_mask, torch.where(is_searcher, searcher_part, broadcast))
+    return masked_where(response_mask, torch.where(is_searcher, searcher_advantages.float(), broadcast))
 
 
 @dataclass
 class AdvantageConfig:
     """How token advantages are built; see docs/algorithms.md."""
 
-    searcher_signal: SearcherSignal = "opd"
+    searcher_signal: str = "opd"  # a key of SEARCHER_ESTIMATORS
     opd_beta: float = OPD_BETA
     opd_log_ratio_clamp: float | None = None
     # KL(π_old‖π_T) penalty subtracted from Leader and Answerer rewards before Eq. 1.
@@ -196,9 +229,9 @@ class AdvantageConfig:
     grpo_unbiased_std: bool = False
 
     def __post_init__(self) -> None:
-        if self.searcher_signal not in SEARCHER_SIGNALS:
+        if self.searcher_signal not in SEARCHER_ESTIMATORS:
             raise ConfigError(
-                f"searcher_signal: {self.searcher_signal!r} is not one of {SEARCHER_SIGNALS}"
+                f"searcher_signal: {self.searcher_signal!r} is not one of {sorted(SEARCHER_ESTIMATORS)}"
             )
         for name in ("opd_beta", "kl_in_reward_coef", "grpo_eps"):
             if getattr(self, name) < 0:
@@ -214,7 +247,7 @@ class TeamAdvantages:
     """Output of ``team_token_advantages``; the extra tensors are for logging."""
 
     token_advantages: torch.Tensor  # [N, T], Eq. 7
-    sequence_advantages: torch.Tensor  # [N], GRPO part (0 for Searchers under "opd"/"none")
+    sequence_advantages: torch.Tensor  # [N], GRPO part (0 for Searchers without an outcome signal)
     group_advantages: dict[str, torch.Tensor]  # role → [B, G] or [B, G, n]
     shaped_rewards: dict[str, torch.Tensor]  # role → rewards after the KL-in-reward penalty
 
@@ -269,10 +302,7 @@ def team_token_advantages(
         if tensor.shape != (num_sequences,):
             raise ValueError(f"{name} must have shape [{num_sequences}], got {list(tensor.shape)}")
     signal = config.searcher_signal
-    searcher_outcomes = {
-        "grpo_final_em": ("final_em", final_em),
-        "grpo_rs": ("searcher_rewards", searcher_rewards),
-    }
+    outcomes = {"final_em": final_em, "searcher_rewards": searcher_rewards}
     # role → (rewards, flat index of each sequence's reward slot, GRPO valid mask)
     groups_in: dict[str, tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]] = {
         "leader": (leader_rewards, traj_index, trajectory_mask),
@@ -283,8 +313,8 @@ def team_token_advantages(
             candidate_mask,
         ),
     }
-    if signal in searcher_outcomes:
-        groups_in["searcher"] = (searcher_outcomes[signal][1], traj_index, trajectory_mask)
+    if signal in SEARCHER_OUTCOMES:
+        groups_in["searcher"] = (outcomes[SEARCHER_OUTCOMES[signal]], traj_index, trajectory_mask)
     role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER}
 
     use_kl = config.kl_in_reward_coef > 0 and bool(
@@ -312,7 +342,7 @@ def team_token_advantages(
         selected = role_ids == role_of[name]
         if rewards is None:
             if bool(selected.any()):
-                needed = searcher_outcomes[signal][0] if name == "searcher" else f"{name}_rewards"
+                needed = SEARCHER_OUTCOMES[signal] if name == "searcher" else f"{name}_rewards"
                 raise ValueError(f"the batch has {name} sequences but {needed} is None")
             continue
         num_trajectories = rewards.numel() // (rewards.shape[-1] if name == "answerer" else 1)
@@ -331,26 +361,24 @@ def team_token_advantages(
         shaped[name], groups[name] = rewards, advantages
         sequence_advantages[selected] = advantages.reshape(-1)[flat_index[selected]]
 
-    opd = None
-    if signal == "opd":
-        mask = searcher_token_mask(role_ids, response_mask)
-        if bool(mask.any()):
-            if teacher_logprobs is None:
-                raise ValueError("searcher_signal 'opd' needs teacher_logprobs")
-            check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=mask)
-            check_finite("old_logprobs", old_logprobs, role_ids=role_ids, mask=mask)
-            opd = opd_advantages(
-                teacher_logprobs,
-                old_logprobs,
-                mask,
-                beta=config.opd_beta,
-                log_ratio_clamp=config.opd_log_ratio_clamp,
-            )
-        else:
-            opd = torch.zeros(response_mask.shape, device=response_mask.device)
-
-    token_advantages = assign_token_advantages(
-        role_ids, response_mask, sequence_advantages, opd, signal
+    searcher = get_searcher_estimator(signal)(
+        SearcherInputs(role_ids, response_mask, old_logprobs, teacher_logprobs, sequence_advantages, config)
     )
+    token_advantages = assign_token_advantages(role_ids, response_mask, sequence_advantages, searcher)
     check_finite("token advantages", token_advantages, role_ids=role_ids, mask=response_mask)
     return TeamAdvantages(token_advantages, sequence_advantages, groups, shaped)
+
+
+@dataclass
+class PPOBatch:
+    """Everything the update needs, one row per model call (CPU tensors)."""
+
+    tokens: TokenBatch
+    role_ids: torch.Tensor  # [N]
+    old_logprobs: torch.Tensor  # [N, T]
+    teacher_logprobs: torch.Tensor | None  # [N, T]
+    advantages: TeamAdvantages
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.role_ids.shape[0])

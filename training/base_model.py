@@ -3,7 +3,7 @@ then fine-tuned on noisy scripted demos.
 
 It plays the part of an instruction-tuned base model. ``build_base_model`` runs, from one seed:
 
-1. the noisy scripted team (``envs.synthwiki.noisy``) on the first ``demo_questions`` train
+1. the noisy scripted team (``agents.noisy_team``) on the first ``demo_questions`` train
    questions of ``demo_worlds`` SynthWiki worlds, in every workflow of ``workflows``, recording
    one demonstration per model call (all three roles, in the environments' exact chat format);
 2. a byte-level BPE tokenizer trained on the world's templates and the role prompts, never on
@@ -38,10 +38,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envs.actions import ROLES
 from maopd.config import save_yaml, to_dict
 
 if TYPE_CHECKING:
-    from envs.synthwiki.noisy import NoiseConfig
+    from agents.noisy_team import NoiseConfig
 
 # Bump when the build changes what a config produces, so cached models are rebuilt.
 BUILD_VERSION = 2
@@ -127,7 +128,7 @@ class SFTConfig:
 
     def noise_config(self) -> NoiseConfig:
         """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
-        from envs.synthwiki.noisy import NoiseConfig
+        from agents.noisy_team import NoiseConfig
 
         return replace(NoiseConfig.uniform(self.noise), **self.noise_knobs)
 
@@ -152,9 +153,9 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     """The noisy team's demonstrations (one row per model call) for every configured workflow."""
     from tqdm import tqdm
 
+    from agents.noisy_team import NoisyTeam
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.demos import demonstrations
-    from envs.synthwiki.noisy import NoisyTeam
     from envs.synthwiki.world import build_world, load_default_world
 
     rows = []
@@ -211,8 +212,8 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
 
     from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
     from agents.tokenizer import train_tokenizer
+    from envs.prompts import NO_FACTS
     from envs.synthwiki.schema import template_texts
-    from envs.synthwiki.teams import NO_FACTS
     from training.sft import TrainingSchedule, encode_call, train_sft
 
     started = time.perf_counter()
@@ -247,7 +248,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     metrics = {
         "config_key": config.key(),
         "demonstrations": len(rows),
-        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in ("leader", "searcher", "answerer")},
+        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in ROLES},
         "calls_too_long": len(encoded) - len(examples),
         "training_tokens": sum(len(e) for e in examples),
         "assistant_tokens": sum(sum(e.loss_mask) for e in examples),

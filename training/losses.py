@@ -29,11 +29,11 @@ from typing import Literal
 
 import torch
 
+from envs.actions import ROLES
 from maopd.config import ConfigError
 
-ROLE_NAMES = ("leader", "searcher", "answerer")
-LEADER, SEARCHER, ANSWERER = 0, 1, 2
-ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLE_NAMES)}
+ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
+LEADER, SEARCHER, ANSWERER = (ROLE_IDS[name] for name in ("leader", "searcher", "answerer"))
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
@@ -81,16 +81,16 @@ def check_finite(
 
 
 def role_name(role_id: int) -> str:
-    if not 0 <= role_id < len(ROLE_NAMES):
+    if not 0 <= role_id < len(ROLES):
         return f"unknown role id {role_id}"
-    return ROLE_NAMES[role_id]
+    return ROLES[role_id]
 
 
 def check_role_ids(role_ids: torch.Tensor, num_sequences: int) -> None:
     if role_ids.shape != (num_sequences,):
         raise ValueError(f"role_ids must have shape [{num_sequences}], got {list(role_ids.shape)}")
-    if role_ids.numel() and not bool(((role_ids >= 0) & (role_ids < len(ROLE_NAMES))).all()):
-        raise ValueError(f"role_ids must be in 0..{len(ROLE_NAMES) - 1} ({', '.join(ROLE_NAMES)})")
+    if role_ids.numel() and not bool(((role_ids >= 0) & (role_ids < len(ROLES))).all()):
+        raise ValueError(f"role_ids must be in 0..{len(ROLES) - 1} ({', '.join(ROLES)})")
 
 
 def masked_where(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -247,8 +247,8 @@ def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapp
     """
     unknown = sorted(set(role_weights) - set(ROLE_IDS))
     if unknown:
-        raise ValueError(f"role_loss_weights: unknown role {unknown[0]!r}; roles are {ROLE_NAMES}")
-    per_role = torch.tensor([float(role_weights.get(name, 1.0)) for name in ROLE_NAMES])
+        raise ValueError(f"role_loss_weights: unknown role {unknown[0]!r}; roles are {ROLES}")
+    per_role = torch.tensor([float(role_weights.get(name, 1.0)) for name in ROLES])
     return per_role.to(role_ids.device)[role_ids][:, None].expand(-1, num_tokens)
 
 
@@ -280,7 +280,7 @@ class PPOLossConfig:
         unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
         if unknown:
             raise ConfigError(
-                f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLE_NAMES}"
+                f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}"
             )
 
 
@@ -389,7 +389,7 @@ def role_token_means(
     """``{"<role>/<name>": mean over that role's counted tokens}`` for every role present."""
     mask = loss_mask.bool()
     metrics = {}
-    for role_id, name in enumerate(ROLE_NAMES):
+    for role_id, name in enumerate(ROLES):
         role_mask = mask & (role_ids == role_id)[:, None]
         count = int(role_mask.sum())
         if count == 0:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
+    from training.advantages import PPOBatch
     from training.rollout import TeamBatch
-    from training.trainer import PPOBatch
 
 NONFINITE = "nonfinite"
 MAX_POSITIONS = 10  # non-finite positions listed per tensor in the summary

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.losses import ROLE_NAMES
+from envs.actions import ROLES
 from training.run_logging import read_metrics
 
 PANELS = (
     ("Reward per role", [("reward/em", "team EM (R_EM)")]
-     + [(f"reward/{role}", role) for role in ROLE_NAMES] + [("reward/searcher_critic", "searcher (critic)")]),
+     + [(f"reward/{role}", role) for role in ROLES] + [("reward/searcher_critic", "searcher (critic)")]),
     ("Exact match", [("reward/em", "team (max over candidates)"), ("em/answerer_candidates", "Answerer candidates"),
                      ("rollout/em_all_rounds", "team, all sampling rounds")]),
     ("Search actions per workflow", [("workflow/search_actions", "search actions"),
                                      ("workflow/searches_with_passages", "with passages")]),
-    ("Entropy", [(f"{role}/entropy", role) for role in ROLE_NAMES]),
+    ("Entropy", [(f"{role}/entropy", role) for role in ROLES]),
 )
 
 

@@ -33,13 +33,11 @@ import torch
 
 from agents.chat_tokens import prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
-from agents.policy import AgentOutput, Policy
 from envs.datasets import Question
+from envs.policy import AgentOutput, Policy
 from envs.search_env import SearchEnv
+from training.losses import ROLE_IDS
 from training.token_scoring import TokenBatch, pad_batch
-
-ROLES = ("leader", "searcher", "answerer")
-ROLE_IDS = {role: index for index, role in enumerate(ROLES)}
 
 
 @dataclass

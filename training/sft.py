@@ -33,8 +33,8 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from agents.actions import STOP_STRINGS
 from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
+from envs.actions import STOP_STRINGS
 from training.token_scoring import TokenBatch, pad_batch, score_tokens
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,12 @@ from tqdm import tqdm
 
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
+from envs.actions import ROLES
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from maopd.config import ConfigError, save_yaml, to_dict
 from training import distributed
-from training.advantages import TeamAdvantages, team_token_advantages
+from training.advantages import PPOBatch, team_token_advantages
 from training.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
@@ -49,7 +50,6 @@ from training.checkpoint import (
 from training.config import ModelConfig, TrainConfig
 from training.critic import PromptedCritic
 from training.losses import (
-    ROLE_NAMES,
     SEARCHER,
     NonFiniteError,
     PPOLossTerms,
@@ -57,8 +57,8 @@ from training.losses import (
     ppo_role_metrics,
 )
 from training.nonfinite import save_nonfinite_step, step_tensors
-from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.ptx import PtxData
+from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.sft import sft_batch
 from training.teacher import Teacher
@@ -186,21 +186,6 @@ def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
 # --------------------------------------------------------------------------- the PPO batch
 
 
-@dataclass
-class PPOBatch:
-    """Everything the update needs, one row per model call (CPU tensors)."""
-
-    tokens: TokenBatch
-    role_ids: torch.Tensor  # [N]
-    old_logprobs: torch.Tensor  # [N, T]
-    teacher_logprobs: torch.Tensor | None  # [N, T]
-    advantages: TeamAdvantages
-
-    @property
-    def num_sequences(self) -> int:
-        return int(self.role_ids.shape[0])
-
-
 def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
     """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
     records = batch.records
@@ -238,7 +223,7 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
     for counter in ("search_actions", "searches_with_passages", "reports", "format_failures",
                     "delegation_rounds", "task_assignments", "tool_steps", "env_steps"):
         metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
-    for role in ROLE_NAMES:
+    for role in ROLES:
         sequences = [s for s in batch.sequences if s.role == role]
         if sequences:
             metrics[f"{role}/sequences"] = float(len(sequences))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agents.actions import strict_answer
+from envs.actions import strict_answer
 
 MAX_PLAIN_CHARS = 128
 UNPARSED_RULE = 6

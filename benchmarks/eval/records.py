@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.actions import strict_answer
 from benchmarks.eval.extraction import failure_kind, flexible_answer
+from envs.actions import strict_answer
 from envs.jsonl import iter_json_lines
 from envs.rewards import exact_match
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.policy import Policy
 from benchmarks.eval.runner import Solve
 from envs.datasets import Question
+from envs.policy import Policy
 from envs.retrieval.corpus import Corpus
 
 WORKFLOWS = ("hierarchical", "cascade")
@@ -23,8 +23,8 @@ def debugging_policy(name: str, seed: int = 0) -> Policy:
     (the scripted Leader and Searchers with a misbehaving Answerer, which exercises the failure
     taxonomy and the flexible extractor)."""
     from agents.misbehaving import MisbehavingPolicy
-    from agents.policy import RoleRouter
     from agents.scripted import ScriptedAnswerer, ScriptedLeader, ScriptedSearcher
+    from envs.policy import RoleRouter
 
     answerers = {"scripted": ScriptedAnswerer(), "scripted-noisy-answerer": MisbehavingPolicy(seed, valid_rate=0.5)}
     if name not in answerers:

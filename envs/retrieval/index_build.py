@@ -56,7 +56,12 @@ def build_dense_index(
     chunk_size: int = 1024,
     batch_size: int = 64,
 ) -> BuildReport:
-    from envs.retrieval.dense import DenseIndexMeta, make_faiss_index, passage_text, save_dense_index
+    from envs.retrieval.dense import (
+        DenseIndexMeta,
+        make_faiss_index,
+        passage_text,
+        save_dense_index,
+    )
     from envs.retrieval.encoder import TextEncoder
 
     start = time.perf_counter()

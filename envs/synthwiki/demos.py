@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.policy import Policy
 from envs.datasets import Question
 from envs.episode import run_episode
+from envs.policy import Policy
 from envs.retrieval.base import Retriever
 
 WORKFLOWS = ("hierarchical", "cascade")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from envs.actions import ROLES
 from envs.option_mode import OptionWrapper
 from training.losses import lookup, registry_decorator
 from training.marl.policy import Decision, Episode, MenuPolicy, greedy, play
@@ -71,19 +72,18 @@ def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles
     return out
 
 
-ALL_ROLES = {"leader", "searcher", "answerer"}
 
 
 @register("team")
 def team_reward(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     rewards = [np.full(len(ep.decisions), float(ep.parts["em"])) for ep in episodes]
-    return normalize_per_role(episodes, rewards, ALL_ROLES)
+    return normalize_per_role(episodes, rewards, set(ROLES))
 
 
 @register("role")
 def role_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     rewards = [np.array([role_reward(d, ep.parts) for d in ep.decisions]) for ep in episodes]
-    return normalize_per_role(episodes, rewards, ALL_ROLES)
+    return normalize_per_role(episodes, rewards, set(ROLES))
 
 
 def counterfactual_em(ep: Episode, call: int, ctx: CreditContext) -> float:
@@ -113,7 +113,7 @@ def difference_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.n
         counterfactual = {call: em - counterfactual_em(ep, call, ctx) for call in {d.call for d in ep.decisions} - {None}}
         rewards.append(np.array([counterfactual[d.call] if d.role == "searcher" else role_reward(d, ep.parts)
                                  for d in ep.decisions]))
-    return normalize_per_role(episodes, rewards, ALL_ROLES)
+    return normalize_per_role(episodes, rewards, set(ROLES))
 
 
 @register("opd")

@@ -37,10 +37,10 @@ def _build(args) -> int:
 
 
 def _demos(args) -> int:
+    from agents.expert_team import expert_team
+    from agents.noisy_team import NoiseConfig, NoisyTeam
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.demos import demonstrations, write_demonstrations
-    from envs.synthwiki.noisy import NoiseConfig, NoisyTeam
-    from envs.synthwiki.teams import expert_team
     from envs.synthwiki.world import load_default_world
 
     world = load_default_world(args.seed, args.size)

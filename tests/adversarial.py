@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from agents import prompts
-from agents.actions import ACTION_KINDS, STRUCTURAL_TAGS
+from envs import prompts
+from envs.actions import ACTION_KINDS, STRUCTURAL_TAGS
 from envs.retrieval.corpus import Corpus, Document
 
 INJECTED_ANSWER = "INJECTED-7f3a"

@@ -29,7 +29,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _pipeline(preset: str, overrides: list[str], run_dir: str | None) -> int:
     from maopd.config import ConfigError
-    from training.pipeline import load_experiment, run_pipeline
+    from maopd.pipeline import load_experiment, run_pipeline
     from training.trainer import TrainingStopped
 
     try:

@@ -19,10 +19,10 @@ def register(subparsers) -> None:
 
 
 def _play(args) -> int:
+    from agents.expert_team import expert_team
     from agents.scripted import scripted_team
     from envs import cascade_search_v0, hierarchical_search_v0
     from envs.episode import run_episode
-    from envs.synthwiki.teams import expert_team
 
     if args.workflow == "hierarchical":
         env = hierarchical_search_v0.env(render_mode="ansi", num_searchers=args.num_searchers, split=args.split)

@@ -32,8 +32,10 @@ an adversarial passage cannot impersonate an action in a model's context either.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+ROLES = ("leader", "searcher", "answerer")  # role ids in training batches follow this order
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
 ROLE_ACTION_KINDS = {
     "searcher": ("search", "report"),
@@ -151,3 +153,13 @@ def parse_action(text: str, role: str, allowed: tuple[str, ...] | None = None, m
 def neutralize_tags(text: str) -> str:
     """Escape anything that looks like an action or structural tag in environment-inserted text."""
     return _ANY_TAG.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+
+
+def action_contents(messages: Sequence[Mapping[str, str]], kind: str) -> list[str]:
+    """The stripped content of every complete ``kind`` tag in the assistant's own messages."""
+    return [
+        match.strip()
+        for message in messages
+        if message["role"] == "assistant"
+        for match in _TAG_PATTERNS[kind].findall(message["content"])
+    ]

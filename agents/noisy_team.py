@@ -14,21 +14,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from agents.policy import AgentOutput, AgentTurn
+from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher
+from envs.actions import action_contents
+from envs.policy import AgentOutput, AgentTurn
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label
 from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
-from envs.synthwiki.teams import (
-    NO_FACTS,
-    ExpertAnswerer,
-    ExpertLeader,
-    ExpertSearcher,
-    Knowledge,
-    Step,
-    own_actions,
-    passage_texts,
-    reports,
-    resolve,
-    strip_label,
-)
+from envs.synthwiki.knowledge import Knowledge, Step, resolve
 
 
 @dataclass
@@ -106,7 +97,7 @@ class NoisyTeam:
     def _leader(self, turn: AgentTurn) -> str:
         text = self.leader.decide(turn)
         if text.startswith("<select>") and self._chance(self.noise.leader_drop_report):
-            numbers = [n for message in turn.messages if message["role"] == "user" for n, _, _ in reports(message["content"])]
+            numbers = [n for message in turn.messages if message["role"] == "user" for n, _, _ in parse_reports(message["content"])]
             if numbers:
                 numbers.remove(self.rng.choice(numbers))
                 kept = numbers or [max(numbers, default=0) + 99]  # select nothing that exists
@@ -118,7 +109,7 @@ class NoisyTeam:
         if not any(m["role"] == "assistant" for m in turn.messages):
             self._call_mistakes[key] = self._draw_call_mistake()
         mistake = self._call_mistakes.get(key)
-        searched = own_actions(turn, "search")
+        searched = action_contents(turn.messages, "search")
         task = strip_label(turn.task, "Task:")
         if mistake == "skip_search":
             return f"<report>{NO_FACTS}</report>"
@@ -153,7 +144,7 @@ class NoisyTeam:
 
     def _answerer(self, turn: AgentTurn) -> str:
         if self._chance(self.noise.answerer_wrong_report):
-            found = reports(turn.messages[-1]["content"])
+            found = parse_reports(turn.messages[-1]["content"])
             values = [fact.value for _, _, text in found for fact in parse_facts(text)]
             if values:
                 return f"<answer>{self.rng.choice(values)}</answer>"

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from envs.actions import ROLES
+
 
 @dataclass(frozen=True)
 class AgentTurn:
@@ -58,7 +60,7 @@ class RoleRouter:
     """A team policy that sends each turn to the policy of its role, batching per role."""
 
     def __init__(self, policies: Mapping[str, Policy]):
-        missing = {"leader", "searcher", "answerer"} - set(policies)
+        missing = set(ROLES) - set(policies)
         if missing:
             raise ValueError(f"RoleRouter needs a policy for every role; missing {sorted(missing)}")
         self.policies = dict(policies)

@@ -1,15 +1,18 @@
-"""Role prompts and the exact text of every environment-inserted message.
+"""Role prompts, the exact text of every environment-inserted message, and its parsers.
 
 All roles are played by one model; the system prompt selects the role. Everything the
 environment inserts into a model's context (passages, subtasks, reports, feedback) is built here,
-with tag look-alikes neutralized, so the chat format has a single source of truth.
+with tag look-alikes neutralized, so the chat format has a single source of truth. The parsers
+that rule-based policies use to read those messages back sit beside their writers.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from agents.actions import neutralize_tags
+from envs.actions import neutralize_tags
+from envs.policy import AgentTurn
 from envs.retrieval.base import Passage
 
 LEADER_PROMPT = (
@@ -28,6 +31,8 @@ ANSWERER_PROMPT = (
     "Write only the answer, as a short phrase, inside <answer></answer>."
 )
 ROLE_PROMPTS = {"leader": LEADER_PROMPT, "searcher": SEARCHER_PROMPT, "answerer": ANSWERER_PROMPT}
+
+NO_FACTS = "No relevant information found."  # the report of a Searcher that found nothing
 
 LAST_TURN_NOTICE = {
     "searcher": "This is your last turn: write your <report> now.",
@@ -91,3 +96,34 @@ def answerer_message(question: str, reports: Sequence[tuple[int, str, str]]) -> 
 def feedback_message(error: str, allowed: Sequence[str]) -> dict[str, str]:
     kinds = " or ".join(f"<{k}>" for k in allowed)
     return {"role": "user", "content": f"Invalid action ({neutralize_tags(error)}). Use {kinds}."}
+
+
+# ----- reading the messages back ----------------------------------------------------------------
+_PASSAGE_LINE = re.compile(r"^\[\d+\] (?P<title>[^:]*): (?P<text>.*)$")  # format_passages
+_REPORT_LINE = re.compile(r"^\[Report (?P<number>\d+)\] \((?P<task>.*?)\) (?P<text>.*)$")  # format_reports
+
+
+def strip_label(text: str, label: str) -> str:
+    """The first line of ``text`` without its ``label`` ("Question:", "Task:")."""
+    first = text.split("\n", 1)[0].strip()
+    return first[len(label):].strip() if first.startswith(label) else first
+
+
+def user_texts(turn: AgentTurn, prefix: str) -> list[str]:
+    """Every environment-inserted message of ``turn`` that starts with ``prefix``, in order."""
+    return [m["content"] for m in turn.messages if m["role"] == "user" and m["content"].startswith(prefix)]
+
+
+def parse_passages(content: str) -> list[tuple[str, str]]:
+    """(title, text) of every passage line of one ``format_passages`` message."""
+    return [(m["title"], m["text"]) for m in map(_PASSAGE_LINE.match, content.splitlines()) if m]
+
+
+def passage_texts(turn: AgentTurn) -> list[str]:
+    """Every passage the Searcher has read in this call, in order."""
+    return [text for message in user_texts(turn, "<information>") for _, text in parse_passages(message)]
+
+
+def parse_reports(text: str) -> list[tuple[int, str, str]]:
+    """(number, subtask, text) of every ``format_reports`` line in ``text``."""
+    return [(int(m["number"]), m["task"], m["text"]) for m in map(_REPORT_LINE.match, text.splitlines()) if m]

@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from agents.policy import Policy
+from envs.actions import ROLES
 from envs.option_mode import MENU_SIZE, OptionWrapper, option_env
+from envs.policy import Policy
 
 MAX_SKIPPED_EPISODES = 100
 
@@ -31,12 +32,12 @@ class SingleRoleEnv(gymnasium.Env):
 
     def __init__(self, role: str = "searcher", workflow: str = "hierarchical", others: Policy | None = None,
                  menu_size: int = MENU_SIZE, **env_options: Any):
-        if role not in ("leader", "searcher", "answerer"):
+        if role not in ROLES:
             raise ValueError(f"role={role!r} is invalid; expected 'leader', 'searcher' or 'answerer'")
         if role == "leader" and workflow != "hierarchical":
             raise ValueError(f"role='leader' needs workflow='hierarchical', not {workflow!r}")
         if others is None:
-            from envs.synthwiki.teams import expert_team
+            from agents.expert_team import expert_team
 
             others = expert_team()
         self.role = role

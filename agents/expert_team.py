@@ -1,0 +1,84 @@
+"""The SynthWiki expert team: every role played by rule, from the text an LLM would see.
+
+* Leader: parses the question into a chain of hops (or a comparison), delegates the next
+  unresolved hop as its sub-question (both look-ups of a comparison in one wave), reads the
+  reports, and selects all reports once every hop is resolved.
+* Searcher: parses its task the same way, searches the sub-question of the next unresolved hop
+  (then the bare entity name if that missed), reads the facts in the passages, and reports the
+  resolved hops as canonical fact sentences. Given a whole multi-hop question (the cascade
+  workflow) it searches hop after hop.
+* Answerer: resolves the question's chain through the facts in the reports and answers.
+
+The experts never read the world's graph: they parse questions, passages and reports with
+``envs.synthwiki.grammar``, so their accuracy measures how solvable the world is by search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envs.actions import action_contents, parse_subtasks
+from envs.policy import AgentOutput, AgentTurn, RoleRouter
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
+from envs.synthwiki.grammar import parse_question, subquestion
+from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
+
+
+class _Role:
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self.decide(turn)] * turn.num_candidates) for turn in turns]
+
+    def decide(self, turn: AgentTurn) -> str:
+        raise NotImplementedError
+
+
+class ExpertLeader(_Role):
+    def decide(self, turn: AgentTurn) -> str:
+        question = strip_label(turn.task, "Question:")
+        plan = parse_question(question)
+        knowledge = Knowledge(text for message in user_texts(turn, "Reports:") for _, _, text in parse_reports(message))
+        delegated = {task for content in action_contents(turn.messages, "delegate") for task in parse_subtasks(content)}
+        if plan is None:
+            wanted = [] if delegated else [question]
+        else:
+            _, missing = resolve(plan, knowledge)
+            wanted = [subquestion(step.predicate, step.subject) for step in missing]
+            wanted = [task for task in wanted if task not in delegated]
+        if wanted and "delegate" in turn.allowed:
+            return "<delegate>\n" + "\n".join(wanted) + "\n</delegate>"
+        return "<select>all</select>"
+
+
+class ExpertSearcher(_Role):
+    def decide(self, turn: AgentTurn) -> str:
+        task = strip_label(turn.task, "Task:")
+        plan = parse_question(task)
+        knowledge = Knowledge(passage_texts(turn))
+        if plan is None:
+            return self._search_or_report(turn, [task], [])
+        resolved, missing = resolve(plan, knowledge)
+        queries = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
+        return self._search_or_report(turn, queries, resolved)
+
+    @staticmethod
+    def _search_or_report(turn: AgentTurn, queries: list[str], resolved: list[Step]) -> str:
+        searched = set(action_contents(turn.messages, "search"))
+        fresh = [query for query in queries if query not in searched]
+        if fresh and "search" in turn.allowed:
+            return f"<search>{fresh[0]}</search>"
+        text = " ".join(step.sentence() for step in resolved) or NO_FACTS
+        return f"<report>{text}</report>"
+
+
+class ExpertAnswerer(_Role):
+    def decide(self, turn: AgentTurn) -> str:
+        body = turn.messages[-1]["content"]
+        question = strip_label(body, "Question:")
+        plan = parse_question(question)
+        knowledge = Knowledge(text for _, _, text in parse_reports(body))
+        answer = final_answer(plan, knowledge) if plan is not None else None
+        return f"<answer>{answer or 'unknown'}</answer>"
+
+
+def expert_team() -> RoleRouter:
+    return RoleRouter({"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer()})

@@ -1,0 +1,79 @@
+"""Facts read from SynthWiki text, and a question's plan resolved through them.
+
+``Knowledge`` collects the facts of passages or reports (``envs.synthwiki.grammar.parse_facts``);
+``resolve`` walks a question's chain of hops (or its two comparison look-ups) through them. The
+expert team (``agents.expert_team``) and the option menus (``envs.option_mode``) reason with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts
+from envs.synthwiki.schema import ATTRIBUTES
+
+
+class Knowledge:
+    """Facts read so far, looked up by any surface form of the subject (name or alias)."""
+
+    def __init__(self, texts: Iterable[str] = ()):
+        self.values: dict[tuple[str, str], str] = {}
+        self.same: dict[str, set[str]] = {}
+        for text in texts:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        for fact in parse_facts(text):
+            if fact.predicate == "alias":
+                group = self.same.get(fact.subject, {fact.subject}) | self.same.get(fact.value, {fact.value})
+                for name in group:
+                    self.same[name] = group
+            else:
+                self.values.setdefault((fact.subject, fact.predicate), fact.value)
+
+    def lookup(self, subject: str, predicate: str) -> str | None:
+        for name in sorted(self.same.get(subject, {subject})):
+            value = self.values.get((name, predicate))
+            if value is not None:
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class Step:
+    predicate: str
+    subject: str
+    value: str | None
+
+    def sentence(self) -> str:
+        return fact_sentence(self.predicate, self.subject, self.value or "")
+
+
+def resolve(plan: Chain | Comparison, knowledge: Knowledge) -> tuple[list[Step], list[Step]]:
+    """(resolved steps, missing steps): a chain stops at its first missing hop; a comparison
+    needs its two look-ups."""
+    if isinstance(plan, Comparison):
+        steps = [Step(plan.attribute, name, knowledge.lookup(name, plan.attribute)) for name in (plan.first, plan.second)]
+        return [s for s in steps if s.value], [s for s in steps if not s.value]
+    resolved: list[Step] = []
+    subject = plan.topic
+    for predicate in plan.steps:
+        value = knowledge.lookup(subject, predicate)
+        if value is None:
+            return resolved, [Step(predicate, subject, None)]
+        resolved.append(Step(predicate, subject, value))
+        subject = value
+    return resolved, []
+
+
+def final_answer(plan: Chain | Comparison, knowledge: Knowledge) -> str | None:
+    resolved, missing = resolve(plan, knowledge)
+    if missing:
+        return None
+    if isinstance(plan, Comparison):
+        first, second = (int(re.sub(r"\D", "", step.value)) for step in resolved)
+        first_wins = (first < second) == ATTRIBUTES[plan.attribute].smaller_wins
+        return plan.first if first_wins else plan.second
+    return resolved[-1].value

@@ -1,0 +1,1 @@
+"""The ``maopd`` subcommands, one module per command group."""
