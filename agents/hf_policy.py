@@ -26,24 +26,15 @@ differently does not change any record.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
-import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agents.chat_tokens import prompt_ids
 from agents.sampling import Candidate, SamplingConfig, StopMatcher, sample_rows
-from envs.policy import AgentOutput, AgentTurn
+from agents.token_policy import TokenPolicy, candidate_seed
 
 
-def candidate_seed(seed: int, index: int) -> int:
-    """The seed of candidate ``index`` of a prompt whose seed is ``seed``."""
-    state = np.random.SeedSequence([int(seed), int(index)]).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> np.uint64(1))
-
-
-class HFPolicy:
+class HFPolicy(TokenPolicy):
     def __init__(
         self,
         model: torch.nn.Module,
@@ -60,51 +51,10 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingConfig()
         self.max_batch_size = max_batch_size
-        self._seeds = np.random.default_rng(seed)
+        self.init_seeds(seed)
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else min(self.eos_ids))
-
-    def next_seeds(self, count: int) -> list[int]:
-        """The next ``count`` seeds of the policy's stream."""
-        return [int(s) for s in self._seeds.integers(0, 2**63 - 1, size=count)]
-
-    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
-        prompts = [prompt_ids(self.tokenizer, turn.messages) for turn in turns]
-        seeds = self.next_seeds(len(turns))
-        per_turn = self.generate(prompts, [turn.num_candidates for turn in turns], seeds)
-        outputs = []
-        for prompt, seed, candidates in zip(prompts, seeds, per_turn):
-            texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in candidates]
-            outputs.append(AgentOutput(
-                texts=texts,
-                input_tokens=len(prompt),
-                output_tokens=sum(len(c.token_ids) for c in candidates),
-                extra={
-                    "prompt_ids": list(prompt),
-                    "candidates": [c.as_dict() for c in candidates],
-                    "seed": seed,
-                    "temperature": self.sampling.temperature,
-                },
-            ))
-        return outputs
-
-    def request(
-        self,
-        prompt_ids_batch: Sequence[Sequence[int]],
-        n: int | Sequence[int],
-        seeds: Sequence[int] | None,
-        sampling: SamplingConfig | None,
-        **overrides,
-    ) -> tuple[list[int], list[int], SamplingConfig]:
-        """Checked per-prompt candidate counts, seeds and sampling settings of a ``generate`` call."""
-        counts = [n] * len(prompt_ids_batch) if isinstance(n, int) else list(n)
-        if len(counts) != len(prompt_ids_batch) or any(c < 1 for c in counts):
-            raise ValueError("n must be a positive count, or one positive count per prompt")
-        seeds = self.next_seeds(len(prompt_ids_batch)) if seeds is None else list(seeds)
-        if len(seeds) != len(prompt_ids_batch):
-            raise ValueError(f"{len(prompt_ids_batch)} prompts but {len(seeds)} seeds")
-        return counts, seeds, replace(sampling or self.sampling, **overrides)
 
     def generate(
         self,

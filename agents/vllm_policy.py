@@ -40,12 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from agents.hf_policy import HFPolicy, candidate_seed
 from agents.sampling import Candidate, SamplingConfig, StopMatcher
+from agents.token_policy import TokenPolicy, candidate_seed
 
 VLLM_VERSION = "0.32.0"
 WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
@@ -74,7 +73,7 @@ def vllm_python() -> Path | None:
     return None
 
 
-class VLLMPolicy:
+class VLLMPolicy(TokenPolicy):
     def __init__(
         self,
         model_dir: str | Path,
@@ -100,7 +99,7 @@ class VLLMPolicy:
         if self.tokenizer.chat_template is None:
             raise ValueError(f"{self.model_dir}: the tokenizer has no chat template")
         self.sampling = sampling or SamplingConfig()
-        self._seeds = np.random.default_rng(seed)
+        self.init_seeds(seed)
         self.eos_ids = _eos_ids(self.model_dir, self.tokenizer)
         python = Path(python) if python else vllm_python()
         if python is None or not python.is_file():
@@ -146,13 +145,7 @@ class VLLMPolicy:
         ready = self._receive(timeout_s=startup_timeout_s, doing="starting the engine")
         self.vllm_version = ready.get("vllm")
 
-    # -- the Policy protocol and HFPolicy's generate -------------------------------------------
-
-    # Prompts, seeds, decoding and records exactly as HFPolicy's: its methods use only
-    # ``tokenizer``, ``sampling``, ``_seeds`` and ``generate``, which this class has too.
-    next_seeds = HFPolicy.next_seeds
-    request = HFPolicy.request
-    act = HFPolicy.act
+    # -- TokenPolicy's generate: prompts, seeds, decoding and records as HFPolicy's ------------
 
     def generate(
         self,

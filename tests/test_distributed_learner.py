@@ -35,6 +35,18 @@ LR = 1e-3
 # rounding of summing the ranks' gradients in another order shows up as a few % of lr (measured:
 # at most 1.4e-5 at lr 1e-3, most weights within 2e-6).
 ADAM_ATOL = 0.05 * LR
+# Where a gradient sum is itself rounding noise its sign can flip, and Adam's first step then moves
+# that weight by ±lr in either run; one such entry was measured on a 2-core CPU (1.5e-4). Each
+# entry still lies within 2·lr per step, and all but this many per million within ADAM_ATOL.
+ROUNDING_OUTLIERS_PER_MILLION = 100
+
+
+def assert_same_adam_step(got: dict, expected: dict, atol: float, steps: int = 1) -> None:
+    for name in expected:
+        difference = (got[name] - expected[name]).abs()
+        assert float(difference.max()) <= 2 * LR * steps * (1 + 1e-3), name
+        outliers = int((difference > atol).sum())
+        assert outliers <= difference.numel() * ROUNDING_OUTLIERS_PER_MILLION / 1e6, (name, outliers)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +122,7 @@ def test_two_gloo_ranks_take_the_single_process_step(models, tmp_path, single_pr
     assert expected.keys() == got.keys()
     moved = max(float((expected[name] - initial[name]).abs().max()) for name in expected)
     assert moved > 1e-4  # the step did change the weights, so the comparison means something
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=ADAM_ATOL, msg=name)
+    assert_same_adam_step(got, expected, atol=ADAM_ATOL)
 
     # rank 0 alone wrote one metrics row, with the global loss and the same clipped gradient
     (one,), (two,) = read_metrics(single_process_run), read_metrics(run_dir)
@@ -151,8 +162,7 @@ def test_two_fsdp_ranks_with_ptx_and_dynamic_sampling_take_the_single_process_st
     # Adam's first step amplifies that rounding where a weight's gradient sum is near zero:
     # measured at most 6.5e-5 here (lr 1e-3), against steps of 1e-3
     expected, got = weights(reference), weights(run_dir)
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=2 * ADAM_ATOL, msg=name)
+    assert_same_adam_step(got, expected, atol=2 * ADAM_ATOL)
     assert one["rollout/rounds"] == two["rollout/rounds"] == 2
     assert one["rollout/informative_fraction"] == two["rollout/informative_fraction"] == 0
     assert two["loss/ptx"] == pytest.approx(one["loss/ptx"], rel=1e-5)
@@ -172,8 +182,7 @@ def test_two_ranks_resume_from_the_checkpoint_rank0_wrote(models, tmp_path):
 
     reference = train_in_one_process({**stage2_data(models, tmp_path / "single"), "steps": 2})
     expected, got = weights(reference, 2), weights(run_dir, 2)
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=ADAM_ATOL, msg=name)
+    assert_same_adam_step(got, expected, atol=ADAM_ATOL, steps=2)
     assert [row["step"] for row in read_metrics(run_dir)] == [1, 2]
 
 
