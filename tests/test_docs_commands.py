@@ -42,7 +42,6 @@ from maopd.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SEPARATORS = {"&&", "||", ";", "|"}
 OPTIONAL_GROUP = re.compile(r"(?<!\S)\[([^\[\]]*)\](?:\.\.\.)?")
 PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_]*|<[^<>]+>)$")
 MAX_FORMS = 256
@@ -77,7 +76,7 @@ def _fenced_and_inline(text: str) -> tuple[list[str], list[str]]:
 def _commands(line: str) -> list[str]:
     """The `maopd` argument strings (after the program name) of one line, unexpanded."""
     line = line.replace("\\|", "|")
-    # mark pipes and separators so that splitting keeps choices like a|b inside one word
+    # separators are words of their own, so a choice like a|b stays inside one word
     pieces = re.split(r"\s(?:&&|\|\||;|\|)\s", f" {line} ")
     found = []
     for piece in pieces:
@@ -176,7 +175,7 @@ def test_doc_command_parses(where, arguments):
             if reference and "required" in stderr.getvalue():
                 continue  # names a command whose required arguments the sentence leaves out
             pytest.fail(f"{where}\n  as {argv}: exit {exit_.code}\n{stderr.getvalue()}")
-        for flag, value in zip(argv, argv[1:]):
+        for flag, value in itertools.pairwise(argv):
             if flag == "--config" and value.startswith(("configs/", "models/")) and "<" not in value:
                 assert (ROOT / value).exists(), f"{where}: {value} does not exist"
         assert not any("benchmarks/results" in word for word in argv), f"{where} writes into benchmarks/results/"
