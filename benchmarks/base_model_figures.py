@@ -6,7 +6,7 @@ build is timed) and plays the SynthWiki dev split with it in both workflows, eve
 batched across questions by the rollout collector (``training.rollout``). Reports exact match,
 the format-failure rate (format failures per model output) and per-role output counts, next to
 the expert scripted team on the same questions. Writes
-``benchmarks/results/base_model.{json,md}`` with the command that produced them.
+``benchmarks/results/base_model/figures.{json,md}`` with the command that produced them.
 
     python benchmarks/base_model_figures.py [--config FILE] [key=value ...] [--questions N]
 """
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="dev", choices=["dev", "test"])
     parser.add_argument("--questions", type=int, default=None, help="first N questions of the split")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the evaluation")
-    parser.add_argument("--out", default=str(RESULTS / "base_model"), help="output path without extension")
+    parser.add_argument("--out", default=str(RESULTS / "base_model" / "figures"), help="output path without extension")
     parser.add_argument("--keep-model", help="build π_0 into this directory and keep it (default: a temporary one)")
     args = parser.parse_args(argv)
 

@@ -12,7 +12,7 @@ events grow by a constant amount per step by design; their per-step growth is re
 
     OMP_NUM_THREADS=1 python benchmarks/memory_soak.py --steps 200
 
-writes ``benchmarks/results/memory_soak.{json,md,png}``.
+writes ``benchmarks/results/memory_soak/memory_soak.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--run-dir", help="keep the run here (default: a temporary directory)")
-    parser.add_argument("--out", default=str(RESULTS / "memory_soak"), help="path prefix of .json/.md/.png")
+    parser.add_argument("--out", default=str(RESULTS / "memory_soak" / "memory_soak"), help="path prefix of .json/.md/.png")
     args = parser.parse_args(argv)
     if not 1 <= args.warmup < args.steps:
         parser.error("--warmup must be in [1, --steps)")

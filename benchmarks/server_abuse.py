@@ -4,7 +4,7 @@ The baseline is the same server answering one request at a time, measured in the
 loaded figures are reported next to it and as ratios. Each wave sends ``--concurrency`` requests at
 once (one query each, BM25 over a small synthetic corpus) and waits for all of them; every answer
 must be 200 or a clear 503. The load generator runs in its own process, so that it does not share
-the server's interpreter; memory is the server process's resident set before and after the waves. Writes benchmarks/results/server_abuse.{json,md}.
+the server's interpreter; memory is the server process's resident set before and after the waves. Writes benchmarks/results/server_abuse/server_abuse.{json,md}.
 
     python benchmarks/server_abuse.py --concurrency 1000 --waves 3
 """
@@ -30,7 +30,7 @@ from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
 from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
-RESULTS = Path(__file__).parent / "results" / "server_abuse"
+RESULTS = Path(__file__).parent / "results" / "server_abuse" / "server_abuse"
 
 
 def rss_mib() -> float:

@@ -9,7 +9,7 @@ retriever, top-3 passages:
 * exact match of the noisy team (every knob at the same rate) on both workflows;
 
 all per question kind (1-hop, 2-hop, 3-hop, comparison). Writes
-``benchmarks/results/synthwiki_calibration.{json,md}`` with the command that produced them.
+``benchmarks/results/synthwiki_calibration/synthwiki_calibration.{json,md}`` with the command that produced them.
 
     python benchmarks/synthwiki_calibration.py [--seed 0] [--size small] [--split test]
 """
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="small")
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    parser.add_argument("--out", default=str(RESULTS / "synthwiki_calibration"), help="output path without suffix")
+    parser.add_argument("--out", default=str(RESULTS / "synthwiki_calibration" / "synthwiki_calibration"), help="output path without suffix")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()

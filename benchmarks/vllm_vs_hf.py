@@ -7,7 +7,7 @@ report gives generated tokens per second (medians) and the speed-up, the median 
 the ratio of back-to-back calls, all in one run, plus the vLLM engine's start-up time (not in the
 ratio: an engine starts once per training run). On a shared machine wall time swings with other
 load, so the CPU time of the processes doing the work (ours, and vLLM's worker) is reported too. Needs the vLLM venv
-(``bash scripts/setup_vllm.sh``). Writes ``benchmarks/results/vllm_vs_hf.{json,md}`` with the
+(``bash scripts/setup_vllm.sh``). Writes ``benchmarks/results/vllm_vs_hf/vllm_vs_hf.{json,md}`` with the
 command that produced them.
 
     python benchmarks/vllm_vs_hf.py --prompts 16 --candidates 4 --max-new-tokens 64
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS / "vllm_vs_hf")
+    parser.add_argument("--out", type=Path, default=RESULTS / "vllm_vs_hf" / "vllm_vs_hf")
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]
     report = run(args)
