@@ -158,7 +158,9 @@ def shared_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retrieve
 class SearchEnv(AECEnv):
     """Base AEC environment; see the module docstring. Subclasses set the class attributes."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
+    # False: PettingZoo's aec_to_parallel assumes every live agent acts each cycle, which these
+    # workflows break; parallel_env() is the native SearchParallelEnv (envs/parallel.py).
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": False}
     workflow: str = ""
     default_max_steps: int = 0
     min_steps: int = 2

@@ -1,4 +1,4 @@
-"""Keep what a run writes inside its run directory, unless the user explicitly allows otherwise.
+"""Paths the project writes: kept inside the run directory, and cache entries built atomically.
 
 A config file is data, possibly someone else's: a field such as ``checkpoint_dir: ../../etc`` or
 ``log_file: /home/me/.bashrc`` must not make a run write outside its run directory. Trainers pass
@@ -9,6 +9,9 @@ every output path from a config through ``resolve_inside``; only an explicit
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,3 +40,28 @@ def resolve_inside(run_dir: str | os.PathLike, path: str | os.PathLike, *, field
             "use a path inside the run directory, or allow writing outside it explicitly"
         )
     return resolved
+
+
+def build_directory_atomically(directory: str | os.PathLike, build: Callable[[Path], object], done_file: str) -> Path:
+    """``directory``, built by ``build(staging)`` in a staging directory beside it, then renamed.
+
+    A directory that already holds ``done_file`` is returned as is. The rename is atomic, so a
+    concurrent reader never sees half an entry; when two builders race, the loser's copy is
+    dropped and the winner's kept.
+    """
+    directory = Path(directory)
+    if (directory / done_file).is_file():
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
+    try:
+        build(staging)
+        try:
+            staging.rename(directory)
+        except OSError:
+            if not (directory / done_file).is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return directory

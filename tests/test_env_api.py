@@ -31,3 +31,16 @@ def test_parallel_api(module):
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_parallel_seed(module):
     parallel_seed_test(module.parallel_env, num_cycles=100)
+
+
+@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0])
+def test_generic_aec_to_parallel_is_refused_and_the_native_parallel_env_is_used(module):
+    """Only the scheduled agents act in a step, which PettingZoo's converter cannot express."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    from envs.parallel import SearchParallelEnv
+
+    assert module.raw_env.metadata["is_parallelizable"] is False
+    with pytest.raises(AssertionError):
+        aec_to_parallel(module.raw_env())
+    assert isinstance(module.parallel_env(), SearchParallelEnv)

@@ -31,8 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from envs.actions import ROLES
 from maopd.config import save_yaml, to_dict
+from maopd.paths import build_directory_atomically
 
 if TYPE_CHECKING:
     from agents.noisy_team import NoiseConfig
@@ -283,19 +282,4 @@ def load_or_build_base_model(
     if (shipped_dir / name / METRICS_FILE).is_file():
         return shipped_dir / name
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    directory = root / name
-    if (directory / METRICS_FILE).is_file():
-        return directory
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=root))
-    try:
-        build_base_model(config, staging, progress)
-        try:
-            staging.rename(directory)  # atomic: a concurrent reader never sees half a model
-        except OSError:
-            if not (directory / METRICS_FILE).is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return directory
+    return build_directory_atomically(root / name, lambda out: build_base_model(config, out, progress), METRICS_FILE)

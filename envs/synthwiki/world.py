@@ -16,8 +16,6 @@ import functools
 import json
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from envs.retrieval.corpus import Corpus, load_corpus
 from envs.synthwiki.corpus import iter_documents
 from envs.synthwiki.generator import SPLITS, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
+from maopd.paths import build_directory_atomically
 
 # Bump when generated content changes, so that stale caches are rebuilt.
 FORMAT_VERSION = 1
@@ -150,18 +149,4 @@ def cache_dir() -> Path:
 def load_default_world(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE) -> World:
     """The world for ``seed`` and ``size``, from the disk cache (built and cached on first use)."""
     directory = cache_dir() / "synthwiki" / f"v{FORMAT_VERSION}-{size}-seed{seed}"
-    if (directory / "world.json").is_file():
-        return World.load(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
-    try:
-        write_world(staging, seed, size)
-        try:
-            staging.rename(directory)  # atomic: concurrent builders never see a half-written world
-        except OSError:
-            if not (directory / "world.json").is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return World.load(directory)
+    return World.load(build_directory_atomically(directory, lambda out: write_world(out, seed, size), "world.json"))
