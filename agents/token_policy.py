@@ -1,7 +1,8 @@
 """``TokenPolicy``: what every token-level LLM policy shares, whatever engine decodes.
 
 A subclass sets ``tokenizer`` (with a chat template), ``sampling`` and the seed stream
-(``init_seeds``) and implements ``generate(prompt_ids_batch, n, seeds, sampling, **overrides)``.
+(``init_seeds``) and implements ``generate(prompt_ids_batch, n, seeds, sampling, **overrides)``,
+which starts with ``request`` and returns one ``Candidate`` list per prompt.
 This base turns turns into prompts, hands out seeds, checks a request and writes the records, so
 ``HFPolicy`` (transformers) and ``VLLMPolicy`` (a vLLM worker) give identical ``AgentOutput``s
 for identical candidates.
@@ -16,7 +17,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from agents.chat_tokens import prompt_ids
-from agents.sampling import Candidate, SamplingConfig
+from agents.sampling import SamplingConfig
 from envs.policy import AgentOutput, AgentTurn
 
 
@@ -37,16 +38,6 @@ class TokenPolicy:
     def next_seeds(self, count: int) -> list[int]:
         """The next ``count`` seeds of the policy's stream."""
         return [int(s) for s in self._seeds.integers(0, 2**63 - 1, size=count)]
-
-    def generate(
-        self,
-        prompt_ids_batch: Sequence[Sequence[int]],
-        n: int | Sequence[int] = 1,
-        seeds: Sequence[int] | None = None,
-        sampling: SamplingConfig | None = None,
-        **overrides,
-    ) -> list[list[Candidate]]:
-        raise NotImplementedError
 
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
         prompts = [prompt_ids(self.tokenizer, turn.messages) for turn in turns]

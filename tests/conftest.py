@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.tiny_model import build_tiny_lm
+from agents.tiny_model import TinyModelConfig, build_tiny_lm, build_tiny_model, save_model
 
 
 @pytest.fixture(scope="module")
@@ -19,3 +19,16 @@ def model(lm):
 @pytest.fixture(scope="module")
 def tokenizer(lm):
     return lm[1]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """π_0 (tiny, random) and a Teacher with the same tokenizer but other weights, on disk."""
+    from training.config import ModelConfig
+    from training.trainer import build_tiny_policy
+
+    root = tmp_path_factory.mktemp("models")
+    pi0, tokenizer = build_tiny_policy(ModelConfig())
+    save_model(pi0, tokenizer, root / "pi0")
+    save_model(build_tiny_model(tokenizer, TinyModelConfig(seed=7)), tokenizer, root / "teacher")
+    return root

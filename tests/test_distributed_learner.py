@@ -20,13 +20,13 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
+from agents.tiny_model import load_model
 from maopd.config import ConfigError
-from training.config import ModelConfig, build_config
+from training.config import build_config
 from training.distributed import DistributedConfig, DistributedContext
 from training.ptx import write_rows
 from training.run_logging import read_metrics
-from training.trainer import Trainer, build_tiny_policy, train_stage
+from training.trainer import Trainer, train_stage
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH_TIMEOUT_S = 240
@@ -47,15 +47,6 @@ def assert_same_adam_step(got: dict, expected: dict, atol: float, steps: int = 1
         assert float(difference.max()) <= 2 * LR * steps * (1 + 1e-3), name
         outliers = int((difference > atol).sum())
         assert outliers <= difference.numel() * ROUNDING_OUTLIERS_PER_MILLION / 1e6, (name, outliers)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    pi0, tokenizer = build_tiny_policy(ModelConfig())
-    save_model(pi0, tokenizer, root / "pi0")
-    save_model(build_tiny_model(tokenizer, TinyModelConfig(seed=7)), tokenizer, root / "teacher")
-    return root
 
 
 def stage2_data(models: Path, run_dir: Path, **distributed) -> dict:

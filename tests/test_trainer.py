@@ -23,29 +23,18 @@ from agents.tokenizer import train_tokenizer
 from envs import hierarchical_search_v0
 from envs.synthwiki import load_default_world
 from training.advantages import grpo_advantages
-from training.config import ModelConfig, apply_settings, build_config
+from training.config import apply_settings, build_config
 from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError
 from training.rollout import TeamRolloutCollector
 from training.token_scoring import score_tokens
 from training.trainer import (
     TokenizerMismatchError,
     Trainer,
-    build_tiny_policy,
     check_tokenizers_match,
     record_rewards,
 )
 
 GROUP = 2
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """π_0 (tiny, random) and a Teacher with the same tokenizer but other weights, on disk."""
-    root = tmp_path_factory.mktemp("models")
-    pi0, tokenizer = build_tiny_policy(ModelConfig())
-    save_model(pi0, tokenizer, root / "pi0")
-    save_model(build_tiny_model(tokenizer, TinyModelConfig(seed=7)), tokenizer, root / "teacher")
-    return root
 
 
 def stage2_config(models, tmp_path, **settings):
