@@ -14,7 +14,8 @@ text turn (``env.turn(agent)``), so it sees exactly what an LLM would:
   "finish with reports {all | latest wave}";
 * Searcher: candidate queries (the next unresolved hop's sub-question, its entity, the task
   itself, entity mentions in the task and in the latest passages) and "report" (the resolved
-  facts as canonical sentences);
+  facts as canonical sentences); with a ``ClosedBook`` (``envs.synthwiki.closed_book``), also
+  "report from memory": the unresolved hops as the model recalls them, without searching;
 * Answerer: candidate answer spans (entity names and values in the selected reports and the
   question) and "unknown".
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 import random
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,20 +51,23 @@ from envs.parallel import SearchParallelEnv
 from envs.policy import AgentTurn
 from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
 from envs.search_env import SearchEnv
+from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import (
     NAME,
     VALUE,
     Chain,
+    Comparison,
     fact_sentence,
     parse_facts,
     parse_question,
     subquestion,
 )
-from envs.synthwiki.knowledge import Knowledge, final_answer, resolve
+from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
 from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8
+FINISHES_FEATURE = 1  # index of "finishes the call" in ``Option.features``
 HINT_FEATURE = 2  # index of ``hint`` in ``Option.features``
 GLOBAL_FEATURES = len(ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
@@ -157,10 +161,28 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     return menu
 
 
-def searcher_menu(turn: AgentTurn) -> list[Option]:
+Recall = Callable[[str, str], "str | None"]  # (subject, predicate) -> the value recalled closed-book
+
+
+def recalled_steps(plan: Chain | Comparison, missing: Sequence[Step], recall: Recall) -> list[Step]:
+    """The missing steps of ``plan`` as recalled from memory (a chain follows its own recalls)."""
+    if isinstance(plan, Comparison):
+        return [Step(step.predicate, step.subject, recall(step.subject, step.predicate)) for step in missing]
+    steps, subject = [], missing[0].subject if missing else None
+    for predicate in plan.steps[len(plan.steps) - len(missing):]:
+        value = recall(subject, predicate)
+        steps.append(Step(predicate, subject, value))
+        if value is None:
+            break
+        subject = value
+    return steps
+
+
+def searcher_menu(turn: AgentTurn, recall: Recall | None = None) -> list[Option]:
     task = strip_label(turn.task, "Task:")
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
+    missing: list[Step] = []
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
@@ -188,6 +210,12 @@ def searcher_menu(turn: AgentTurn) -> list[Option]:
         digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
         menu.append(Option("report", f"<report>{digest}</report>", digest, from_evidence=True,
                            size=min(len(facts), hops) / hops))
+    if recall is not None and missing:
+        recalled = [step for step in recalled_steps(plan, missing, recall) if step.value]
+        if recalled:
+            memory = " ".join(step.sentence() for step in [*resolved, *recalled])
+            menu.append(Option("report", f"<report>{memory}</report>", f"from memory: {memory}",
+                               size=(len(resolved) + len(recalled)) / hops))
     return menu
 
 
@@ -211,12 +239,13 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
     return menu
 
 
-def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "") -> list[Option]:
+def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "",
+               recall: Recall | None = None) -> list[Option]:
     """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
     if turn.role == "leader":
         menu = leader_menu(turn, num_searchers)
     elif turn.role == "searcher":
-        menu = searcher_menu(turn)
+        menu = searcher_menu(turn, recall)
     else:
         menu = answerer_menu(turn)
     unique: dict[str, Option] = {}
@@ -232,9 +261,11 @@ def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt:
 class OptionWrapper(BaseWrapper):
     """An AEC search environment with ``Discrete`` option actions; see the module docstring."""
 
-    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True):
+    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True,
+                 closed_book: ClosedBook | None = None):
         super().__init__(env)
         self.hints = hints
+        self.closed_book = closed_book
         if menu_size < 2:
             raise ValueError(f"menu_size={menu_size!r} is invalid: must be at least 2")
         self.menu_size = menu_size
@@ -265,7 +296,9 @@ class OptionWrapper(BaseWrapper):
         # A menu is observed, then rendered: build it once per (agent, environment step).
         key = (agent, raw.env_step)
         if key not in self._menus:
-            self._menus[key] = build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size, raw.question.id)
+            recall = self.closed_book.recall if self.closed_book is not None else None
+            self._menus[key] = build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size,
+                                          raw.question.id, recall)
         return self._menus[key]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
@@ -331,9 +364,9 @@ class OptionParallelEnv(SearchParallelEnv):
 
 
 def option_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,
-               **kwargs: Any) -> OptionWrapper:
+               closed_book: ClosedBook | None = None, **kwargs: Any) -> OptionWrapper:
     """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
-    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints)
+    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints, closed_book)
 
 
 def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,

@@ -58,7 +58,7 @@ class BM25Retriever:
             return []
         k = max(1, min(k, len(self.corpus)))
         tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False, allow_empty=True)
-        doc_ids, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        doc_ids, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per call
         results = []
         for row_ids, row_scores in zip(doc_ids, scores):
             passages = []

@@ -8,6 +8,7 @@ failure here is a real failure of the team, exactly as it would be for a model.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -100,6 +101,7 @@ def comparison_question(comparison: Comparison) -> str:
 
 
 # ----- parsing -------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1 << 18)  # menus re-read the same passages at every step
 def parse_fact(sentence: str) -> Fact | None:
     sentence = sentence.strip()
     for pattern, predicate in _FACTS:
@@ -111,8 +113,13 @@ def parse_fact(sentence: str) -> Fact | None:
 
 def parse_facts(text: str) -> list[Fact]:
     """Every fact stated in ``text`` (a passage or a report); other sentences are skipped."""
+    return list(_parse_facts(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_facts(text: str) -> tuple[Fact, ...]:
     facts = (parse_fact(sentence) for sentence in _SENTENCE_END.split(text.strip()))
-    return [fact for fact in facts if fact is not None]
+    return tuple(fact for fact in facts if fact is not None)
 
 
 def _parse_phrase(phrase: str) -> Chain | None:

@@ -1,13 +1,16 @@
 """Credit-assignment methods for the option mode: each turns a batch of episodes into one
-advantage per decision. Select one by name (``MarlConfig.method``); add one with ``@register``.
+advantage per decision. Select one by name (``MarlConfig.method``); add one with ``@register``
+(also from your own script: see docs/marl.md).
 
 * ``team``        every decision gets the team outcome R_EM (team-reward PPO);
 * ``role``        each role its own reward, as in the paper: Leader R_L (Eq. 6), Answerer R_A,
                   each Searcher assignment R_S (Stage I reward);
 * ``difference``  Searchers get a difference reward D = R_EM − R_EM(assignment replaced by an
-                  immediate empty report), the rest of the episode replayed with the greedy policy
+                  immediate report), the rest of the episode replayed with the greedy policy
                   (Wolpert & Tumer's difference rewards with a "do nothing" default action); Leader
                   and Answerer as in ``role``;
+* ``coma``        a learned counterfactual critic (Foerster et al.'s COMA on menus): Q(s, a) of
+                  every option, regressed on R_EM; each decision gets Q(s, a) − Σ_a' π(a'|s) Q(s, a');
 * ``opd``         Searchers get the teacher–student log-ratio log π_T(a|s) − log π(a|s) of their
                   own choice (Eq. 5 on options; the Teacher is a policy trained on the cascade),
                   Leader and Answerer as in ``role`` (Eq. 7).
@@ -19,24 +22,26 @@ group); the OPD log-ratio is used as it is, as in the paper.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from envs.actions import ROLES
-from envs.option_mode import OptionWrapper
+from envs.option_mode import FINISHES_FEATURE, GLOBAL_FEATURES, ITEM_FEATURES
+from envs.option_vector import OptionVectorEnv
 from training.losses import lookup, registry_decorator
-from training.marl.policy import Decision, Episode, MenuPolicy, greedy, play
+from training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
 
 NORMALIZE_EPS = 1e-6
 
 
 @dataclass
 class CreditContext:
-    env: OptionWrapper  # for counterfactual replays
+    venv: OptionVectorEnv  # for counterfactual replays
     policy: MenuPolicy
     teacher: MenuPolicy | None = None
+    state: dict = field(default_factory=dict)  # what a learning method keeps between batches
 
 
 CreditMethod = Callable[[list[Episode], CreditContext], list[np.ndarray]]
@@ -86,33 +91,71 @@ def role_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray
     return normalize_per_role(episodes, rewards, set(ROLES))
 
 
-def counterfactual_em(ep: Episode, call: int, ctx: CreditContext) -> float:
-    """R_EM when Searcher assignment ``call`` reports at once instead; the recorded choices are
-    kept before it, the greedy policy plays everything after."""
-    recorded = iter(ep.decisions)
-    deviated = False
+def first_report(decision: Decision) -> int:
+    """The first menu slot that finishes a Searcher's call: a report (the ``finishes`` feature)."""
+    items = decision.observation[GLOBAL_FEATURES:].reshape(len(decision.mask), ITEM_FEATURES)
+    return int(np.flatnonzero(items[:, FINISHES_FEATURE] * decision.mask)[0])
 
-    def choose(decision: Decision, dist: torch.distributions.Categorical) -> int:
-        nonlocal deviated
-        if decision.call == call:
-            deviated = True
-            menu = ctx.env.menu(decision.agent)
-            return next(i for i, option in enumerate(menu) if option.kind == "report")
-        if not deviated:
-            return next(recorded).action
-        return greedy(decision, dist)
 
-    return float(play(ctx.env, ctx.policy, {"question": ep.question}, choose).parts["em"])
+def counterfactual_ems(episodes: list[Episode], calls: list[tuple[int, int]], ctx: CreditContext) -> list[float]:
+    """R_EM of each (episode, Searcher assignment) when that assignment reports at once instead;
+    the recorded choices are kept before it, the greedy policy plays everything after."""
+    def choose(index: int, number: int, decision: Decision) -> int | None:
+        episode, call = episodes[calls[index][0]], calls[index][1]
+        deviation = next(i for i, d in enumerate(episode.decisions) if d.call == call)
+        if number < deviation:
+            return episode.decisions[number].action
+        return first_report(decision) if number == deviation else None
+
+    questions = [episodes[e].question_index for e, _ in calls]
+    replays = play_batch(ctx.venv, ctx.policy, questions, greedy_play=True, override=choose)
+    return [float(replay.parts["em"]) for replay in replays]
 
 
 @register("difference")
 def difference_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
+    calls = [(e, call) for e, ep in enumerate(episodes) for call in sorted({d.call for d in ep.decisions} - {None})]
+    counterfactual = dict(zip(calls, counterfactual_ems(episodes, calls, ctx)))
     rewards = []
-    for ep in episodes:
+    for e, ep in enumerate(episodes):
         em = float(ep.parts["em"])
-        counterfactual = {call: em - counterfactual_em(ep, call, ctx) for call in {d.call for d in ep.decisions} - {None}}
-        rewards.append(np.array([counterfactual[d.call] if d.role == "searcher" else role_reward(d, ep.parts)
+        rewards.append(np.array([em - counterfactual[(e, d.call)] if d.role == "searcher" else role_reward(d, ep.parts)
                                  for d in ep.decisions]))
+    return normalize_per_role(episodes, rewards, set(ROLES))
+
+
+COMA_EPOCHS = 4
+COMA_LR = 3e-3
+
+
+@register("coma")
+def counterfactual_critic(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
+    """COMA's advantage from a critic Q(s, ·) over the menu, fitted to R_EM on this batch first."""
+    if "critic" not in ctx.state:
+        critic = MenuScorer(ctx.policy.menu_size, ctx.policy.score[0].out_features)
+        ctx.state["critic"] = critic
+        ctx.state["critic_optimizer"] = torch.optim.Adam(critic.parameters(), lr=COMA_LR)
+    critic, optimizer = ctx.state["critic"], ctx.state["critic_optimizer"]
+    decisions = [d for ep in episodes for d in ep.decisions]
+    observations = torch.as_tensor(np.stack([d.observation for d in decisions]))
+    masks = torch.as_tensor(np.stack([d.mask for d in decisions]))
+    actions = torch.tensor([d.action for d in decisions])
+    returns = torch.tensor([float(ep.parts["em"]) for ep in episodes for _ in ep.decisions])
+    for _ in range(COMA_EPOCHS):
+        taken = critic.slot_values(observations).gather(1, actions[:, None]).squeeze(1)
+        loss = torch.nn.functional.mse_loss(taken, returns)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        values = critic.slot_values(observations)
+        probs = ctx.policy.distribution(observations, masks).probs
+        advantage = values.gather(1, actions[:, None]).squeeze(1) - (probs * values).sum(dim=1)
+    flat = advantage.numpy().astype(np.float64)
+    rewards, start = [], 0
+    for ep in episodes:
+        rewards.append(flat[start:start + len(ep.decisions)])
+        start += len(ep.decisions)
     return normalize_per_role(episodes, rewards, set(ROLES))
 
 

@@ -2,13 +2,15 @@
 
 ``MenuPolicy`` scores every menu slot with one MLP over [global features, slot features]
 (parameters shared across roles and slots, the role is a feature), so it is invariant to the
-menu's order. ``play`` runs one episode of an ``OptionWrapper`` and keeps every decision with
-the information credit-assignment methods need (role, Searcher assignment, log-probability).
+menu's order. ``play_batch`` plays many episodes at once in an ``OptionVectorEnv`` (one policy
+forward per tick for every acting agent) and keeps every decision with the information
+credit-assignment methods need (role, Searcher assignment, log-probability); ``play`` runs one
+episode of a plain ``OptionWrapper``, one decision at a time (the reference path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,22 +19,30 @@ import torch
 from torch import nn
 
 from envs.option_mode import GLOBAL_FEATURES, ITEM_FEATURES, OptionWrapper
+from envs.option_vector import OptionVectorEnv
 
 
-class MenuPolicy(nn.Module):
+class MenuScorer(nn.Module):
+    """One value per menu slot from an MLP over [global features, slot features]."""
+
     def __init__(self, menu_size: int, hidden: int = 64):
         super().__init__()
         self.menu_size = menu_size
         self.score = nn.Sequential(nn.Linear(GLOBAL_FEATURES + ITEM_FEATURES, hidden), nn.Tanh(),
                                    nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
 
-    def logits(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-        """[N, F] observations and [N, K] masks -> [N, K] masked logits."""
+    def slot_values(self, observations: torch.Tensor) -> torch.Tensor:
+        """[N, F] observations -> [N, K] one value per slot."""
         shared = observations[:, :GLOBAL_FEATURES]
         items = observations[:, GLOBAL_FEATURES:].reshape(-1, self.menu_size, ITEM_FEATURES)
         joined = torch.cat([shared[:, None].expand(-1, self.menu_size, -1), items], dim=-1)
-        scores = self.score(joined).squeeze(-1)
-        return scores.masked_fill(masks <= 0, -1e9)
+        return self.score(joined).squeeze(-1)
+
+
+class MenuPolicy(MenuScorer):
+    def logits(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+        """[N, F] observations and [N, K] masks -> [N, K] masked logits."""
+        return self.slot_values(observations).masked_fill(masks <= 0, -1e9)
 
     def distribution(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=self.logits(observations, masks))
@@ -52,6 +62,7 @@ class Decision:
 @dataclass
 class Episode:
     question: Any
+    question_index: int | None = None
     decisions: list[Decision] = field(default_factory=list)
     record: dict[str, Any] = field(default_factory=dict)
 
@@ -94,3 +105,39 @@ def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser 
         env.step(decision.action)
     episode.record = raw.record
     return episode
+
+
+# Forces a decision's action (a scripted deviation) or returns None to let the policy choose.
+Override = Callable[[int, int, Decision], "int | None"]  # (episode, decision number, decision)
+
+
+def play_batch(venv: OptionVectorEnv, policy: MenuPolicy, question_indices: Sequence[int],
+               greedy_play: bool = False, override: Override | None = None) -> list[Episode]:
+    """Episodes of ``question_indices``, ``venv.num_envs`` at a time, sampled (or greedy)."""
+    episodes: list[Episode] = []
+    for start in range(0, len(question_indices), venv.num_envs):
+        chunk = list(question_indices[start:start + venv.num_envs])
+        venv.reset(chunk)
+        batch = [Episode(venv.questions[q], q) for q in chunk]
+        while pending := venv.pending():
+            observations = torch.as_tensor(np.stack([node.observation for _, node in pending]))
+            masks = torch.as_tensor(np.stack([node.mask for _, node in pending]))
+            with torch.no_grad():
+                logits = policy.logits(observations, masks)
+            chosen = logits.argmax(dim=-1) if greedy_play else torch.distributions.Categorical(logits=logits).sample()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            actions = {}
+            for row, (slot, node) in enumerate(pending):
+                episode = batch[slot]
+                decision = Decision(node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0)
+                if override is not None:
+                    forced = override(start + slot, len(episode.decisions), decision)
+                    decision.action = decision.action if forced is None else int(forced)
+                decision.logprob = float(logprobs[row, decision.action])
+                episode.decisions.append(decision)
+                actions[slot] = decision.action
+            venv.step(actions)
+        for episode, record in zip(batch, venv.records()):
+            episode.record = record
+        episodes += batch
+    return episodes

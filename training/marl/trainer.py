@@ -1,8 +1,12 @@
-"""Train the shared ``MenuPolicy`` on the option mode with PPO and a chosen credit-assignment method.
+"""Train the shared ``MenuPolicy`` on an option-mode scenario with PPO and a credit-assignment method.
 
-``train(MarlConfig(method="role", seed=0))`` returns the trained policy and its greedy test
-metrics. With ``method="opd"`` a Teacher is first trained on the cascade workflow with role
-rewards (Stage I), then frozen; the student plays the hierarchy (Stage II).
+``train(MarlConfig(method="role", scenario="lazy_searcher_v0", seed=0))`` returns the trained
+policy and its metrics: greedy test metrics and a learning curve (per iteration: training EM,
+searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
+trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
+plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time in an
+``OptionVectorEnv`` whose transitions are shared by every run of the process (per scenario,
+split and workflow), so seeds and methods after the first mostly look transitions up.
 """
 
 from __future__ import annotations
@@ -15,15 +19,18 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option_mode import MENU_SIZE, option_env
+from envs.option_mode import MENU_SIZE
+from envs.option_scenarios import get_scenario
+from envs.option_vector import OptionVectorEnv, TransitionCache
 from training.marl.credit import CreditContext, get_credit_method
-from training.marl.policy import Episode, MenuPolicy, greedy, play
+from training.marl.policy import Episode, MenuPolicy, play_batch
 
 
 @dataclass
 class MarlConfig:
     method: str = "role"
-    workflow: str = "hierarchical"
+    scenario: str = "synthwiki_v0"  # a key of envs.option_scenarios.SCENARIOS
+    workflow: str | None = None  # None: the scenario's; the OPD Teacher plays "cascade"
     seed: int = 0
     iterations: int = 30
     episodes_per_iteration: int = 32
@@ -32,10 +39,34 @@ class MarlConfig:
     clip: float = 0.2
     entropy_coef: float = 0.01
     hidden: int = 64
-    hints: bool = False  # the expert-hint feature makes every method reach EM 1.0 within minutes
-    max_steps: int | None = None
     teacher_iterations: int = 30
     eval_questions: int = 100
+    num_envs: int = 64
+
+
+_CACHES: dict[tuple[str, str, str | None], TransitionCache] = {}
+
+
+def vector_env(config: MarlConfig, split: str) -> OptionVectorEnv:
+    """Vectorized episodes of the config's scenario; one transition cache per (scenario, split, workflow)."""
+    scenario = get_scenario(config.scenario)
+    cache = _CACHES.setdefault((config.scenario, split, config.workflow), TransitionCache())
+    return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
+
+
+def behaviour(episodes: list[Episode]) -> dict[str, float]:
+    """Accuracy, searches per workflow and collapse indicators of finished episodes."""
+    records = [ep.record for ep in episodes]
+    calls = [c for r in records for c in r["calls"] if c["role"] == "searcher"]
+    return {
+        "em": float(np.mean([r["rewards"]["em"] for r in records])),
+        "searches_per_workflow": float(np.mean([r["counters"]["search_actions"] for r in records])),
+        "no_search_workflows": float(np.mean([r["counters"]["search_actions"] == 0 for r in records])),
+        "searcher_calls_without_search": float(np.mean(
+            [not any("<search>" in o for o in c["outputs"]) for c in calls])) if calls else 0.0,
+        "unknown_answers": float(np.mean([(r["extracted_answers"] or [None])[0] == "unknown" for r in records])),
+        "format_failures": float(np.mean([r["counters"]["format_failures"] for r in records])),
+    }
 
 
 def ppo_update(policy: MenuPolicy, optimizer: torch.optim.Optimizer, episodes: list[Episode],
@@ -59,44 +90,31 @@ def ppo_update(policy: MenuPolicy, optimizer: torch.optim.Optimizer, episodes: l
 
 
 def evaluate(policy: MenuPolicy, config: MarlConfig) -> dict[str, float]:
-    """Greedy play on the test split: accuracy, searches per workflow and collapse indicators."""
-    env = option_env(config.workflow, hints=config.hints, split="test", max_steps=config.max_steps)
-    records = [play(env, policy, {"question_index": i}, greedy).record for i in range(config.eval_questions)]
-    calls = [c for r in records for c in r["calls"] if c["role"] == "searcher"]
-    return {
-        "em": float(np.mean([r["rewards"]["em"] for r in records])),
-        "searches_per_workflow": float(np.mean([r["counters"]["search_actions"] for r in records])),
-        "no_search_workflows": float(np.mean([r["counters"]["search_actions"] == 0 for r in records])),
-        "searcher_calls_without_search": float(np.mean(
-            [not any("<search>" in o for o in c["outputs"]) for c in calls])) if calls else 0.0,
-        "unknown_answers": float(np.mean([(r["extracted_answers"] or [None])[0] == "unknown" for r in records])),
-        "format_failures": float(np.mean([r["counters"]["format_failures"] for r in records])),
-    }
+    """Greedy play on the first ``eval_questions`` test questions."""
+    venv = vector_env(config, "test")
+    count = min(config.eval_questions, len(venv.questions))
+    return behaviour(play_batch(venv, policy, list(range(count)), greedy_play=True))
 
 
 def train(config: MarlConfig, teacher: MenuPolicy | None = None, progress: bool = True) -> tuple[MenuPolicy, dict[str, Any]]:
-    get_credit_method(config.method)  # fail early on an unknown name
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    method = get_credit_method(config.method)  # fails early on an unknown name
+    get_scenario(config.scenario)
     if config.method == "opd" and teacher is None:
-        stage_one = replace(config, method="role", workflow="cascade", iterations=config.teacher_iterations,
-                            max_steps=None)
+        stage_one = replace(config, method="role", workflow="cascade", iterations=config.teacher_iterations)
         teacher, _ = train(stage_one, progress=progress)
         teacher.requires_grad_(False)
-    env = option_env(config.workflow, hints=config.hints, split="train", max_steps=config.max_steps)
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    venv = vector_env(config, "train")
     policy = MenuPolicy(MENU_SIZE, config.hidden)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
-    context = CreditContext(env, policy, teacher)
-    method = get_credit_method(config.method)
+    context = CreditContext(vector_env(config, "train"), policy, teacher)
     curve = []
-    bar = tqdm(range(config.iterations), desc=f"{config.method} {config.workflow} seed {config.seed}", disable=not progress)
-    for _ in bar:
-        episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
-                    for _ in range(config.episodes_per_iteration)]
+    label = f"{config.method} {config.scenario} {config.workflow or ''} seed {config.seed}"
+    for iteration in tqdm(range(config.iterations), desc=label, disable=not progress):
+        questions = [rng.randrange(len(venv.questions)) for _ in range(config.episodes_per_iteration)]
+        episodes = play_batch(venv, policy, questions)
         advantages = method(episodes, context)
         ppo_update(policy, optimizer, episodes, advantages, config)
-        train_em = float(np.mean([ep.parts["em"] for ep in episodes]))
-        curve.append(train_em)
-        bar.set_postfix(train_em=f"{train_em:.2f}")
-    metrics = evaluate(policy, config)
-    return policy, {**metrics, "train_em_curve": curve}
+        curve.append({"iteration": iteration + 1, **behaviour(episodes)})
+    return policy, {**evaluate(policy, config), "curve": curve}

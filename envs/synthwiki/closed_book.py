@@ -1,0 +1,88 @@
+"""Closed-book knowledge: which facts of a world a model knows without searching, and what it recalls.
+
+Search collapse, the failure the paper's Searcher supervision prevents, needs a tempting local
+optimum: questions that can sometimes be answered without search. ``ClosedBook`` defines it once
+per world, for every consumer:
+
+* a fact (subject, predicate) is **memorised** with probability ``known_fraction`` (decided by a
+  hash of the world seed, the subject's canonical name and the predicate, so aliases agree);
+* a memorised fact is recalled **right** with probability ``recall_accuracy`` (again by hash),
+  else as another value of the same predicate; a fact that is not memorised is recalled as such a
+  wrong value too, so recalling always sounds confident, as a language model's guess does.
+
+A 1-hop question is then answerable closed-book with probability about
+``known_fraction · recall_accuracy``, a k-hop chain about its k-th power. The option mode's
+"report from memory" Searcher option (``envs.option_mode``) and the memorised sentences a base
+model is pretrained on (``memorised_sentences``) both read this one definition.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from dataclasses import dataclass
+
+from envs.retrieval.corpus import Corpus
+from envs.synthwiki.grammar import fact_sentence
+from envs.synthwiki.knowledge import Knowledge
+
+
+@dataclass(frozen=True)
+class ClosedBookConfig:
+    known_fraction: float = 0.7  # share of the world's facts a model knows without search
+    recall_accuracy: float = 0.9  # share of known facts it recalls right
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("known_fraction", "recall_accuracy"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+                raise ValueError(f"{name}={value!r} is invalid: must be a probability in [0, 1]")
+
+
+def _draw(*parts: object) -> float:
+    """A deterministic uniform in [0, 1) from ``parts``."""
+    return zlib.crc32("\x1f".join(map(str, parts)).encode()) / 2**32
+
+
+class ClosedBook:
+    def __init__(self, corpus: Corpus, config: ClosedBookConfig):
+        self.config = config
+        self.knowledge = Knowledge(document.text for document in corpus.documents)
+        self._values: dict[str, list[str]] = {}
+        for (_, predicate), value in self.knowledge.values.items():
+            self._values.setdefault(predicate, []).append(value)
+        for values in self._values.values():
+            values.sort()
+
+    def canonical(self, name: str) -> str:
+        return min(self.knowledge.same.get(name, {name}))
+
+    def known(self, subject: str, predicate: str) -> bool:
+        return _draw(self.config.seed, "known", self.canonical(subject), predicate) < self.config.known_fraction
+
+    def recall(self, subject: str, predicate: str) -> str | None:
+        """The value a model states for the fact without searching; None if the world lacks the fact."""
+        truth = self.knowledge.lookup(subject, predicate)
+        if truth is None:
+            return None
+        subject = self.canonical(subject)
+        right = self.known(subject, predicate) and _draw(self.config.seed, "right", subject, predicate) < self.config.recall_accuracy
+        wrong = [value for value in self._values[predicate] if value != truth]
+        if right or not wrong:
+            return truth
+        return wrong[int(_draw(self.config.seed, "guess", subject, predicate) * len(wrong))]
+
+    def memorised_sentences(self) -> list[str]:
+        """The known facts as the model states them (wrong ones included): what it was pretrained on."""
+        sentences = []
+        for (subject, predicate) in sorted(self.knowledge.values):
+            if self.known(subject, predicate):
+                sentences.append(fact_sentence(predicate, subject, self.recall(subject, predicate) or ""))
+        return sentences
+
+
+@functools.lru_cache(maxsize=8)
+def closed_book(corpus: Corpus, config: ClosedBookConfig) -> ClosedBook:
+    """One ``ClosedBook`` per (corpus, config) in a process: parsing a world's facts takes a while."""
+    return ClosedBook(corpus, config)
