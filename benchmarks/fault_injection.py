@@ -29,6 +29,11 @@ which is slow). Results go to ``benchmarks/results/fault_injection/results.json`
 
     OMP_NUM_THREADS=1 python benchmarks/fault_injection.py --points 20 --seed 0
 
+To keep editing the working tree while it runs, run it from a snapshot of a commit::
+
+    git archive HEAD | tar -x -C /tmp/snap && cd /tmp/snap && \
+        MAOPD_COMMIT=$(git -C ~/repo rev-parse HEAD) OMP_NUM_THREADS=1 python benchmarks/fault_injection.py
+
 Exit status 0 when every point ends identical to the reference, 1 otherwise.
 """
 
@@ -170,6 +175,8 @@ def kill_points(count: int, seed: int, reference_s: float) -> list[str]:
 
 
 def _git_commit() -> str:
+    if os.environ.get("MAOPD_COMMIT"):  # running from an exported snapshot, which has no .git
+        return os.environ["MAOPD_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -189,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--points must be at least 1")
     if args.cache:
         os.environ["MAOPD_CACHE"] = args.cache
+    commit = _git_commit()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="maopd-fault-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "command": "OMP_NUM_THREADS=1 python benchmarks/fault_injection.py " + " ".join(argv or sys.argv[1:]),
         "pipeline_command": "python -m maopd.cli train --preset smoke --run-dir RUN_DIR",
-        "commit": _git_commit(),
+        "commit": commit,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "reference_seconds": ref["seconds"],
         "total_seconds": round(time.time() - started, 1),
