@@ -319,7 +319,7 @@ def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
     checkpoint = Path(checkpoint)
     tensors = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True)
     if not isinstance(tensors, list):
-        raise ValueError(f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? "
+        raise TypeError(f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? "
                          "re-run the stage)")
     return _decode(json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8")), tensors)
 

@@ -1,0 +1,240 @@
+"""The reliability suite: regression tests for issue 24 (each fails on d8996d6).
+
+One section per item of the issue: duplicated metrics after a crash (1), key leaks (3), paths read
+from a run dir and unpickling (4), non-finite counters (5), empty answers (6), bounds (8), stack
+traces instead of one-line errors (9), and the smaller ones (10). Item 1 across the whole pipeline
+is also checked by ``benchmarks/fault_injection.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents.openai_policy import (
+    InsecureKeyError,
+    OpenAIPolicy,
+    OpenAIPolicyConfig,
+    OpenAIPolicyError,
+)
+from agents.tiny_model import TinyModelConfig, build_tiny_model
+from agents.tokenizer import train_tokenizer
+from envs.policy import AgentTurn
+from envs.prompts import system_message, task_message
+from envs.retrieval.http_client import redact_url
+from training import checkpoint as ckpt
+from training.config import build_config
+from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "sk-reliability-test-0123456789"
+
+
+# --------------------------------------------------------------------------- 1. metrics after a crash
+
+
+TINY = ["steps=2", "env.max_steps=3", "rollout.max_new_tokens=8", "checkpoint.every=2",
+        "logging.progress=false", "logging.tensorboard=false"]
+
+
+def _tiny_config(run_dir: Path):
+    from training.config import load_config
+
+    return load_config(REPO / "configs" / "tiny_cpu_stage1.yaml", [f"run_dir={run_dir}", *TINY])
+
+
+@pytest.mark.slow
+def test_rows_of_a_run_killed_before_its_first_checkpoint_are_not_kept(tmp_path):
+    """A kill after step 1's row but before any checkpoint: the rerun starts from empty metrics."""
+    from training.trainer import train_stage
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / METRICS_FILE).write_text(json.dumps({"step": 1, "stale": True}) + "\n")
+    train_stage(_tiny_config(run_dir))
+    rows = read_metrics(run_dir)
+    assert [row["step"] for row in rows] == [1, 2]
+    assert not any("stale" in row for row in rows)
+
+
+def test_truncating_to_step_zero_empties_the_metrics(tmp_path):
+    (tmp_path / METRICS_FILE).write_text(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n")
+    truncate_metrics(tmp_path, 0)
+    assert read_metrics(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- 3. the API key
+
+
+class EchoServer:
+    """Answers every request with ``status`` and a body that echoes the request's headers and URL."""
+
+    def __init__(self, status: int = 401):
+        self.paths: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                server.paths.append(self.path)
+                data = json.dumps({"error": "bad key", "you sent": dict(self.headers), "path": self.path}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _turn():
+    return AgentTurn(agent="searcher_0", role="searcher", messages=(system_message("searcher"), task_message("x")),
+                     allowed=("search", "report"), num_candidates=1)
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_an_endpoint_that_echoes_the_key_never_gets_it_into_errors_or_logs(monkeypatch, caplog, status):
+    monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
+    server = EchoServer(status)
+    try:
+        base_url = f"http://user:pass@127.0.0.1:{server.port}/v1?api_key={SECRET}"
+        config = OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY", max_retries=1,
+                                    backoff_s=0.0)
+        policy = OpenAIPolicy(config)
+        with caplog.at_level(logging.DEBUG), pytest.raises(OpenAIPolicyError) as error:
+            policy.act([_turn()])
+    finally:
+        server.close()
+    # the query string stays a query string: the request went to the right path
+    assert server.paths[0] == f"/v1/chat/completions?api_key={SECRET}"
+    shown = [str(error.value), caplog.text, repr(policy), str(policy), repr(config), json.dumps(config.to_dict())]
+    for text in shown:
+        assert SECRET not in text and "user:pass" not in text, text
+    assert "you sent" in str(error.value)  # the body is still quoted, redacted
+    assert "api_key=***" in str(error.value)
+
+
+def test_the_key_is_not_in_the_policy_state(monkeypatch):
+    monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
+    policy = OpenAIPolicy(OpenAIPolicyConfig(base_url="https://api.example.com/v1", model="m",
+                                             api_key_env="MAOPD_TEST_KEY"))
+    assert SECRET not in repr(vars(policy))
+    assert SECRET.encode() not in pickle.dumps(policy)
+    assert "api key set" in repr(policy)
+
+
+@pytest.mark.parametrize("base_url", ["http://10.1.2.3:8000/v1", "http://api.example.com/v1"])
+def test_a_key_is_never_sent_over_plain_http_to_another_host(monkeypatch, base_url):
+    monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
+    config = OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY")
+    with pytest.raises(InsecureKeyError, match="allow_insecure_key"):
+        OpenAIPolicy(config)
+    OpenAIPolicy(OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY",
+                                    allow_insecure_key=True))
+    for fine in ("https://api.example.com/v1", "http://127.0.0.1:8000/v1", "http://localhost:8000/v1",
+                 "http://[::1]:8000/v1"):
+        OpenAIPolicy(OpenAIPolicyConfig(base_url=fine, model="m", api_key_env="MAOPD_TEST_KEY"))
+    monkeypatch.delenv("MAOPD_TEST_KEY")
+    OpenAIPolicy(config)  # no key, nothing to protect
+
+
+def test_redact_url_hides_credentials_and_query_values():
+    assert redact_url("http://u:p@h:1/v1?api_key=X&x=1#frag") == "http://***@h:1/v1?api_key=***&x=***"
+    assert redact_url("http://127.0.0.1:8000/x") == "http://127.0.0.1:8000/x"
+
+
+# --------------------------------------------------------------------------- 4. paths read from a run dir
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tokenizer = train_tokenizer(["a few words for a tiny tokenizer"], vocab_size=300)
+    return build_tiny_model(tokenizer, TinyModelConfig(seed=1)), tokenizer
+
+
+def _save(run_dir, step, tiny, state=None):
+    model, tokenizer = tiny
+    state = state or {"step": step, "rng": ckpt.capture_rng_state()}
+    return ckpt.save_checkpoint(run_dir, step, model, tokenizer, state, build_config({"stage": "stage1"}), 3)
+
+
+@pytest.mark.parametrize("pointer", ["../../other/checkpoints/step_7", "ABSOLUTE", "step_1/../../../other"])
+def test_the_latest_pointer_cannot_leave_the_run_dir(tmp_path, tiny, pointer, caplog):
+    other = _save(tmp_path / "other", 7, tiny)
+    own = _save(tmp_path / "runs" / "mine", 1, tiny)
+    text = str(other) if pointer == "ABSOLUTE" else pointer
+    (own.parent / ckpt.LATEST).write_text(text + "\n")
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.latest_checkpoint(tmp_path / "runs" / "mine") == own
+    assert "pointer" in caplog.text
+
+
+def test_a_step_dir_symlinked_outside_the_run_dir_is_ignored(tmp_path, tiny):
+    other = _save(tmp_path / "other", 7, tiny)
+    own = _save(tmp_path / "mine", 1, tiny)
+    (own.parent / "step_9").symlink_to(other, target_is_directory=True)
+    (own.parent / ckpt.LATEST).write_text("step_9\n")
+    assert ckpt.latest_checkpoint(tmp_path / "mine") == own
+    assert [p.name for p in ckpt.list_checkpoints(own.parent)] == ["step_1"]
+
+
+def test_trainer_state_loads_with_weights_only_and_restores_rng_exactly(tmp_path, tiny, monkeypatch):
+    model = tiny[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    optimizer.step()
+    random.seed(3)
+    np.random.seed(4)
+    torch.manual_seed(5)
+    np.random.normal()  # numpy caches a gaussian
+    state = {"step": 1, "optimizer": optimizer.state_dict(), "loader": {"epoch": 0, "position": 2, "seed": 0},
+             "rng": ckpt.capture_rng_state()}
+    expected = (random.random(), np.random.normal(), torch.rand(1))
+    path = _save(tmp_path, 1, tiny, state)
+
+    loads = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        loads.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    loaded = ckpt.load_trainer_state(path)
+    assert loads == [True]
+    assert json.loads((path / ckpt.TRAINER_STATE_JSON).read_text())["step"] == 1
+    ckpt.restore_rng_state(loaded["rng"])
+    assert (random.random(), np.random.normal()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
+    fresh = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fresh.load_state_dict(loaded["optimizer"])
+    a, b = fresh.state_dict(), optimizer.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert all(torch.equal(a["state"][i][k], b["state"][i][k]) for i in b["state"] for k in b["state"][i])
+    assert loaded["loader"] == state["loader"]
+
+
+def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
+    """A trainer_state.pt holding arbitrary pickled objects is refused, not executed."""
+    path = _save(tmp_path, 1, tiny)
+    torch.save({"payload": os.system}, path / ckpt.TRAINER_STATE)  # a global weights_only refuses
+    with pytest.raises(Exception, match="(?i)weights_only|unsupported global|not a list"):
+        ckpt.load_trainer_state(path)
