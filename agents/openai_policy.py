@@ -43,7 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from envs.actions import ROLE_ACTION_KINDS
-from envs.policy import AgentOutput, AgentTurn
+from envs.policy import AgentOutput, AgentTurn, token_count
 from envs.retrieval.http_client import redact_url
 
 logger = logging.getLogger(__name__)
@@ -138,6 +138,13 @@ def scrub(text: str, key: str | None, *urls: str) -> str:
         if url:
             text = text.replace(url, redact_url(url))
     return _SECRET_LIKE.sub(r"\1***", _BEARER.sub(r"\1***", text))
+
+
+def _usage_count(value: Any) -> int | None:
+    try:
+        return token_count(value)
+    except (ValueError, OverflowError):
+        return None
 
 
 class _RedactHttpxUrls(logging.Filter):
@@ -241,8 +248,9 @@ class OpenAIPolicy:
         usage = response.get("usage") or {}
         return AgentOutput(
             texts=texts,
-            input_tokens=usage.get("prompt_tokens"),
-            output_tokens=usage.get("completion_tokens"),
+            # a server's usage is untrusted: an invalid count is unknown (None), never NaN or negative
+            input_tokens=_usage_count(usage.get("prompt_tokens")),
+            output_tokens=_usage_count(usage.get("completion_tokens")),
             extra={
                 "url": self.config.public_url,
                 "model": response.get("model", self.config.model),

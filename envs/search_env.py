@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -39,7 +39,7 @@ from envs import prompts
 from envs import rewards as R
 from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
 from envs.datasets import Question, load_questions
-from envs.policy import AgentOutput, AgentTurn
+from envs.policy import AgentOutput, AgentTurn, safe_token_count
 from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
@@ -158,7 +158,7 @@ def shared_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retrieve
 class SearchEnv(AECEnv):
     """Base AEC environment; see the module docstring. Subclasses set the class attributes."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
     workflow: str = ""
     default_max_steps: int = 0
     min_steps: int = 2
@@ -363,12 +363,13 @@ class SearchEnv(AECEnv):
     def _texts(self, action: Any, count: int) -> tuple[list[str], int, int]:
         """Normalize an action to ``count`` texts plus token counts; non-text becomes ''."""
         input_tokens = output_tokens = 0
+        # counts that are not non-negative whole numbers (NaN, inf, -7, "3") count as 0
         if isinstance(action, AgentOutput):
-            input_tokens, output_tokens = action.input_tokens or 0, action.output_tokens or 0
+            input_tokens, output_tokens = safe_token_count(action.input_tokens), safe_token_count(action.output_tokens)
             action = action.texts
         elif isinstance(action, dict) and ("text" in action or "texts" in action):
-            input_tokens = int(action.get("input_tokens") or 0)
-            output_tokens = int(action.get("output_tokens") or 0)
+            input_tokens = safe_token_count(action.get("input_tokens"))
+            output_tokens = safe_token_count(action.get("output_tokens"))
             action = action.get("texts", action.get("text"))
         texts = [action] if isinstance(action, str) else list(action) if isinstance(action, (list, tuple)) else []
         texts = [_valid_unicode(t) if isinstance(t, str) else "" for t in texts][:count]

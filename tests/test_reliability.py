@@ -238,3 +238,71 @@ def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
     torch.save({"payload": os.system}, path / ckpt.TRAINER_STATE)  # a global weights_only refuses
     with pytest.raises(Exception, match="(?i)weights_only|unsupported global|not a list"):
         ckpt.load_trainer_state(path)
+
+
+# --------------------------------------------------------------------------- 5. non-finite counters
+
+
+def _env():
+    from envs import cascade_search_v0
+
+    env = cascade_search_v0.raw_env(questions=[{"id": "q", "question": "Who?", "golden_answers": ["Paris"]}],
+                                    corpus=REPO / "tests" / "fixture" / "corpus.jsonl")
+    env.reset(seed=0)
+    return env
+
+
+def _play(env, action_for):
+    while env.agents and env.record is None:
+        env.step(action_for(env.agent_selection))
+    return env.record
+
+
+@pytest.mark.parametrize("counts", [(-7, float("nan")), (float("inf"), "12"), (True, 1.5), (10**400, -0.0)])
+def test_invalid_token_counts_never_reach_a_record(counts):
+    from envs.policy import AgentOutput
+
+    n_in, n_out = counts
+    with pytest.raises(ValueError, match="non-negative integer"):
+        AgentOutput(texts=["x"], input_tokens=n_in, output_tokens=n_out)
+    env = _env()
+    record = _play(env, lambda agent: {"text": "<answer>Paris</answer>" if agent == "answerer" else "<search>x</search>",
+                                       "input_tokens": n_in, "output_tokens": n_out})
+    text = json.dumps(record, allow_nan=False)
+    assert json.loads(text)["counters"]["input_tokens"] >= 0
+
+
+def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
+    from benchmarks.eval.records import RecordError, load_records
+
+    base = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"],
+            "final_output": "<answer>a</answer>"}
+    for bad in ("NaN", "Infinity", "-1.25"):
+        path = tmp_path / "records.jsonl"
+        path.write_text(json.dumps(base)[:-1] + f', "search_actions": {bad}}}\n')
+        with pytest.raises(RecordError, match="search_actions"):
+            load_records([path])
+
+
+# --------------------------------------------------------------------------- 6. empty answers
+
+
+@pytest.mark.parametrize("gold", ["The", "A", "!!!", "the a an"])
+def test_an_empty_answer_never_matches(gold):
+    from envs.rewards import candidate_score, exact_match
+
+    assert exact_match("", [gold]) == 0.0
+    assert exact_match("   ", [gold]) == 0.0
+    assert exact_match("the", ["Paris"]) == 0.0
+    assert candidate_score("<answer></answer>", [gold]) == 0.0
+    assert exact_match(gold, [gold]) == 1.0  # matched on its raw stripped form
+    assert exact_match(f"  {gold} ", [gold]) == 1.0
+
+
+def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
+    from benchmarks.eval.records import load_records
+
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"method": "m", "dataset": "d", "question_id": "q", "attempt": 0,
+                                "golden_answers": ["The"], "final_output": "<answer></answer>"}) + "\n")
+    assert load_records([path])[0].score == 0.0
