@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from maopd.cli import bounded_int, positive_int
+
 
 def register(subparsers) -> None:
     index = subparsers.add_parser("index", help="build retrieval indexes").add_subparsers(dest="index_command", required=True)
@@ -15,8 +17,8 @@ def register(subparsers) -> None:
     build.add_argument("--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir")
     build.add_argument("--prefix-style", choices=("auto", "e5", "none"), default="auto")
     build.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat")
-    build.add_argument("--batch-size", type=int, default=64)
-    build.add_argument("--chunk-size", type=int, default=1024, help="documents per resumable chunk")
+    build.add_argument("--batch-size", type=positive_int, default=64)
+    build.add_argument("--chunk-size", type=positive_int, default=1024, help="documents per resumable chunk")
     build.set_defaults(func=_index_build)
 
     retriever = subparsers.add_parser("retriever", help="serve or query a retriever").add_subparsers(
@@ -25,15 +27,15 @@ def register(subparsers) -> None:
     serve = retriever.add_parser("serve", help="serve a retriever over Search-R1's POST /retrieve protocol")
     _add_retriever_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-queries", type=int, default=512)
-    serve.add_argument("--max-k", type=int, default=100)
+    serve.add_argument("--port", type=bounded_int(0, 65535), default=8000)
+    serve.add_argument("--max-queries", type=positive_int, default=512)
+    serve.add_argument("--max-k", type=positive_int, default=100)
     serve.set_defaults(func=_serve)
 
     query = retriever.add_parser("query", help="run queries through a retriever and print JSON")
     _add_retriever_args(query)
     query.add_argument("queries", nargs="+")
-    query.add_argument("-k", type=int, default=3)
+    query.add_argument("-k", type=positive_int, default=3)
     query.set_defaults(func=_query)
 
 

@@ -61,7 +61,8 @@ def ppo_update(policy: MenuPolicy, optimizer: torch.optim.Optimizer, episodes: l
 def evaluate(policy: MenuPolicy, config: MarlConfig) -> dict[str, float]:
     """Greedy play on the test split: accuracy, searches per workflow and collapse indicators."""
     env = option_env(config.workflow, hints=config.hints, split="test", max_steps=config.max_steps)
-    records = [play(env, policy, {"question_index": i}, greedy).record for i in range(config.eval_questions)]
+    records = [play(env, policy, {"question_index": i % len(env.unwrapped.questions)}, greedy).record
+               for i in range(config.eval_questions)]
     calls = [c for r in records for c in r["calls"] if c["role"] == "searcher"]
     return {
         "em": float(np.mean([r["rewards"]["em"] for r in records])),
