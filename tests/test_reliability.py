@@ -306,3 +306,165 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
     path.write_text(json.dumps({"method": "m", "dataset": "d", "question_id": "q", "attempt": 0,
                                 "golden_answers": ["The"], "final_output": "<answer></answer>"}) + "\n")
     assert load_records([path])[0].score == 0.0
+
+
+# --------------------------------------------------------------------------- 8. bounds
+
+
+@pytest.mark.parametrize("overrides", [{"num_searchers": 10**6}, {"max_steps": 5.5}, {"topk": True},
+                                       {"max_steps": "5"}, {"num_candidates": 2.0}])
+def test_env_config_bounds_and_types(overrides):
+    from envs import hierarchical_search_v0
+    from maopd.config import ConfigError
+
+    with pytest.raises(ConfigError):
+        hierarchical_search_v0.raw_env(corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
+                                       questions=REPO / "tests" / "fixture" / "questions.jsonl", **overrides)
+
+
+@pytest.mark.parametrize("index", [-1, 10**9, "3", 1.5, True])
+def test_question_index_must_be_an_index(index):
+    env = _env()
+    with pytest.raises(ValueError, match="question_index"):
+        env.reset(options={"question_index": index})
+
+
+def test_an_oversized_question_is_refused():
+    env = _env()
+    with pytest.raises(ValueError, match="characters"):
+        env.reset(options={"question": {"id": "x", "question": "w" * 5_000_000, "golden_answers": ["a"]}})
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "0"],
+    ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "-2"],
+    ["eval", "run", "--manifest", "m", "--out", "o", "--batch-size", "0"],
+    ["eval", "score", "r", "--draws", "0"], ["eval", "score", "r", "--draws", "-5"],
+    ["eval", "score", "r", "--draws", str(10**9)],
+    ["index", "build", "--corpus", "c", "--out", "o", "--chunk-size", "0"],
+    ["retriever", "query", "q", "-k", "0"], ["retriever", "query", "q", "-k", "-5"],
+    ["retriever", "serve", "--max-k", "0"], ["retriever", "serve", "--max-queries", "-1"],
+    ["retriever", "serve", "--port", "70000"],
+    ["play", "--num-searchers", "0"], ["play", "--num-searchers", str(10**6)], ["play", "--question-index", "-1"],
+])
+def test_cli_numbers_out_of_range_are_usage_errors(argv, capsys):
+    from maopd.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- 9. one-line errors
+
+
+def _cli(argv, capsys):
+    from maopd.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\x00\xff\xfe\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("a: [1\n")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = [
+        (["eval", "score", str(binary), "--out", str(tmp_path / "o")], "binary.jsonl"),
+        (["eval", "score", str(empty), "--out", str(tmp_path / "o")], "empty.jsonl"),
+        (["plot", str(tmp_path / "missing")], "missing"),
+        (["train", "--config", str(bad_yaml)], "maopd train"),
+        (["play", "--split", "bogus"], "split"),
+        (["train", "--config", "configs/tiny_cpu_stage1.yaml", "--run-dir", str(tmp_path / "none"), "--resume"],
+         "no checkpoint"),
+    ]
+    for argv, expected in cases:
+        try:
+            code, err = _cli(argv, capsys)
+        except SystemExit as exc:  # commands that already print their own one-liner
+            code, err = exc.code, str(exc)
+        assert code in (2, 1) or isinstance(code, str), argv
+        assert expected in err, (argv, err)
+        assert "Traceback" not in err and len(err.splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.parametrize("module_name", ["envs.cascade_search_v0", "envs.hierarchical_search_v0"])
+def test_env_misuse_gives_clear_errors(module_name):
+    import importlib
+
+    module = importlib.import_module(module_name)
+    kwargs = {"corpus": REPO / "tests" / "fixture" / "corpus.jsonl",
+              "questions": REPO / "tests" / "fixture" / "questions.jsonl"}
+    env = module.env(**kwargs)
+    for misuse in (lambda: env.step("x"), lambda: env.last(), lambda: env.render()):
+        with pytest.raises(Exception, match="(?i)reset") as error:
+            misuse()
+        assert not isinstance(error.value, (KeyError, AttributeError)) or "reset" in str(error.value)
+    raw = module.raw_env(**kwargs)
+    with pytest.raises(RuntimeError, match="reset"):
+        raw.step("x")
+    raw.reset(seed=0)
+    while raw.agents:
+        agent = raw.agent_selection
+        raw.step(None if raw.terminations[agent] or raw.truncations[agent] else "")
+    with pytest.raises(RuntimeError, match="episode is over"):
+        raw.step("")
+    parallel = module.parallel_env(**kwargs)
+    with pytest.raises(RuntimeError, match="reset"):
+        parallel.step({})
+    parallel.reset(seed=0)
+    with pytest.raises(TypeError, match="dict"):
+        parallel.step("str")
+
+
+# --------------------------------------------------------------------------- 10. smaller ones
+
+
+def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
+    import subprocess
+
+    from training.base_model import remove_stale_staging
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"base-x.staging-{dead.pid}-abc"
+    live = tmp_path / f"base-x.staging-{os.getpid()}-def"
+    other = tmp_path / "base-y.staging-1-xyz"
+    for path in (stale, live, other):
+        path.mkdir()
+    remove_stale_staging(tmp_path, "base-x")
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_a_torn_row_of_a_checkpointed_step_is_not_dropped_silently(tmp_path, caplog):
+    (tmp_path / METRICS_FILE).write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "lo')
+    with caplog.at_level(logging.WARNING):
+        truncate_metrics(tmp_path, 2)
+    assert read_metrics(tmp_path) == [{"step": 1}]
+    assert "step 2" in caplog.text and "cut short" in caplog.text
+
+
+def test_the_server_binds_before_announcing_and_warns_on_a_public_host(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from maopd.commands import retrieval
+
+    corpus = REPO / "tests" / "fixture" / "corpus.jsonl"
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        code, err = _cli(["retriever", "serve", "--corpus", str(corpus), "--port", str(port), "--set", "kind=bm25"], capsys)
+    finally:
+        busy.close()
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
+    assert "serving" not in capsys.readouterr().out
+    assert not retrieval._is_loopback("0.0.0.0") and retrieval._is_loopback("127.0.0.1")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -274,6 +275,29 @@ def default_cache_dir() -> Path:
     return cache_dir() / "base_models"
 
 
+def remove_stale_staging(root: Path, name: str) -> None:
+    """Delete staging directories of ``name`` left by builders that died (SIGKILL, power cut).
+
+    A staging directory is named ``<name>.staging-<pid>-<random>``; it is stale when no process
+    with that pid is alive on this machine. Directories of live builders are left alone.
+    """
+    for path in root.glob(f"{name}.staging-*"):
+        pid = path.name.removeprefix(f"{name}.staging-").split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def load_or_build_base_model(
     config: SFTConfig, cache_dir: str | Path | None = None, progress: bool = True, shipped_dir: Path = SHIPPED_DIR
 ) -> Path:
@@ -287,7 +311,9 @@ def load_or_build_base_model(
     if (directory / METRICS_FILE).is_file():
         return directory
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=root))
+    remove_stale_staging(root, name)
+    # the pid in the name tells a later build whether the builder is still alive
+    staging = Path(tempfile.mkdtemp(prefix=f"{name}.staging-{os.getpid()}-", dir=root))
     try:
         build_base_model(config, staging, progress)
         try:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import socket
+import sys
 
-from maopd.cli import bounded_int, positive_int
+from maopd.cli import UserError, bounded_int, positive_int
 
 
 def register(subparsers) -> None:
@@ -87,9 +90,31 @@ def _serve(args) -> int:
 
     retriever = _load_retriever(args)
     limits = ServerLimits(max_queries=args.max_queries, max_k=args.max_k)
-    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{args.port}/retrieve")
-    uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits, host=args.host, port=args.port)).run()
+    # bind before announcing anything: a port in use or a bad host is an error, not "serving on ..."
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    if not _is_loopback(args.host):
+        print(f"WARNING: --host {args.host} makes the server reachable from other machines; it has no "
+              "authentication. Use 127.0.0.1 unless the network is trusted.", file=sys.stderr)
+    port = sock.getsockname()[1]
+    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{port}/retrieve", flush=True)
+    uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits)).run(sockets=[sock])
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _query(args) -> int:
