@@ -61,4 +61,5 @@ def load_questions(path: str | Path) -> list[Question]:
 
 def write_questions(questions: list[Question], path: str | Path) -> None:
     with Path(path).open("w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions)
+        for q in questions:
+            handle.write(json.dumps(q.to_dict(), ensure_ascii=False) + "\n")

@@ -95,7 +95,8 @@ class Corpus:
 
     def write_jsonl(self, path: str | Path) -> None:
         with Path(path).open("w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(doc.to_json(), ensure_ascii=False) + "\n" for doc in self.documents)
+            for doc in self.documents:
+                handle.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
 
 
 def load_corpus(path: str | Path) -> Corpus:
