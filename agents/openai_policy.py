@@ -16,25 +16,35 @@ trained Searchers, for example.
   connection errors, timeouts, 429 and 5xx are retried ``max_retries`` times with exponential
   backoff. Every error names the URL.
 * **API key.** Read from the environment variable named by ``api_key_env`` (never from a config
-  file), sent only in the ``Authorization`` header, and never stored in the config, printed,
-  logged or put in records. Without the variable, requests go out without a key (a local server
-  needs none).
+  file) when requests are sent, and sent only in the ``Authorization`` header. It is never held by
+  the policy object (``vars(policy)`` and ``pickle.dumps(policy)`` do not contain it), printed,
+  logged or put in records; an endpoint's answer quoted in an error or log has the key and any
+  ``Bearer`` token replaced by ``***``. A key is never sent over plain ``http://`` to a host that
+  is not loopback (``localhost``, ``127.0.0.0/8``, ``::1``): the policy refuses, unless the config
+  sets ``allow_insecure_key=True``. Without the variable, requests go out without a key (a local
+  server needs none).
+* **URL.** ``base_url`` may hold a query string (``?api-version=...``): the request goes to
+  ``<path>/chat/completions?<query>``. Everywhere the URL is shown (repr, errors, logs, records,
+  httpx's own request log) it goes through ``redact_url``: credentials and query values are ``***``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from envs.actions import ROLE_ACTION_KINDS
-from envs.policy import AgentOutput, AgentTurn
+from envs.policy import AgentOutput, AgentTurn, token_count
+from envs.retrieval.http_client import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +67,8 @@ class OpenAIPolicyConfig:
     backoff_s: float = 1.0
     # Server-specific request fields, e.g. {"top_k": 20} for vLLM. Never put the key here.
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # Send the key over plain http to a non-loopback host (it travels readable on the network).
+    allow_insecure_key: bool = False
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -75,11 +87,76 @@ class OpenAIPolicyConfig:
 
     @property
     def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        parts = urlsplit(self.base_url)
+        return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions", fragment=""))
+
+    @property
+    def public_url(self) -> str:
+        """``url`` as shown anywhere: credentials and query values redacted."""
+        return redact_url(self.url)
+
+    @property
+    def plain_http_to_remote(self) -> bool:
+        """Whether a key would travel unencrypted to another machine."""
+        parts = urlsplit(self.base_url)
+        if parts.scheme != "http":
+            return False
+        host = parts.hostname or ""
+        if host == "localhost" or host.endswith(".localhost"):
+            return False
+        try:
+            return not ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return True
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.to_dict().items())
+        return f"OpenAIPolicyConfig({fields})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a dict for dumps: ``base_url`` redacted."""
+        return {**vars(self), "base_url": redact_url(self.base_url), "extra_body": dict(self.extra_body)}
 
 
 class OpenAIPolicyError(RuntimeError):
     """A request to the endpoint failed for good (after retries where retrying made sense)."""
+
+
+class InsecureKeyError(ValueError):
+    """The API key would be sent over plain http to a host that is not loopback."""
+
+
+_BEARER = re.compile(r"(?i)(bearer\s+)\S+")
+_SECRET_LIKE = re.compile(r"\b(sk-)[A-Za-z0-9_\-]{6,}")
+
+
+def scrub(text: str, key: str | None, *urls: str) -> str:
+    """``text`` with the key, any Bearer token, ``sk-...`` strings and raw ``urls`` redacted."""
+    if key:
+        text = text.replace(key, "***")
+    for url in urls:
+        if url:
+            text = text.replace(url, redact_url(url))
+    return _SECRET_LIKE.sub(r"\1***", _BEARER.sub(r"\1***", text))
+
+
+def _usage_count(value: Any) -> int | None:
+    try:
+        return token_count(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+class _RedactHttpxUrls(logging.Filter):
+    """httpx logs every request's full URL at INFO; show it redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_url(str(a)) if isinstance(a, httpx.URL) else a for a in record.args)
+        return True
+
+
+_HTTPX_FILTER = _RedactHttpxUrls()
 
 
 _OPEN_TAG = re.compile(r"<([a-z]+)>")
@@ -108,14 +185,25 @@ def stops_for(turn: AgentTurn) -> list[str]:
 class OpenAIPolicy:
     def __init__(self, config: OpenAIPolicyConfig):
         self.config = config
-        # Looked up at construction, kept only here: repr/str never show it.
-        self.__api_key = os.environ.get(config.api_key_env) or None
-        if self.__api_key is None:
-            logger.info("%s is not set; calling %s without an API key", config.api_key_env, config.url)
+        logging.getLogger("httpx").addFilter(_HTTPX_FILTER)  # idempotent: one filter object
+        # The key is looked up here to fail early, and again per batch; the object never keeps it.
+        key = self._api_key()
+        if key is None:
+            logger.info("%s is not set; calling %s without an API key", config.api_key_env, config.public_url)
+
+    def _api_key(self) -> str | None:
+        key = os.environ.get(self.config.api_key_env) or None
+        if key is not None and self.config.plain_http_to_remote and not self.config.allow_insecure_key:
+            raise InsecureKeyError(
+                f"refusing to send ${self.config.api_key_env} over plain http to {self.config.public_url}: "
+                "use https, a loopback host, or set allow_insecure_key=True"
+            )
+        return key
 
     def __repr__(self) -> str:
-        key = "set" if self.__api_key else "unset"
-        return f"OpenAIPolicy(url={self.config.url!r}, model={self.config.model!r}, api key {key} via ${self.config.api_key_env})"
+        key = "set" if os.environ.get(self.config.api_key_env) else "unset"
+        return (f"OpenAIPolicy(url={self.config.public_url!r}, model={self.config.model!r}, "
+                f"api key {key} via ${self.config.api_key_env})")
 
     __str__ = __repr__
 
@@ -125,13 +213,15 @@ class OpenAIPolicy:
         return asyncio.run(self._act_all(turns))
 
     async def _act_all(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
-        headers = {"Authorization": f"Bearer {self.__api_key}"} if self.__api_key else {}
+        key = self._api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=self.config.max_concurrency)
         semaphore = asyncio.Semaphore(self.config.max_concurrency)
         async with httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s, limits=limits) as client:
-            return list(await asyncio.gather(*(self._act_one(client, semaphore, t) for t in turns)))
+            return list(await asyncio.gather(*(self._act_one(client, semaphore, t, key) for t in turns)))
 
-    async def _act_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn) -> AgentOutput:
+    async def _act_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn,
+                       key: str | None) -> AgentOutput:
         stops = stops_for(turn)
         body = {
             **self.config.extra_body,
@@ -144,11 +234,11 @@ class OpenAIPolicy:
             "stop": stops,
         }
         async with semaphore:
-            response = await self._post(client, body)
+            response = await self._post(client, body, key)
         choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != turn.num_candidates:
             raise OpenAIPolicyError(
-                f"{self.config.url} returned {len(choices)} choices for n={turn.num_candidates}"
+                f"{self.config.public_url} returned {len(choices)} choices for n={turn.num_candidates}"
             )
         texts = [
             restore_stop_tag((c.get("message") or {}).get("content") or "", c.get("finish_reason"),
@@ -158,39 +248,40 @@ class OpenAIPolicy:
         usage = response.get("usage") or {}
         return AgentOutput(
             texts=texts,
-            input_tokens=usage.get("prompt_tokens"),
-            output_tokens=usage.get("completion_tokens"),
+            # a server's usage is untrusted: an invalid count is unknown (None), never NaN or negative
+            input_tokens=_usage_count(usage.get("prompt_tokens")),
+            output_tokens=_usage_count(usage.get("completion_tokens")),
             extra={
-                "url": self.config.url,
+                "url": self.config.public_url,
                 "model": response.get("model", self.config.model),
                 "finish_reasons": [c.get("finish_reason") for c in choices],
             },
         )
 
-    async def _post(self, client: httpx.AsyncClient, body: dict) -> dict:
-        url = self.config.url
+    async def _post(self, client: httpx.AsyncClient, body: dict, key: str | None) -> dict:
+        url, shown = self.config.url, self.config.public_url
         for attempt in range(self.config.max_retries + 1):
             last = attempt == self.config.max_retries
             try:
                 response = await client.post(url, json=body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 problem = f"{type(exc).__name__} after {self.config.timeout_s:g} s timeout" if isinstance(
-                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {exc}"
+                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {scrub(str(exc), key, url, self.config.base_url)}"
             else:
                 if response.status_code == 200:
                     try:
                         return response.json()
-                    except ValueError as exc:
-                        raise OpenAIPolicyError(f"{url} answered 200 with a body that is not JSON") from exc
-                problem = f"HTTP {response.status_code}: {response.text[:300]}"
+                    except ValueError:
+                        raise OpenAIPolicyError(f"{shown} answered 200 with a body that is not JSON") from None
+                problem = f"HTTP {response.status_code}: {scrub(response.text, key, url, self.config.base_url)[:300]}"
                 if response.status_code not in RETRYABLE_STATUS:
                     hint = f" (is ${self.config.api_key_env} set?)" if response.status_code in (401, 403) else ""
-                    raise OpenAIPolicyError(f"{url} failed with {problem}{hint}")
+                    raise OpenAIPolicyError(f"{shown} failed with {problem}{hint}")
             if last:
                 raise OpenAIPolicyError(
-                    f"{url} failed after {self.config.max_retries + 1} attempts; last error: {problem}"
-                )
+                    f"{shown} failed after {self.config.max_retries + 1} attempts; last error: {problem}"
+                ) from None
             delay = self.config.backoff_s * 2**attempt
-            logger.warning("%s: %s; retry %d/%d in %.1f s", url, problem, attempt + 1, self.config.max_retries, delay)
+            logger.warning("%s: %s; retry %d/%d in %.1f s", shown, problem, attempt + 1, self.config.max_retries, delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")

@@ -31,14 +31,16 @@ of ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from pettingzoo.utils import wrappers
 
 from envs.parallel import parallel_wrapper_fn
 from envs.search_env import SearchEnv
 
 
 class raw_env(SearchEnv):
-    metadata = {**SearchEnv.metadata, "name": "cascade_search_v0"}
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "cascade_search_v0"}
     workflow = "cascade"
     default_max_steps = 5
     min_steps = 2
@@ -78,9 +80,10 @@ class raw_env(SearchEnv):
             self._resolve_searchers(actions)
 
 
-def env(**kwargs: Any) -> raw_env:
+def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
     """The cascade environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
-    return raw_env(**kwargs)
+    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
+    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
 
 
-parallel_env = parallel_wrapper_fn(env)
+parallel_env = parallel_wrapper_fn(raw_env)

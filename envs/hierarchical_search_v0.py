@@ -35,7 +35,9 @@ finished workflow record (envs/records.py; it holds a wall-clock duration, so it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from pettingzoo.utils import wrappers
 
 from envs import prompts
 from envs import rewards as R
@@ -44,7 +46,7 @@ from envs.search_env import SearchEnv, Turn, with_notice
 
 
 class raw_env(SearchEnv):
-    metadata = {**SearchEnv.metadata, "name": "hierarchical_search_v0"}
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "hierarchical_search_v0"}
     workflow = "hierarchical"
     default_max_steps = 12
     min_steps = 5
@@ -145,9 +147,10 @@ class raw_env(SearchEnv):
         return [self.leader, *super()._turns()]
 
 
-def env(**kwargs: Any) -> raw_env:
+def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
     """The hierarchical environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
-    return raw_env(**kwargs)
+    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
+    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
 
 
-parallel_env = parallel_wrapper_fn(env)
+parallel_env = parallel_wrapper_fn(raw_env)

@@ -42,6 +42,10 @@ class SearchParallelEnv(ParallelEnv):
         return observations, {agent: dict(self.aec_env.infos[agent]) for agent in self.agents}
 
     def step(self, actions: dict[str, Any]):
+        if not isinstance(actions, dict):
+            raise TypeError(f"parallel_env.step() takes a dict of actions by agent, got {type(actions).__name__}")
+        if not hasattr(self.aec_env, "record"):
+            raise RuntimeError("parallel_env.step() before reset(): call reset() first")
         env = self.aec_env
         live = list(self.agents)
         for agent in env.acting_agents():

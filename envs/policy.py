@@ -11,6 +11,8 @@ history (``messages``), the action kinds allowed now, and how many answer candid
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -33,6 +35,36 @@ class AgentTurn:
         return next((m["content"] for m in self.messages if m["role"] == "user"), "")
 
 
+MAX_TOKEN_COUNT = 2**53  # exact in a float: every JSON reader gets the same number
+
+
+def token_count(value: Any, name: str = "token count") -> int | None:
+    """``value`` as a token count: None (unknown) or a non-negative whole number, else ValueError.
+
+    NaN, infinities, negative numbers, fractions, booleans and strings are refused, so that a
+    record's counters are always valid JSON integers.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # one error type for any bad count
+        raise ValueError(f"{name} must be a non-negative integer or None, got {value!r}")  # noqa: TRY004
+    if isinstance(value, numbers.Integral):
+        ok = 0 <= value <= MAX_TOKEN_COUNT
+    else:
+        ok = math.isfinite(value) and 0 <= value <= MAX_TOKEN_COUNT and value == int(value)
+    if not ok:
+        raise ValueError(f"{name} must be a non-negative integer (at most 2**53) or None, got {value!r}")
+    return int(value)
+
+
+def safe_token_count(value: Any) -> int:
+    """``token_count`` for untrusted input: anything invalid (or unknown) counts as 0."""
+    try:
+        return token_count(value) or 0
+    except (ValueError, OverflowError):
+        return 0
+
+
 @dataclass
 class AgentOutput:
     """One policy output: ``texts`` holds one text per requested candidate.
@@ -45,6 +77,10 @@ class AgentOutput:
     input_tokens: int | None = None
     output_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.input_tokens = token_count(self.input_tokens, "AgentOutput.input_tokens")
+        self.output_tokens = token_count(self.output_tokens, "AgentOutput.output_tokens")
 
     @property
     def text(self) -> str:

@@ -43,12 +43,24 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def _matches(prediction: str, normalized: str, reference: str) -> bool:
+    gold = normalize_answer(reference)
+    if gold:
+        return normalized == gold
+    # a gold answer that normalizes to nothing ("The", "!!!") is matched on its raw stripped form
+    return bool(reference.strip()) and prediction.strip() == reference.strip()
+
+
 def exact_match(prediction: str | None, references: Iterable[str]) -> float:
-    """1.0 if the normalized prediction equals any normalized reference; a missing span is 0."""
+    """1.0 if the normalized prediction equals any normalized reference; a missing span is 0.
+
+    An empty normalized prediction ("", "the", "!!!") never matches a normalized reference; a
+    reference that normalizes to the empty string is compared on its raw stripped text instead.
+    """
     if prediction is None:
         return 0.0
     normalized = normalize_answer(prediction)
-    return float(any(normalized == normalize_answer(ref) for ref in references))
+    return float(any(_matches(prediction, normalized, ref) for ref in references))
 
 
 def candidate_score(output: str, references: Iterable[str]) -> float:

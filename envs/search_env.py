@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -39,13 +39,19 @@ from envs import prompts
 from envs import rewards as R
 from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
 from envs.datasets import Question, load_questions
-from envs.policy import AgentOutput, AgentTurn
+from envs.policy import AgentOutput, AgentTurn, safe_token_count
 from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
+from maopd.config import ConfigError
 
 MAX_OBSERVATION_CHARS = 1_000_000
+# A question longer than this could push a message past MAX_OBSERVATION_CHARS (it is quoted in
+# several messages); 100,000 characters is far beyond any real question.
+MAX_QUESTION_CHARS = 100_000
+# Searchers per wave: one episode costs time linear in it; no workflow needs more.
+MAX_SEARCHERS = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -77,6 +83,10 @@ class SearchEnvConfig:
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
     def validate(self, min_steps: int) -> None:
+        for name in ("max_rounds", "num_searchers", "num_candidates", "topk", "max_action_chars", "max_passage_chars"):
+            _require_int(name, getattr(self, name))
+        if self.max_steps is not None:
+            _require_int("max_steps", self.max_steps)
         checks = {
             "max_steps": self.max_steps is None or self.max_steps >= min_steps,
             "max_rounds": self.max_rounds >= 1,
@@ -89,9 +99,16 @@ class SearchEnvConfig:
         minimum = {"max_steps": min_steps, "max_action_chars": 16, "max_passage_chars": 16}
         for name, ok in checks.items():
             if not ok:
-                raise ValueError(
+                raise ConfigError(
                     f"{name}={getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
                 )
+        if self.num_searchers > MAX_SEARCHERS:
+            raise ConfigError(f"num_searchers={self.num_searchers!r} is invalid: must be at most {MAX_SEARCHERS}")
+
+
+def _require_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
 
 
 @dataclass
@@ -139,7 +156,7 @@ def _default_world(split: str) -> tuple[Corpus, list[Question]]:
 
     world = load_default_world()
     if split not in world.splits:
-        raise ValueError(f"split={split!r} is invalid; the default world has {sorted(world.splits)}")
+        raise ConfigError(f"split={split!r} is invalid; the default world has {sorted(world.splits)}")
     return world.corpus, world.splits[split]
 
 
@@ -160,7 +177,7 @@ class SearchEnv(AECEnv):
 
     # False: PettingZoo's aec_to_parallel assumes every live agent acts each cycle, which these
     # workflows break; parallel_env() is the native SearchParallelEnv (envs/parallel.py).
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": False}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "is_parallelizable": False}
     workflow: str = ""
     default_max_steps: int = 0
     min_steps: int = 2
@@ -248,9 +265,17 @@ class SearchEnv(AECEnv):
         options = options or {}
         if "question" in options:
             question = options["question"]
-            self.question = question if isinstance(question, Question) else Question.from_dict(question)
+            question = question if isinstance(question, Question) else Question.from_dict(question)
+            if len(question.question) > MAX_QUESTION_CHARS:
+                raise ValueError(f"options['question']: the question has {len(question.question):,} characters; "
+                                 f"at most {MAX_QUESTION_CHARS:,} are allowed")
+            self.question = question
         elif "question_index" in options:
-            self.question = self.questions[int(options["question_index"]) % len(self.questions)]
+            index = options["question_index"]
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
+                raise ValueError(f"options['question_index']={index!r} is invalid: must be an integer in "
+                                 f"[0, {len(self.questions) - 1}]")
+            self.question = self.questions[index]
         else:
             self.question = self.questions[int(self.np_random.integers(len(self.questions)))]
 
@@ -295,6 +320,10 @@ class SearchEnv(AECEnv):
         self.agent_selection = self._scheduled[0]
 
     def step(self, action: Any) -> None:
+        if not hasattr(self, "record"):
+            raise RuntimeError(f"{type(self).__name__}.step() before reset(): call reset() first")
+        if not self.agents:
+            raise RuntimeError(f"{type(self).__name__}.step(): the episode is over; call reset() to start another")
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)
@@ -365,12 +394,13 @@ class SearchEnv(AECEnv):
     def _texts(self, action: Any, count: int) -> tuple[list[str], int, int]:
         """Normalize an action to ``count`` texts plus token counts; non-text becomes ''."""
         input_tokens = output_tokens = 0
+        # counts that are not non-negative whole numbers (NaN, inf, -7, "3") count as 0
         if isinstance(action, AgentOutput):
-            input_tokens, output_tokens = action.input_tokens or 0, action.output_tokens or 0
+            input_tokens, output_tokens = safe_token_count(action.input_tokens), safe_token_count(action.output_tokens)
             action = action.texts
         elif isinstance(action, dict) and ("text" in action or "texts" in action):
-            input_tokens = int(action.get("input_tokens") or 0)
-            output_tokens = int(action.get("output_tokens") or 0)
+            input_tokens = safe_token_count(action.get("input_tokens"))
+            output_tokens = safe_token_count(action.get("output_tokens"))
             action = action.get("texts", action.get("text"))
         texts = [action] if isinstance(action, str) else list(action) if isinstance(action, (list, tuple)) else []
         texts = [_valid_unicode(t) if isinstance(t, str) else "" for t in texts][:count]

@@ -47,13 +47,16 @@ def build_directory_atomically(directory: str | os.PathLike, build: Callable[[Pa
 
     A directory that already holds ``done_file`` is returned as is. The rename is atomic, so a
     concurrent reader never sees half an entry; when two builders race, the loser's copy is
-    dropped and the winner's kept.
+    dropped and the winner's kept. Staging directories of builders that died (SIGKILL, power cut)
+    are removed by the next build.
     """
     directory = Path(directory)
     if (directory / done_file).is_file():
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
+    remove_stale_staging(directory)
+    # the pid in the name tells a later build whether this builder is still alive
+    staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     try:
         build(staging)
         try:
@@ -65,3 +68,22 @@ def build_directory_atomically(directory: str | os.PathLike, build: Callable[[Pa
         if staging.exists():
             shutil.rmtree(staging)
     return directory
+
+
+def remove_stale_staging(directory: str | os.PathLike) -> None:
+    """Delete ``<directory>.staging-<pid>-*`` left by builders whose process is gone; live ones stay."""
+    directory = Path(directory)
+    for path in directory.parent.glob(f"{directory.name}.staging-*"):
+        pid = path.name.removeprefix(f"{directory.name}.staging-").split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

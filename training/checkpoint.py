@@ -5,7 +5,10 @@ Layout under ``RUN_DIR/checkpoints/``::
     step_100/
         model/               Hugging Face format (config.json, model.safetensors, tokenizer files):
                              loadable by transformers' ``from_pretrained`` and by vLLM
-        trainer_state.pt     step, optimizer state, RNG states, data-loader state
+        trainer_state.json   step, data-loader state, Python and NumPy RNG states, and the
+                             structure of everything else (plain JSON, never executed)
+        trainer_state.pt     only the tensors that trainer_state.json refers to (optimizer state,
+                             torch RNG states), loaded with ``torch.load(weights_only=True)``
         config.yaml          the run's TrainConfig
     latest                   a text file naming the newest complete checkpoint ("step_100")
 
@@ -18,6 +21,13 @@ Files can still be damaged after the fact (a full disk, a filesystem that reorde
 power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure before
 returning it (``checkpoint_problem``) and falls back to the newest intact one, logging a warning
 that names the damaged checkpoint and what is wrong with it.
+
+Every path read from a run directory is contained in it (``maopd.paths.resolve_inside``): a
+``latest`` pointer naming ``../other_run/...`` or an absolute path is treated as damage (warned
+about and skipped), never followed. Nothing in a checkpoint is unpickled: trainer state is JSON plus
+a list of tensors that ``torch.load`` reads with ``weights_only=True``. Checkpoints written before
+this format (a pickled ``trainer_state.pt`` alone) are reported as damaged ("trainer_state.json is
+missing"); such runs must be re-run.
 
 Test hook: ``MAOPD_CRASH_AT=checkpoint:<step>:<phase>`` SIGKILLs the process at one of
 ``CRASH_PHASES`` while it saves ``step_<step>`` (tests/test_crash_safety.py).
@@ -40,12 +50,14 @@ import numpy as np
 import torch
 
 from maopd.config import save_yaml
+from maopd.paths import PathOutsideRunError, resolve_inside
 from training.atomic_write import write_text_atomically
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 MODEL = "model"
 TRAINER_STATE = "trainer_state.pt"
+TRAINER_STATE_JSON = "trainer_state.json"
 CRASH_ENV = "MAOPD_CRASH_AT"
 # Where a save can be killed: after the model files, after the trainer state (both still in the
 # temporary directory), after the directory is moved into place, after ``latest`` is updated.
@@ -59,18 +71,75 @@ def checkpoint_root(run_dir: str | Path) -> Path:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    python = random.getstate()
+    kind, keys, position, has_gauss, cached = np.random.get_state()
+    state = {
+        # plain lists and numbers, so that the JSON half of a checkpoint holds them
+        "python": [python[0], list(python[1]), python[2]],
+        "numpy": [kind, keys.tolist(), int(position), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----- trainer state: JSON for the structure, a weights-only tensor file for the tensors -------
+_TENSOR, _TUPLE, _ITEMS = "__tensor__", "__tuple__", "__items__"
+
+
+def _encode(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """``value`` as JSON-compatible data; each tensor becomes ``{"__tensor__": i}`` into ``tensors``."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value.detach().cpu())
+        return {_TENSOR: len(tensors) - 1}
+    if isinstance(value, np.ndarray):
+        return _encode(torch.from_numpy(value.copy()), tensors)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return {_TUPLE: [_encode(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and k not in (_TENSOR, _TUPLE, _ITEMS) for k in value):
+            return {k: _encode(v, tensors) for k, v in value.items()}
+        return {_ITEMS: [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"trainer state: cannot store a {type(value).__name__} (JSON data and tensors only)")
+
+
+def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_TENSOR}:
+            return tensors[value[_TENSOR]]
+        if set(value) == {_TUPLE}:
+            return tuple(_decode(v, tensors) for v in value[_TUPLE])
+        if set(value) == {_ITEMS}:
+            return {_decode(k, tensors): _decode(v, tensors) for k, v in value[_ITEMS]}
+        return {k: _decode(v, tensors) for k, v in value.items()}
+    return value
+
+
+def save_trainer_state(state: dict[str, Any], directory: Path) -> None:
+    """``state`` as ``trainer_state.json`` (structure) plus ``trainer_state.pt`` (a list of tensors)."""
+    tensors: list[torch.Tensor] = []
+    encoded = _encode(state, tensors)
+    torch.save(tensors, directory / TRAINER_STATE)
+    (directory / TRAINER_STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
 
 
 def _crash_point(step: int, phase: str) -> None:
@@ -97,7 +166,7 @@ def save_checkpoint(
     model.save_pretrained(tmp / MODEL)
     tokenizer.save_pretrained(tmp / MODEL)
     _crash_point(step, "model")
-    torch.save(trainer_state, tmp / TRAINER_STATE)
+    save_trainer_state(trainer_state, tmp)
     save_yaml(config, tmp / "config.yaml")
     _crash_point(step, "state")
 
@@ -116,9 +185,20 @@ def _step_of(path: Path) -> int:
     return int(path.name.removeprefix("step_"))
 
 
+def _inside(root: Path, path: Path) -> bool:
+    """Whether ``path`` (a symlink, say) stays inside ``root`` once resolved."""
+    try:
+        resolve_inside(root, path)
+    except PathOutsideRunError:
+        logger.warning("%s points outside %s; ignoring it", path, root)
+        return False
+    return True
+
+
 def list_checkpoints(root: Path) -> list[Path]:
     """Complete checkpoints under ``root``, oldest first."""
-    found = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / TRAINER_STATE).is_file()]
+    found = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / TRAINER_STATE).is_file()
+             and _inside(root, p)]
     return sorted(found, key=_step_of)
 
 
@@ -179,7 +259,7 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         return "the directory does not exist"
-    for name in (TRAINER_STATE, "config.yaml", f"{MODEL}/config.json", f"{MODEL}/tokenizer_config.json"):
+    for name in (TRAINER_STATE, TRAINER_STATE_JSON, "config.yaml", f"{MODEL}/config.json", f"{MODEL}/tokenizer_config.json"):
         if not (checkpoint / name).is_file():
             return f"{name} is missing"
     try:
@@ -195,6 +275,10 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
                 return f"{TRAINER_STATE}: no pickled state inside"
     except (zipfile.BadZipFile, OSError) as exc:
         return f"{TRAINER_STATE}: unreadable ({exc})"
+    try:
+        json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"{TRAINER_STATE_JSON}: unreadable ({exc})"
     return None
 
 
@@ -210,8 +294,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     candidates = list_checkpoints(root)[::-1]
     pointer = root / LATEST
     if pointer.is_file():
-        named = root / pointer.read_text(encoding="utf-8").strip()
-        candidates = [named] + [c for c in candidates if c != named]
+        text = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        try:
+            named = resolve_inside(root, text, field=f"{pointer}")
+        except PathOutsideRunError as exc:
+            logger.warning("checkpoint pointer %s is damaged (%s); ignoring it", pointer, exc)
+        else:
+            if named.parent == root.resolve() and named.name.startswith("step_"):
+                named = root / named.name
+                candidates = [named] + [c for c in candidates if c != named]
+            else:
+                logger.warning("checkpoint pointer %s is damaged (%r is not a checkpoint of %s); ignoring it",
+                               pointer, text, root)
     for candidate in candidates:
         problem = checkpoint_problem(candidate)
         if problem is None:
@@ -221,8 +315,13 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
-    # Our own file: it holds numpy RNG state and Python tuples, which weights_only refuses.
-    return torch.load(Path(checkpoint) / TRAINER_STATE, map_location="cpu", weights_only=False)
+    """The state ``save_trainer_state`` wrote; nothing is unpickled (``weights_only=True``)."""
+    checkpoint = Path(checkpoint)
+    tensors = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True)
+    if not isinstance(tensors, list):
+        raise TypeError(f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? "
+                         "re-run the stage)")
+    return _decode(json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8")), tensors)
 
 
 def resolve_model_dir(path: str | Path) -> Path:

@@ -34,7 +34,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     run_dir = Path(run_dir)
     rows = [row for row in read_metrics(run_dir) if "error" not in row]
     if not rows:
-        raise ValueError(f"{run_dir}: no metrics to plot (metrics.jsonl is missing or empty)")
+        raise FileNotFoundError(f"{run_dir}: no metrics to plot (metrics.jsonl is missing or empty)")
     out = Path(out) if out is not None else run_dir / "plots" / "learning_curves.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)

@@ -13,7 +13,9 @@ newest ``keep_samples`` files are kept when it is set.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ from typing import Any
 from training.atomic_write import write_text_atomically
 
 METRICS_FILE = "metrics.jsonl"
+_TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')
+
+logger = logging.getLogger(__name__)
 
 
 def _parse_rows(path: Path, text: str) -> list[dict[str, Any]]:
@@ -45,14 +50,23 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     """Drop rows logged after ``last_step``: a resumed run logs those steps again.
 
-    A last line without its newline was cut short by a crash mid-write; it is dropped too.
+    ``last_step`` 0 (no checkpoint survived) empties the file. A last line without its newline was
+    cut short by a crash mid-write; it is dropped too, with a warning when its step is one the
+    resumed run will not log again (its row is then lost, which only outside damage can cause:
+    a step's row is written before its checkpoint).
     """
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return
-    text = path.read_text(encoding="utf-8")
-    if not text.endswith("\n"):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text and not text.endswith("\n"):
+        torn = text[text.rfind("\n") + 1 :]
         text = text[: text.rfind("\n") + 1]
+        match = _TORN_STEP.match(torn)
+        if match is None or int(match.group(1)) <= last_step:
+            step = match.group(1) if match else "unknown"
+            logger.warning("%s: the last line (step %s) was cut short and is dropped; the checkpoint of "
+                           "step %d exists, so that row will not be logged again", path, step, last_step)
     kept = [row for row in _parse_rows(path, text) if row.get("step", 0) <= last_step]
     # whole or not at all, so that a crash now cannot lose the rows being kept
     write_text_atomically(path, "".join(json.dumps(row) + "\n" for row in kept))

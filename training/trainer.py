@@ -588,7 +588,8 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(config, run_dir / "config.yaml")
     trainer = Trainer(config, checkpoint)
-    if checkpoint is not None and main:
+    if main:
+        # rows after the restored step (all of them when no checkpoint survived) are logged again
         truncate_metrics(run_dir, trainer.step)
     log = config.logging
     logger = None if not main else MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config),

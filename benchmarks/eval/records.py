@@ -9,6 +9,7 @@ carry a score that disagrees with the protocol.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,6 +139,8 @@ def record_from_dict(row: Any, where: str) -> EvalRecord:
             value = row[name]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise RecordError(f"{where}: field {name!r} must be a number")
+            if not math.isfinite(value) or value < 0:
+                raise RecordError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
             counters[name] = value
     trajectory = row.get("trajectory")
     if trajectory is not None and not isinstance(trajectory, dict):

@@ -17,11 +17,18 @@ from envs.retrieval.protocol import decode_results
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@``, so credentials never reach a log."""
+    """``url`` with credentials hidden, so that they never reach a log, an error or a repr.
+
+    ``user:password@`` becomes ``***@``, every query-string value becomes ``***``
+    (``?api_key=X&a=1`` → ``?api_key=***&a=***``) and a fragment is dropped.
+    """
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
+    if parts.query:
+        names = [item.partition("=")[0] for item in parts.query.split("&") if item]
+        parts = parts._replace(query="&".join(f"{name}=***" for name in names))
+    return urlunsplit(parts._replace(fragment=""))
 
 
 class RetrievalServerError(RuntimeError):

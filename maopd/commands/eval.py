@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from maopd.cli import bounded_int, positive_int
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="evaluation protocol: datasets, manifests, runs, scoring")
@@ -43,8 +45,8 @@ def register(subparsers) -> None:
     run.add_argument("--temperature", type=float, default=0.6)
     run.add_argument("--top-p", type=float, default=0.95)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
-    run.add_argument("--attempts", type=int, default=4)
-    run.add_argument("--batch-size", type=int, default=8)
+    run.add_argument("--attempts", type=positive_int, default=4)
+    run.add_argument("--batch-size", type=positive_int, default=8)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", required=True, help="records JSONL; appended to and resumed")
     run.set_defaults(func=_reporting_errors(_run))
@@ -54,7 +56,7 @@ def register(subparsers) -> None:
     score.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
                        help="paired differences A - B (repeatable)")
     score.add_argument("--out", default="eval_report", help="directory for summary.json, tables, plot, viewer")
-    score.add_argument("--draws", type=int, default=None, help="bootstrap draws (default 4000)")
+    score.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
     score.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
     score.add_argument("--viewer-questions", type=int, default=50, help="questions in the trajectory viewer")
     score.set_defaults(func=_reporting_errors(_score))
@@ -64,10 +66,12 @@ def _reporting_errors(command):
     """Bad input (a malformed file, an unknown method) ends the command with its message, not a traceback."""
 
     def run(args) -> int:
+        from maopd.cli import UserError
+
         try:
             return command(args)
         except ValueError as exc:
-            raise SystemExit(f"maopd eval {args.eval_command}: {exc}") from None
+            raise UserError(str(exc)) from None
 
     return run
 
@@ -153,11 +157,14 @@ def _run(args) -> int:
 
 def _score(args) -> int:
     from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
-    from benchmarks.eval.records import load_records
+    from benchmarks.eval.records import RecordError, load_records
     from benchmarks.eval.scoring import score_records
 
+    records = load_records(args.records)
+    if not records:
+        raise RecordError(f"no records in {', '.join(args.records)}")
     score_records(
-        load_records(args.records),
+        records,
         [tuple(pair) for pair in args.compare],
         Path(args.out),
         BOOTSTRAP_DRAWS if args.draws is None else args.draws,

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import socket
+import sys
+
+from maopd.cli import UserError, bounded_int, positive_int
 
 
 def register(subparsers) -> None:
@@ -15,8 +20,8 @@ def register(subparsers) -> None:
     build.add_argument("--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir")
     build.add_argument("--prefix-style", choices=("auto", "e5", "none"), default="auto")
     build.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat")
-    build.add_argument("--batch-size", type=int, default=64)
-    build.add_argument("--chunk-size", type=int, default=1024, help="documents per resumable chunk")
+    build.add_argument("--batch-size", type=positive_int, default=64)
+    build.add_argument("--chunk-size", type=positive_int, default=1024, help="documents per resumable chunk")
     build.set_defaults(func=_index_build)
 
     retriever = subparsers.add_parser("retriever", help="serve or query a retriever").add_subparsers(
@@ -25,15 +30,15 @@ def register(subparsers) -> None:
     serve = retriever.add_parser("serve", help="serve a retriever over Search-R1's POST /retrieve protocol")
     _add_retriever_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-queries", type=int, default=512)
-    serve.add_argument("--max-k", type=int, default=100)
+    serve.add_argument("--port", type=bounded_int(0, 65535), default=8000)
+    serve.add_argument("--max-queries", type=positive_int, default=512)
+    serve.add_argument("--max-k", type=positive_int, default=100)
     serve.set_defaults(func=_serve)
 
     query = retriever.add_parser("query", help="run queries through a retriever and print JSON")
     _add_retriever_args(query)
     query.add_argument("queries", nargs="+")
-    query.add_argument("-k", type=int, default=3)
+    query.add_argument("-k", type=positive_int, default=3)
     query.set_defaults(func=_query)
 
 
@@ -85,9 +90,31 @@ def _serve(args) -> int:
 
     retriever = _load_retriever(args)
     limits = ServerLimits(max_queries=args.max_queries, max_k=args.max_k)
-    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{args.port}/retrieve")
-    uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits, host=args.host, port=args.port)).run()
+    # bind before announcing anything: a port in use or a bad host is an error, not "serving on ..."
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    if not _is_loopback(args.host):
+        print(f"WARNING: --host {args.host} makes the server reachable from other machines; it has no "
+              "authentication. Use 127.0.0.1 unless the network is trusted.", file=sys.stderr)
+    port = sock.getsockname()[1]
+    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{port}/retrieve", flush=True)
+    uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits)).run(sockets=[sock])
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _query(args) -> int:
