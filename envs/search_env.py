@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -44,6 +44,7 @@ from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
+from maopd.config import ConfigError
 
 MAX_OBSERVATION_CHARS = 1_000_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -76,7 +77,11 @@ class SearchEnvConfig:
     split: str = "train"
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
+    def __post_init__(self) -> None:
+        self.validate(min_steps=1)
+
     def validate(self, min_steps: int) -> None:
+        """ConfigError naming the first field out of range; ``min_steps``: the workflow's least budget."""
         checks = {
             "max_steps": self.max_steps is None or self.max_steps >= min_steps,
             "max_rounds": self.max_rounds >= 1,
@@ -89,8 +94,8 @@ class SearchEnvConfig:
         minimum = {"max_steps": min_steps, "max_action_chars": 16, "max_passage_chars": 16}
         for name, ok in checks.items():
             if not ok:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
                 )
 
 
@@ -158,7 +163,7 @@ def shared_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retrieve
 class SearchEnv(AECEnv):
     """Base AEC environment; see the module docstring. Subclasses set the class attributes."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "is_parallelizable": True}
     workflow: str = ""
     default_max_steps: int = 0
     min_steps: int = 2
