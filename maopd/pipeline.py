@@ -348,10 +348,12 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     needs_ptx_data = any(_needs_ptx_data(s) for s in (config.stage1, config.stage2))
     if needs_ptx_data and not ptx_data_path(config).is_file():
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
-    stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
+    # each stage's config was checked against what its directory holds (check_run_dir)
+    stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None), None, False)
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {
-        variant: timed(f"stage2_{variant}", train_stage, stage_config(config, "stage2", variant, base_model, stage1_run))
+        variant: timed(f"stage2_{variant}", train_stage,
+                       stage_config(config, "stage2", variant, base_model, stage1_run), None, False)
         for variant in config.variants
     }
 

@@ -31,10 +31,12 @@ from maopd.config import (
     ConfigError,
     apply_overrides,
     check_partial,
+    config_diff,
     defaults_dict,
     from_dict,
     read_yaml_mapping,
     set_dotted,
+    to_dict,
 )
 from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
@@ -300,6 +302,23 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
     layered = apply_settings(defaults, STAGE_SETTINGS[head["stage"]])
     layered = apply_settings(layered, VARIANT_SETTINGS[head["variant"]])
     return from_dict(TrainConfig, deep_merge(layered, user))
+
+
+# What a stage run may change when it resumes: where it is, how long it runs, how it reports.
+RESUMABLE_KEYS = ("run_dir", "steps", "logging")
+
+
+def changes_since(config: TrainConfig, run_dir: str | Path, ignore: tuple[str, ...] = RESUMABLE_KEYS) -> list[str]:
+    """``key: old -> new`` for each key on which ``config`` differs from the config that made
+    ``run_dir`` (its ``config.yaml``; none when there is none), ``ignore`` excepted."""
+    import yaml
+
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        return []
+    made = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    wanted = yaml.safe_load(yaml.safe_dump(to_dict(config)))
+    return config_diff(made if isinstance(made, dict) else {}, wanted, ignore)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
