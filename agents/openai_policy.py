@@ -43,7 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from envs.actions import ROLE_ACTION_KINDS
-from envs.policy import AgentOutput, AgentTurn, token_count
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P, AgentOutput, AgentTurn, token_count
 from envs.retrieval.http_client import redact_url
 
 logger = logging.getLogger(__name__)
@@ -58,8 +58,8 @@ class OpenAIPolicyConfig:
     base_url: str
     model: str
     api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = EVAL_TEMPERATURE
+    top_p: float = EVAL_TOP_P
     max_tokens: int = 512
     max_concurrency: int = 8
     timeout_s: float = 120.0

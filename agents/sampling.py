@@ -33,6 +33,7 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from envs.actions import STOP_STRINGS
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
 
 FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
 
@@ -41,8 +42,8 @@ FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
 class SamplingConfig:
     """Per-call sampling settings; the defaults are the paper's evaluation settings."""
 
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = EVAL_TEMPERATURE
+    top_p: float = EVAL_TOP_P
     max_new_tokens: int = 512
     max_input_tokens: int = 8192
     stop_strings: tuple[str, ...] = STOP_STRINGS

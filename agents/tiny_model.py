@@ -22,6 +22,7 @@ from transformers import (
 )
 
 from agents.tokenizer import train_tokenizer
+from maopd.config import ConfigError
 
 
 @dataclass
@@ -43,9 +44,9 @@ class TinyModelConfig:
         for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size", "max_position_embeddings"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"TinyModelConfig.{name} must be a positive integer")
+                raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError("TinyModelConfig.num_heads must be a multiple of num_kv_heads")
+            raise ConfigError(f"num_heads: must be a multiple of num_kv_heads ({self.num_kv_heads}), got {self.num_heads}")
 
 
 def qwen3_config(tokenizer: PreTrainedTokenizerBase, config: TinyModelConfig) -> Qwen3Config:

@@ -19,6 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from envs.actions import ROLES
 
+# The paper's evaluation sampling (Appendix B); every evaluation default in the project reads these.
+EVAL_TEMPERATURE = 0.6
+EVAL_TOP_P = 0.95
+
 
 @dataclass(frozen=True)
 class AgentTurn:

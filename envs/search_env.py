@@ -82,7 +82,11 @@ class SearchEnvConfig:
     split: str = "train"
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
 
+    def __post_init__(self) -> None:
+        self.validate(min_steps=1)
+
     def validate(self, min_steps: int) -> None:
+        """ConfigError naming the first field out of range; ``min_steps``: the workflow's least budget."""
         for name in ("max_rounds", "num_searchers", "num_candidates", "topk", "max_action_chars", "max_passage_chars"):
             _require_int(name, getattr(self, name))
         if self.max_steps is not None:
@@ -100,15 +104,15 @@ class SearchEnvConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(
-                    f"{name}={getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
+                    f"{name}: {getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
                 )
         if self.num_searchers > MAX_SEARCHERS:
-            raise ConfigError(f"num_searchers={self.num_searchers!r} is invalid: must be at most {MAX_SEARCHERS}")
+            raise ConfigError(f"num_searchers: {self.num_searchers!r} is invalid: must be at most {MAX_SEARCHERS}")
 
 
 def _require_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}={value!r} is invalid: must be an integer")
+        raise ConfigError(f"{name}: {value!r} is invalid: must be an integer")
 
 
 @dataclass

@@ -8,6 +8,7 @@ or a wrong type fails at load time with the dotted path of the field, not deep i
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -77,6 +78,8 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
                 raise ConfigError(f"{path}: expected a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
@@ -89,16 +92,29 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
     return value
 
 
+def _unknown_key(cls: type, key: Any, path: str) -> ConfigError:
+    known = ", ".join(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+    hint = ""
+    if isinstance(key, str) and "." in key:
+        head, _, rest = key.partition(".")
+        hint = f"; config files nest their keys ({head}: {{{rest}: ...}}), dotted paths are for key=value overrides"
+    return ConfigError(f"{path}.{key}: unknown key{hint} (known keys: {known})" if path
+                       else f"{key}: unknown key{hint} (known keys: {known})")
+
+
+def _prefixed(path: str, exc: Exception) -> ConfigError:
+    """``exc`` (raised by a dataclass's ``__post_init__`` about its own fields) with ``path.`` in front."""
+    return ConfigError(f"{path}.{exc}" if path else str(exc))
+
+
 def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
-    """Build dataclass ``cls`` from ``data``; unknown keys and bad types raise ``ConfigError``."""
+    """Build dataclass ``cls`` from ``data``; unknown keys, bad types and the checks of each
+    dataclass's ``__post_init__`` raise ``ConfigError`` naming the full dotted path."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted((k for k in data if k not in fields), key=str)
     if unknown:
-        where = f"{path}." if path else ""
-        raise ConfigError(
-            f"unknown config field {where}{unknown[0]!s} (known fields: {', '.join(sorted(fields))})"
-        )
+        raise _unknown_key(cls, unknown[0], path)
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(value, hints[name], f"{path}.{name}" if path else name)
@@ -106,7 +122,59 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
         obj = cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"{path or cls.__name__}: {exc}") from exc
+    except ValueError as exc:  # ConfigError included: a __post_init__ check names its field
+        raise _prefixed(path, exc) from None
     return obj
+
+
+def check_partial(cls: type, data: Any, path: str) -> dict[str, Any]:
+    """``data``, a partial override of dataclass ``cls`` (any subset of its fields, nested), with
+    every key checked against ``cls``'s field tree and every value coerced to its field's type.
+
+    Cross-field and range checks need the whole config: build it (``from_dict``) for those.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    checked: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise _unknown_key(cls, key, path)
+        where = f"{path}.{key}" if path else str(key)
+        annotation = hints[key]
+        if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
+            checked[key] = check_partial(annotation, value, where)
+        else:
+            checked[key] = to_dict(_coerce(value, annotation, where))
+    return checked
+
+
+def defaults_dict(cls: type) -> dict[str, Any]:
+    """The field defaults of dataclass ``cls`` as plain data, without constructing ``cls``
+    (whose own checks may need fields that only a layer above sets)."""
+    values: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):
+        if spec.default_factory is not dataclasses.MISSING:
+            values[spec.name] = to_dict(spec.default_factory())
+        elif spec.default is not dataclasses.MISSING:
+            values[spec.name] = to_dict(spec.default)
+    return values
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...] = (), prefix: str = "") -> list[str]:
+    """The dotted keys on which two plain config dicts differ, as ``key: old -> new`` lines."""
+    lines = []
+    for key in sorted(set(old) | set(new), key=str):
+        dotted = f"{prefix}{key}"
+        if dotted in ignore:
+            continue
+        a, b = old.get(key, "<unset>"), new.get(key, "<unset>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += config_diff(a, b, ignore, f"{dotted}.")
+        elif a != b:
+            lines.append(f"{dotted}: {a!r} -> {b!r}")
+    return lines
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -156,9 +224,12 @@ def read_yaml_mapping(path: str | Path | None) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if loaded is not None and not isinstance(loaded, dict):
+    if loaded is None:
+        # an empty file is a mistake (a truncated copy, the wrong path), not "every default"
+        raise ConfigError(f"config file {path} is empty; write the settings it should hold, or pass no file")
+    if not isinstance(loaded, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return loaded or {}
+    return loaded
 
 
 def load_yaml(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:

@@ -15,19 +15,37 @@
 Every step resumes: π_0 is cached, stages resume from their checkpoints, evaluation skips finished
 records. The config and seed are saved in ``<run_dir>/pipeline.yaml``, timings and the machine in
 ``<run_dir>/pipeline.json``.
+
+The whole config is checked when it loads, before any work: every key of the stage sections
+against ``TrainConfig``'s tree, types, ranges and the variants' names. A run directory's stages
+resume only under the config that made them (``check_run_dir``); a changed config is refused,
+naming the differing keys, unless ``fresh`` starts the changed stages over.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from maopd.config import load_yaml, save_yaml, to_dict
+import yaml
+
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from maopd.config import (
+    ConfigError,
+    check_partial,
+    config_diff,
+    load_yaml,
+    save_yaml,
+    set_dotted,
+    to_dict,
+)
 from training.base_model import SFTConfig
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -39,6 +57,20 @@ VARIANT_METHODS = {
     "no_searcher_supervision": "w/o direct Searcher supervision",
     "prompted_critic": "Prompted Critic",
 }
+STAGES = ("stage1", "stage2")
+# Keys of a stage's TrainConfig that the pipeline sets itself, so a stage section may not set them.
+_PI0 = ("π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
+        "your own, use `maopd train --config FILE model.path=DIR`")
+PIPELINE_KEYS = {
+    "stage": "the pipeline runs stage1 as Stage I and stage2 as Stage II",
+    "variant": "Stage II's variants are the top-level `variants` list",
+    "seed": "every stage takes the top-level `seed`",
+    "run_dir": "each stage writes under the top-level run_dir (<run_dir>/stage1, <run_dir>/stage2_<variant>)",
+    "model.path": _PI0,
+    "model.tiny": _PI0,
+    "model.tiny_vocab_size": _PI0,
+    "teacher.path": "Stage II's Teacher is Stage I's last checkpoint (<run_dir>/stage1)",
+}
 
 
 @dataclass
@@ -47,31 +79,39 @@ class EvalConfig:
     # questions of each type (the "datasets" of the macro average); None: every question of the split
     questions_per_type: int | None = None
     attempts: int = 4
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = EVAL_TEMPERATURE
+    top_p: float = EVAL_TOP_P
     max_new_tokens: int = 64
     batch_size: int = 32
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.split not in ("dev", "test"):
-            raise ValueError(f"eval.split must be 'dev' or 'test', got {self.split!r}")
+            raise ConfigError(f"split: must be 'dev' or 'test', got {self.split!r}")
         if self.questions_per_type is not None and self.questions_per_type < 1:
-            raise ValueError(f"eval.questions_per_type must be at least 1 or null (every question), "
-                             f"got {self.questions_per_type}")
+            raise ConfigError(f"questions_per_type: must be at least 1 or null (every question), "
+                              f"got {self.questions_per_type}")
+        for name in ("attempts", "max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
 
 
 @dataclass
 class PipelineConfig:
-    """``stage1`` / ``stage2`` are ``TrainConfig`` settings (dotted keys or nested), applied over the
-    stage and variant defaults of ``training.config``; the model, Teacher and run directories are
-    filled in by the pipeline."""
+    """The main job. ``stage1`` / ``stage2`` are partial ``TrainConfig``s (nested mappings, any
+    subset of its fields) applied over the stage and variant layers of ``training.config``; every
+    key and value is checked when the config is built. π_0, the Teacher, the seed and the run
+    directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
     seed: int = 0
     run_dir: str = "runs/main"
     base_model: SFTConfig = field(default_factory=SFTConfig)
-    stage1: dict[str, Any] = field(default_factory=dict)
-    stage2: dict[str, Any] = field(default_factory=dict)
+    stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
+    stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     variants: list[str] = field(default_factory=lambda: ["full"])
     eval: EvalConfig = field(default_factory=EvalConfig)
     # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
@@ -80,10 +120,43 @@ class PipelineConfig:
     ptx_source: str = "demonstrations"
 
     def __post_init__(self) -> None:
+        from training.config import TrainConfig
+
+        if not self.run_dir.strip():
+            raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
         if self.ptx_source not in PTX_SOURCES:
-            raise ValueError(f"ptx_source must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
+            raise ConfigError(f"ptx_source: must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
         if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
-            raise ValueError("ptx_source 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
+            raise ConfigError("ptx_source: 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
+        for i, variant in enumerate(self.variants):
+            if variant not in VARIANT_METHODS:
+                raise ConfigError(f"variants[{i}]: {variant!r} is not a variant; choose from {list(VARIANT_METHODS)}")
+            if variant in self.variants[:i]:
+                raise ConfigError(f"variants[{i}]: {variant!r} is listed twice")
+        for stage in STAGES:
+            section = check_partial(TrainConfig, getattr(self, stage), stage)
+            for key, why in PIPELINE_KEYS.items():
+                if _has_key(section, key):
+                    raise ConfigError(f"{stage}.{key}: set by the pipeline, not by a stage section: {why}")
+            setattr(self, stage, section)
+        # ranges and the checks across fields need the whole stage config: build each one now
+        for stage, variant in self.stage_runs():
+            try:
+                stage_config(self, stage, variant, Path("<π_0>"), Path("<stage1>") if stage == "stage2" else None)
+            except ConfigError as exc:
+                where = f" (variant {variant})" if stage == "stage2" else ""
+                raise ConfigError(f"{stage}.{exc}{where}") from None
+
+    def stage_runs(self) -> list[tuple[str, str]]:
+        """(stage, variant) of every stage run, in the order the pipeline trains them."""
+        return [("stage1", "full"), *(("stage2", variant) for variant in self.variants)]
+
+
+def _has_key(data: dict[str, Any], dotted: str) -> bool:
+    head, _, rest = dotted.partition(".")
+    if head not in data:
+        return False
+    return not rest or (isinstance(data[head], dict) and _has_key(data[head], rest))
 
 
 # Studies over the default pipeline: the settings each one changes. Table 3 extends the main job's
@@ -107,28 +180,35 @@ def load_preset(name_or_path: str, overrides: list[str] | None = None) -> Pipeli
         path = PRESET_DIR / f"pipeline_{name_or_path}.yaml"
         if not path.is_file():
             known = sorted(p.stem.removeprefix("pipeline_") for p in PRESET_DIR.glob("pipeline_*.yaml"))
-            raise ValueError(f"preset {name_or_path!r} not found; known presets: {known}, or pass a YAML path")
+            raise ConfigError(f"preset {name_or_path!r} not found; known presets: {known}, or pass a YAML path")
     return load_yaml(PipelineConfig, path, overrides)
+
+
+def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
+    """Where one stage run of the pipeline writes."""
+    return Path(config.run_dir) / (stage if stage == "stage1" else f"stage2_{variant}")
 
 
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
-    from training.config import apply_settings, build_config
+    from training.config import build_config
 
-    run_dir = Path(config.run_dir) / (stage if stage == "stage1" else f"stage2_{variant}")
-    settings = _dotted(config.stage1 if stage == "stage1" else config.stage2)
-    settings.update({"stage": stage, "variant": variant, "seed": config.seed, "run_dir": str(run_dir),
-                     "model.path": str(base_model)})
+    settings = copy.deepcopy(config.stage1 if stage == "stage1" else config.stage2)
+    pipeline = {"stage": stage, "variant": variant, "seed": config.seed,
+                "run_dir": str(stage_dir(config, stage, variant)), "model.path": str(base_model)}
     if teacher is not None:
-        settings["teacher.path"] = str(teacher)
+        pipeline["teacher.path"] = str(teacher)
     if _needs_ptx_data(settings):
-        settings["ptx.data"] = str(ptx_data_path(config))
-    return build_config(apply_settings({}, settings))
+        pipeline["ptx.data"] = str(ptx_data_path(config))
+    for key, value in pipeline.items():
+        set_dotted(settings, key, value)
+    return build_config(settings)
 
 
 def _needs_ptx_data(settings: dict[str, Any]) -> bool:
-    """Whether a stage's (dotted) settings use PPO-ptx without data of their own."""
-    return settings.get("ptx.coef", 0) > 0 and not settings.get("ptx.data")
+    """Whether a stage section uses PPO-ptx without data of its own."""
+    ptx = settings.get("ptx", {})
+    return ptx.get("coef", 0) > 0 and not ptx.get("data")
 
 
 def ptx_data_path(config: PipelineConfig) -> Path:
@@ -143,17 +223,6 @@ def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
     if config.ptx_source == "demonstrations":
         return demonstration_chats(config.base_model, progress=False)
     return [{"text": text} for text in pretraining_texts(config.base_model)]
-
-
-def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested and dotted keys alike (``{"rollout": {"batch_size": 4}}``, ``rollout.batch_size``) as dotted keys."""
-    flat: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict) and f"{prefix}{key}" != "ppo.role_loss_weights":
-            flat.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def held_out_manifest(config: PipelineConfig):
@@ -185,16 +254,84 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
     run_attempts(solve, manifest, records, method, settings)
 
 
-def run_pipeline(config: PipelineConfig) -> dict:
+def _read_yaml(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
+
+
+def _relocated(data: Any, old_root: str, new_root: str) -> Any:
+    """``data`` with paths under ``old_root`` moved under ``new_root`` (a run directory copied elsewhere)."""
+    if isinstance(data, dict):
+        return {k: _relocated(v, old_root, new_root) for k, v in data.items()}
+    if isinstance(data, str) and (data == old_root or data.startswith(old_root + os.sep)):
+        return new_root + data[len(old_root):]
+    return data
+
+
+def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False) -> list[Path]:
+    """What ``config.run_dir`` already holds that another config made, checked before any work.
+
+    Identity is per stage: ``<stage dir>/config.yaml`` must equal the stage config this pipeline
+    would train (the run directory's own location excepted); the evaluation's records must come
+    from the same ``eval`` and ``base_model`` settings and from unchanged stages; the PPO-ptx data
+    from the same ``ptx_source``. A stage or variant not yet trained is no conflict, so adding
+    variants to a finished run is fine. With differences, raise ``ConfigError`` naming every
+    differing key, or with ``fresh`` return the paths to delete so that the changed stages (and
+    what depends on them: Stage II on Stage I, the evaluation on every stage) start over.
+    """
+    run_dir = Path(config.run_dir)
+    saved = _read_yaml(run_dir / "pipeline.yaml") or {}
+    old_root = str(Path(saved["run_dir"])) if isinstance(saved.get("run_dir"), str) else str(run_dir)
+    new = to_dict(config)
+    differences: list[str] = []
+    stale: list[Path] = []
+    ptx = run_dir / "ptx_data.jsonl"
+    if ptx.is_file() and "ptx_source" in saved and saved["ptx_source"] != config.ptx_source:
+        differences.append(f"ptx_source: {saved['ptx_source']!r} -> {config.ptx_source!r}")
+        stale.append(ptx)
+    for stage, variant in config.stage_runs():
+        directory = stage_dir(config, stage, variant)
+        made = _read_yaml(directory / "config.yaml")
+        if made is None:
+            continue
+        teacher = stage_dir(config, "stage1", "full") if stage == "stage2" else None
+        wanted = yaml.safe_load(yaml.safe_dump(to_dict(stage_config(config, stage, variant, base_model, teacher))))
+        changed = config_diff(_relocated(made, old_root, str(run_dir)), wanted, ignore=("run_dir",))
+        upstream = stage == "stage2" and stage_dir(config, "stage1", "full") in stale
+        if changed or upstream or ptx in stale:
+            differences += [f"{directory.name}.{line}" for line in changed]
+            stale.append(directory)
+    records = run_dir / "eval" / "records.jsonl"
+    if records.is_file():
+        changed = [f"{section}.{line}" for section in ("eval", "base_model") if section in saved
+                   for line in config_diff(saved[section], new[section])]
+        differences += changed
+        if changed or stale:
+            stale.append(run_dir / "eval")
+    if differences and not fresh:
+        raise ConfigError(
+            f"{run_dir} was made under another config, and a stage resumes only under the config that made it: "
+            f"{'; '.join(differences)}. Rerun with the settings it was made with, pick another --run-dir, "
+            f"or pass --fresh to start the changed stages (and what depends on them) over"
+        )
+    return stale if fresh else []
+
+
+def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
-    from training.base_model import load_or_build_base_model
+    from training.base_model import base_model_dir, load_or_build_base_model
     from training.checkpoint import resolve_model_dir
     from training.plot import plot_run
     from training.ptx import write_rows
     from training.trainer import train_stage
 
     run_dir = Path(config.run_dir)
+    for path in check_run_dir(config, base_model_dir(config.base_model), fresh):  # before any work
+        print(f"--fresh: starting over without {path}")
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     save_yaml(config, run_dir / "pipeline.yaml")
     timings: dict[str, float] = {}
@@ -208,13 +345,15 @@ def run_pipeline(config: PipelineConfig) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's training data (see stage_config)
-    needs_ptx_data = any(_needs_ptx_data(_dotted(s)) for s in (config.stage1, config.stage2))
+    needs_ptx_data = any(_needs_ptx_data(s) for s in (config.stage1, config.stage2))
     if needs_ptx_data and not ptx_data_path(config).is_file():
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
-    stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None))
+    # each stage's config was checked against what its directory holds (check_run_dir)
+    stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None), None, False)
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {
-        variant: timed(f"stage2_{variant}", train_stage, stage_config(config, "stage2", variant, base_model, stage1_run))
+        variant: timed(f"stage2_{variant}", train_stage,
+                       stage_config(config, "stage2", variant, base_model, stage1_run), None, False)
         for variant in config.variants
     }
 

@@ -107,7 +107,7 @@ def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="lr"):
         resolve_config(None, ["lr=fast"], smoke=True)
-    with pytest.raises(ConfigError, match="unknown config field hidden"):
+    with pytest.raises(ConfigError, match="hidden: unknown key"):
         resolve_config(None, ["hidden=3"], smoke=False)
     with pytest.raises(ValueError, match="workflows"):
         SFTConfig(workflows=["star"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,14 @@ from training.config import TrainConfig, apply_settings, build_config, load_conf
 _ALIASES = {"teacher_path": "teacher.path", "teacher_source": "teacher.source", "model_path": "model.path"}
 
 
-SECTIONS = ("model", "teacher", "env", "rollout", "advantage", "ppo", "optim", "critic", "checkpoint", "logging")
+_HINTS = typing.get_type_hints(TrainConfig)
+# TrainConfig's sections (its dataclass-typed fields) and its plain top-level fields
+SECTIONS = tuple(f.name for f in dataclasses.fields(TrainConfig) if dataclasses.is_dataclass(_HINTS[f.name]))
 TOP_LEVEL = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SECTIONS)
 
 
 def _section_fields(section: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(type(getattr(TrainConfig(), section)))}
+    return {f.name for f in dataclasses.fields(_HINTS[section])}
 
 
 class OPDConfig:
@@ -85,6 +88,22 @@ class OPDConfig:
         """variant, steps, seed, run_dir, searcher_reward, teacher_path, model_path, and fields of
         ``optim``, ``ppo``, ``advantage``, ``critic`` (looked up in that order)."""
         return self._set(settings, ("optim", "ppo", "advantage", "critic"), TOP_LEVEL)
+
+    def model(self, **model: Any) -> OPDConfig:
+        """``ModelConfig`` fields: path (π_0), dtype, device, gradient_checkpointing, tiny…"""
+        return self._set(model, ("model",))
+
+    def teacher(self, **teacher: Any) -> OPDConfig:
+        """``TeacherConfig`` fields: source ("none", "checkpoint", "base_model"), path."""
+        return self._set(teacher, ("teacher",))
+
+    def ptx(self, **ptx: Any) -> OPDConfig:
+        """``PtxConfig`` fields (PPO-ptx): coef, data, batch_size, seq_len."""
+        return self._set(ptx, ("ptx",))
+
+    def distributed(self, **distributed: Any) -> OPDConfig:
+        """``DistributedConfig`` fields (under torchrun): fsdp, mixed_precision, cpu_offload, backend, timeout_s."""
+        return self._set(distributed, ("distributed",))
 
     def checkpointing(self, **checkpoint: Any) -> OPDConfig:
         return self._set(checkpoint, ("checkpoint",))

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envs.actions import ROLES
-from maopd.config import save_yaml, to_dict
+from maopd.config import ConfigError, save_yaml, to_dict
 from maopd.paths import build_directory_atomically
 
 if TYPE_CHECKING:
@@ -108,22 +108,29 @@ class SFTConfig:
 
         unknown = [w for w in self.workflows if w not in WORKFLOWS]
         if not self.workflows or unknown:
-            raise ValueError(f"SFTConfig.workflows must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
+            raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         if not 0.0 <= self.noise <= 1.0:
-            raise ValueError(f"SFTConfig.noise must be a probability in [0, 1], got {self.noise!r}")
+            raise ConfigError(f"noise: must be a probability in [0, 1], got {self.noise!r}")
         try:
             self.noise_config()
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"SFTConfig.noise_knobs: {exc}") from None
+            raise ConfigError(f"noise_knobs: {exc}") from None
         for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
-                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences"):
+                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences",
+                     "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"SFTConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.pretrain_recall_group < 0:
-            raise ValueError(f"SFTConfig.pretrain_recall_group must be >= 0 (0: no recall), got {self.pretrain_recall_group!r}")
+                raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("pretrain_recall_group", "pretrain_worlds", "world_seed", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr", "grad_clip", "initializer_range"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"SFTConfig.{name} must be positive, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name}: must be positive, got {getattr(self, name)!r}")
+        for name in ("min_lr_ratio", "warmup_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name}: must be in [0, 1], got {getattr(self, name)!r}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay!r}")
 
     def noise_config(self) -> NoiseConfig:
         """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
@@ -273,13 +280,20 @@ def default_cache_dir() -> Path:
     return cache_dir() / "base_models"
 
 
+def base_model_dir(config: SFTConfig, cache_dir: str | Path | None = None, shipped_dir: Path = SHIPPED_DIR) -> Path:
+    """Where π_0 for ``config`` is (shipped with the repo) or will be (in the cache), without building it."""
+    name = f"base-{config.key()}"
+    if (shipped_dir / name / METRICS_FILE).is_file():
+        return shipped_dir / name
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / name
+
+
 def load_or_build_base_model(
     config: SFTConfig, cache_dir: str | Path | None = None, progress: bool = True, shipped_dir: Path = SHIPPED_DIR
 ) -> Path:
     """The directory of π_0 for ``config``: shipped with the repo, else from the cache, else built
     and cached atomically."""
-    name = f"base-{config.key()}"
-    if (shipped_dir / name / METRICS_FILE).is_file():
-        return shipped_dir / name
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return build_directory_atomically(root / name, lambda out: build_base_model(config, out, progress), METRICS_FILE)
+    directory = base_model_dir(config, cache_dir, shipped_dir)
+    if (directory / METRICS_FILE).is_file():
+        return directory
+    return build_directory_atomically(directory, lambda out: build_base_model(config, out, progress), METRICS_FILE)

@@ -24,10 +24,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.tiny_model import TinyModelConfig
+from envs.cascade_search_v0 import raw_env as CascadeEnv
+from envs.hierarchical_search_v0 import raw_env as HierarchyEnv
 from envs.search_env import SearchEnvConfig
 from maopd.config import (
     ConfigError,
     apply_overrides,
+    check_partial,
+    config_diff,
+    defaults_dict,
     from_dict,
     read_yaml_mapping,
     set_dotted,
@@ -90,6 +95,16 @@ class RolloutConfig:
     # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
     dynamic_sampling_rounds: int = 0
 
+    def __post_init__(self) -> None:
+        _at_least(self, batch_size=1, group_size=1, max_new_tokens=1, max_input_tokens=1, generation_batch_size=1,
+                  first_question=0, dynamic_sampling_rounds=0)
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ConfigError(f"max_questions: must be >= 1 or null (every question), got {self.max_questions}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+
 
 @dataclass
 class OptimConfig:
@@ -100,6 +115,13 @@ class OptimConfig:
     minibatches: int = 5  # PPO minibatch updates (optimizer steps) per epoch over a batch
     epochs: int = 1
     micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate
+
+    def __post_init__(self) -> None:
+        _at_least(self, minibatches=1, epochs=1, micro_batch_size=1, weight_decay=0.0)
+        if not self.lr > 0:
+            raise ConfigError(f"lr: must be > 0, got {self.lr}")
+        if not self.grad_clip > 0:
+            raise ConfigError(f"grad_clip: must be > 0, got {self.grad_clip}")
 
 
 @dataclass
@@ -123,11 +145,19 @@ class PtxConfig:
     batch_size: int = 4  # examples per minibatch
     seq_len: int = 1536  # text window length; longer chats are skipped
 
+    def __post_init__(self) -> None:
+        if self.coef < 0:
+            raise ConfigError(f"coef: must be >= 0 (0 is off), got {self.coef}")
+        _at_least(self, batch_size=1, seq_len=2)
+
 
 @dataclass
 class CheckpointConfig:
     every: int = 100
     keep_last: int = 3
+
+    def __post_init__(self) -> None:
+        _at_least(self, every=1, keep_last=1)
 
 
 @dataclass
@@ -140,6 +170,9 @@ class LoggingConfig:
     wandb: bool = False  # used only when the wandb package is installed
     wandb_project: str = "multiagent-opd"
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        _at_least(self, every=1, sample_every=0, num_samples=0, keep_samples=0)
 
 
 @dataclass
@@ -167,40 +200,22 @@ class TrainConfig:
     def workflow(self) -> str:
         return "cascade" if self.stage == "stage1" else "hierarchical"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
-        """Cross-field checks; each error names the field to change."""
-        positive = {
-            "steps": self.steps,
-            "rollout.batch_size": self.rollout.batch_size,
-            "rollout.group_size": self.rollout.group_size,
-            "rollout.max_new_tokens": self.rollout.max_new_tokens,
-            "optim.minibatches": self.optim.minibatches,
-            "optim.epochs": self.optim.epochs,
-            "optim.micro_batch_size": self.optim.micro_batch_size,
-            "checkpoint.every": self.checkpoint.every,
-            "checkpoint.keep_last": self.checkpoint.keep_last,
-            "logging.every": self.logging.every,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {value}")
-        if self.ptx.coef < 0:
-            raise ConfigError(f"ptx.coef: must be >= 0 (0 is off), got {self.ptx.coef}")
+        """The checks across fields (each section checks its own in ``__post_init__``); run when
+        the config is built, and again by the trainer on a config changed since."""
+        if self.steps < 1:
+            raise ConfigError(f"steps: must be >= 1, got {self.steps}")
+        if not str(self.run_dir).strip():
+            raise ConfigError("run_dir: is empty; name the directory the run writes to")
         if self.ptx.coef > 0 and not self.ptx.data:
             raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (training.ptx)")
-        if self.ptx.batch_size < 1 or self.ptx.seq_len < 2:
-            raise ConfigError(f"ptx.batch_size / ptx.seq_len: must be >= 1 / >= 2, got "
-                              f"{self.ptx.batch_size} / {self.ptx.seq_len}")
-        if self.rollout.first_question < 0:
-            raise ConfigError(f"rollout.first_question: must be >= 0, got {self.rollout.first_question}")
-        if self.rollout.dynamic_sampling_rounds < 0:
-            raise ConfigError(f"rollout.dynamic_sampling_rounds: must be >= 0 (0 is off), "
-                              f"got {self.rollout.dynamic_sampling_rounds}")
-        if self.logging.keep_samples < 0:
-            raise ConfigError(f"logging.keep_samples: must be >= 0 (0 keeps all), got {self.logging.keep_samples}")
-        self.distributed.validate()
-        if self.optim.lr <= 0:
-            raise ConfigError(f"optim.lr: must be > 0, got {self.optim.lr}")
+        min_steps = (CascadeEnv if self.workflow == "cascade" else HierarchyEnv).min_steps
+        if self.env.max_steps is not None and self.env.max_steps < min_steps:
+            raise ConfigError(f"env.max_steps: must be at least {min_steps} for the {self.workflow} workflow, "
+                              f"got {self.env.max_steps}")
         if self.stage == "stage1" and self.variant != "full":
             raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; Stage I has only 'full'")
         signal = self.advantage.searcher_signal
@@ -217,20 +232,26 @@ class TrainConfig:
             raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
 
 
+def _at_least(config: Any, **minimum: float) -> None:
+    """ConfigError naming the first field of ``config`` below its minimum."""
+    for name, lowest in minimum.items():
+        if getattr(config, name) < lowest:
+            raise ConfigError(f"{name}: must be >= {lowest}, got {getattr(config, name)}")
+
+
 # What the two stages differ in (paper, "Stage I" and "Stage II").
 STAGE_SETTINGS: dict[str, dict[str, Any]] = {
     "stage1": {
         "advantage.searcher_signal": "grpo_rs",  # R_S = 0.9·R_EM + 0.1·b_S, Eq. 1
         "advantage.kl_in_reward_coef": 0.0,  # there is no Teacher yet
         "teacher.source": "none",
-        "env.max_steps": 5,
+        "env.max_steps": CascadeEnv.default_max_steps,  # 5
         "env.num_candidates": 5,
     },
     "stage2": {
         "advantage.searcher_signal": "opd",  # Eq. 5
         "teacher.source": "checkpoint",  # the frozen Stage-I policy
-        "env.max_steps": 12,
-        "env.max_rounds": 5,
+        "env.max_steps": HierarchyEnv.default_max_steps,  # 12; env.max_rounds keeps its default, 5
         "env.num_candidates": 5,
     },
 }
@@ -276,12 +297,28 @@ def apply_settings(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
 def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Defaults < stage < variant < ``data`` (a parsed YAML file) < ``overrides`` (``a.b=value``)."""
     user = apply_overrides(data or {}, overrides or [])
-    head = from_dict(TrainConfig, {k: user[k] for k in ("stage", "variant") if k in user})
-    layered = apply_settings(to_dict(TrainConfig()), STAGE_SETTINGS[head.stage])
-    layered = apply_settings(layered, VARIANT_SETTINGS[head.variant])
-    config = from_dict(TrainConfig, deep_merge(layered, user))
-    config.validate()
-    return config
+    defaults = defaults_dict(TrainConfig)
+    head = check_partial(TrainConfig, {k: user.get(k, defaults[k]) for k in ("stage", "variant")}, "")
+    layered = apply_settings(defaults, STAGE_SETTINGS[head["stage"]])
+    layered = apply_settings(layered, VARIANT_SETTINGS[head["variant"]])
+    return from_dict(TrainConfig, deep_merge(layered, user))
+
+
+# What a stage run may change when it resumes: where it is, how long it runs, how it reports.
+RESUMABLE_KEYS = ("run_dir", "steps", "logging")
+
+
+def changes_since(config: TrainConfig, run_dir: str | Path, ignore: tuple[str, ...] = RESUMABLE_KEYS) -> list[str]:
+    """``key: old -> new`` for each key on which ``config`` differs from the config that made
+    ``run_dir`` (its ``config.yaml``; none when there is none), ``ignore`` excepted."""
+    import yaml
+
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        return []
+    made = yaml.safe_load(saved.read_text(encoding="utf-8"))
+    wanted = yaml.safe_load(yaml.safe_dump(to_dict(config)))
+    return config_diff(made if isinstance(made, dict) else {}, wanted, ignore)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:

@@ -69,14 +69,14 @@ class DistributedConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"  # auto: nccl on CUDA, else gloo
     timeout_s: int = 1800  # how long a collective waits for a missing rank
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         if not self.fsdp and self.mixed_precision != "none":
-            raise ConfigError("distributed.mixed_precision: needs distributed.fsdp: true "
+            raise ConfigError("mixed_precision: needs distributed.fsdp: true "
                               "(without FSDP set model.dtype instead)")
         if not self.fsdp and self.cpu_offload:
-            raise ConfigError("distributed.cpu_offload: needs distributed.fsdp: true")
+            raise ConfigError("cpu_offload: needs distributed.fsdp: true")
         if self.timeout_s < 1:
-            raise ConfigError(f"distributed.timeout_s: must be >= 1, got {self.timeout_s}")
+            raise ConfigError(f"timeout_s: must be >= 1, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,6 @@ def _collective_device() -> torch.device:
 
 def start(config: DistributedConfig, device: torch.device) -> tuple[DistributedContext, torch.device]:
     """Join the process group torchrun set up (if any); each rank takes the GPU of its local rank."""
-    config.validate()
     context = DistributedContext.from_env()
     launched = "RANK" in os.environ and "MASTER_ADDR" in os.environ
     if config.fsdp and not launched:

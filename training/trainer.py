@@ -47,7 +47,7 @@ from training.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from training.config import ModelConfig, TrainConfig
+from training.config import ModelConfig, TrainConfig, changes_since
 from training.critic import PromptedCritic
 from training.losses import (
     SEARCHER,
@@ -570,11 +570,13 @@ class _GatheredWeights:
 # --------------------------------------------------------------------------- the stage loop
 
 
-def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
+def train_stage(config: TrainConfig, resume: bool | None = None, check_config: bool = True) -> Path:
     """Run one stage to ``config.steps``; returns the run directory.
 
     ``resume=None`` resumes from the run directory's latest checkpoint when there is one;
-    ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints.
+    ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints. A run
+    resumes only under the config that made it (``RESUMABLE_KEYS`` excepted), unless the caller
+    checked that itself (``check_config=False``: the pipeline, which also allows a moved run dir).
     Under torchrun every rank runs it; only rank 0 writes files.
     """
     main = distributed.DistributedContext.from_env().is_main
@@ -584,6 +586,10 @@ def train_stage(config: TrainConfig, resume: bool | None = None) -> Path:
         raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
     if resume is False and checkpoint is not None:
         raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
+    changed = changes_since(config, run_dir) if checkpoint is not None and check_config else []
+    if changed:
+        raise ConfigError(f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
+                          f"resumes only under the config that made it: restore those settings or pick another run_dir")
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(config, run_dir / "config.yaml")

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
 from envs.datasets import Question
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 
@@ -35,8 +36,8 @@ class EvalSettings:
 
     attempts: int = 4
     num_candidates: int = 1
-    temperature: float = 0.6
-    top_p: float = 0.95
+    temperature: float = EVAL_TEMPERATURE
+    top_p: float = EVAL_TOP_P
     batch_size: int = 8
     seed: int = 0
     keep_trajectory: bool = True

@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks.eval.runner import Solve
 from envs.datasets import Question
-from envs.policy import Policy
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P, Policy
 from envs.retrieval.corpus import Corpus
 
 WORKFLOWS = ("hierarchical", "cascade")
@@ -53,8 +53,8 @@ def checkpoint_solver(
     model_dir: str,
     corpus: Corpus | None,
     questions: Sequence[Question],
-    temperature: float = 0.6,
-    top_p: float = 0.95,
+    temperature: float = EVAL_TEMPERATURE,
+    top_p: float = EVAL_TOP_P,
     max_new_tokens: int = 512,
     max_input_tokens: int = 8192,
     **env_options: Any,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus
+from maopd.config import ConfigError
 
 RETRIEVER_KINDS = ("bm25", "dense", "pyserini", "http")
 
@@ -35,13 +36,13 @@ class RetrieverConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in RETRIEVER_KINDS:
-            raise ValueError(f"retriever.kind: unknown kind {self.kind!r}; expected one of {RETRIEVER_KINDS}")
+            raise ConfigError(f"kind: unknown kind {self.kind!r}; expected one of {RETRIEVER_KINDS}")
         if self.kind == "pyserini" and not self.index_dir:
-            raise ValueError("retriever.index_dir: kind 'pyserini' needs a Lucene index directory or prebuilt name")
+            raise ConfigError("index_dir: kind 'pyserini' needs a Lucene index directory or prebuilt name")
         if self.timeout_s <= 0:
-            raise ValueError(f"retriever.timeout_s: must be positive, got {self.timeout_s}")
+            raise ConfigError(f"timeout_s: must be positive, got {self.timeout_s}")
         if self.retries < 0:
-            raise ValueError(f"retriever.retries: must be >= 0, got {self.retries}")
+            raise ConfigError(f"retries: must be >= 0, got {self.retries}")
 
 
 def build_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retriever:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
 from maopd.cli import bounded_int, positive_int
 
 
@@ -42,8 +43,8 @@ def register(subparsers) -> None:
     run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer", "checkpoint"], default="scripted",
                      help="a rule-based team, or 'checkpoint': every role played by the model in --model")
     run.add_argument("--model", help="saved model directory (HF format) for --policy checkpoint")
-    run.add_argument("--temperature", type=float, default=0.6)
-    run.add_argument("--top-p", type=float, default=0.95)
+    run.add_argument("--temperature", type=float, default=EVAL_TEMPERATURE)
+    run.add_argument("--top-p", type=float, default=EVAL_TOP_P)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
     run.add_argument("--attempts", type=positive_int, default=4)
     run.add_argument("--batch-size", type=positive_int, default=8)

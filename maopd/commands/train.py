@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
+
+
+def _refuse(command: str, message: object) -> int:
+    """A config the command cannot run: one line on stderr, exit status 2, nothing written."""
+    print(f"maopd {command}: {message}", file=sys.stderr)
+    return 2
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -11,42 +19,49 @@ def _train(args: argparse.Namespace) -> int:
     from training.trainer import TrainingStopped, train_stage
 
     if args.config is None:
-        return _pipeline(args.preset, args.overrides, args.run_dir)
+        if args.resume:
+            return _refuse("train", "--resume applies to one stage (--config FILE); the pipeline always resumes "
+                                    "what its run directory holds under the same config")
+        return _pipeline("train", args.preset, args.overrides, args.run_dir, args.fresh)
     try:
         config = load_config(args.config, args.overrides)
+        if args.run_dir is not None:
+            config = dataclasses.replace(config, run_dir=args.run_dir)  # checked again, like the file's
     except ConfigError as exc:
-        raise SystemExit(f"maopd train: {args.config}: {exc}") from exc
-    if args.run_dir:
-        config.run_dir = args.run_dir
+        return _refuse("train", f"{args.config}: {exc}")
     resume = True if args.resume else (False if args.fresh else None)
     try:
         run_dir = train_stage(config, resume=resume)
+    except ConfigError as exc:
+        return _refuse("train", exc)
     except TrainingStopped as exc:
         raise SystemExit(f"maopd train: {exc}") from exc
     print(f"run directory: {run_dir}")
     return 0
 
 
-def _pipeline(preset: str, overrides: list[str], run_dir: str | None) -> int:
+def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | None, fresh: bool = False) -> int:
     from maopd.config import ConfigError
     from maopd.pipeline import load_experiment, run_pipeline
     from training.trainer import TrainingStopped
 
     try:
         config = load_experiment(preset, overrides)
-    except (ConfigError, ValueError) as exc:
-        raise SystemExit(f"maopd: preset {preset}: {exc}") from exc
-    if run_dir:
-        config.run_dir = run_dir
+        if run_dir is not None:
+            config = dataclasses.replace(config, run_dir=run_dir)  # checked again, like the file's
+    except ConfigError as exc:
+        return _refuse(command, f"preset {preset}: {exc}")
     try:
-        run_pipeline(config)
-    except (TrainingStopped, ConfigError) as exc:
-        raise SystemExit(f"maopd: {exc}") from exc
+        run_pipeline(config, fresh=fresh)
+    except ConfigError as exc:
+        return _refuse(command, exc)
+    except TrainingStopped as exc:
+        raise SystemExit(f"maopd {command}: {exc}") from exc
     return 0
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    return _pipeline(args.name, args.overrides, args.run_dir)
+    return _pipeline("experiment", args.name, args.overrides, args.run_dir, args.fresh)
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -61,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="the main job (π_0 → Stage I → Stage II → evaluation), or one stage with --config",
         description="Without --config: the whole pipeline on the embedded world (configs/pipeline_<preset>.yaml). "
         "With --config: train one stage. Values: dataclass defaults < stage < variant < FILE < key=value overrides. "
-        "Both resume automatically from what the run directory holds.",
+        "Both resume automatically from what the run directory holds, only under the config that made it.",
     )
     train.add_argument("--config", help="YAML config of one stage, e.g. configs/tiny_cpu_stage1.yaml")
     train.add_argument("--preset", default="default",
@@ -70,8 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="overrides, e.g. steps=3 variant=prompted_critic (stage) or stage1.steps=5 (pipeline)")
     train.add_argument("--run-dir", help="write the run here (overrides run_dir)")
     group = train.add_mutually_exclusive_group()
-    group.add_argument("--resume", action="store_true", help="require a checkpoint to resume from")
-    group.add_argument("--fresh", action="store_true", help="refuse to continue a run that has checkpoints")
+    group.add_argument("--resume", action="store_true", help="one stage: require a checkpoint to resume from")
+    group.add_argument("--fresh", action="store_true",
+                       help="one stage: refuse to continue a run that has checkpoints; the pipeline: start over "
+                            "the stages (and what depends on them) that its run directory holds under another config")
     train.set_defaults(func=_train)
 
     experiment = subparsers.add_parser(
@@ -80,6 +97,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     experiment.add_argument("name", help="table3, or a pipeline YAML path")
     experiment.add_argument("overrides", nargs="*", metavar="key=value")
     experiment.add_argument("--run-dir", help="write the runs here (overrides run_dir)")
+    experiment.add_argument("--fresh", action="store_true",
+                            help="start over the stages (and what depends on them) made under another config")
     experiment.set_defaults(func=_experiment)
 
     plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG")
