@@ -70,11 +70,12 @@ def checkpoint_solver(
     from agents.tiny_model import load_model
     from envs import cascade_search_v0, hierarchical_search_v0
     from training.rollout import TeamRolloutCollector
+    from training.trainer import model_source
 
     if workflow not in WORKFLOWS:
         raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
     module = hierarchical_search_v0 if workflow == "hierarchical" else cascade_search_v0
-    model, tokenizer = load_model(model_dir)
+    model, tokenizer = load_model(model_source(model_dir))
     sampling = SamplingConfig(temperature, top_p, max_new_tokens, max_input_tokens)
     policy = HFPolicy(model, tokenizer, sampling)
     env_kwargs = {"questions": list(questions), "num_candidates": 1, **env_options}
