@@ -167,20 +167,29 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
     methods = {n: m for n, m in summary["methods"].items() if all(c in m["costs"] for c in PLOT_COSTS)}
     if not methods:
         return None
-    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.6), sharey=True)
+    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.8), sharey=True,
+                                constrained_layout=True)
+    markers = "osD^vP*Xh<>"
     for axis, cost in zip(axes, PLOT_COSTS):
         for index, (name, m) in enumerate(methods.items()):
             x, x_low, x_high = _estimate(m["costs"][cost])
             y, y_low, y_high = (100 * v for v in _estimate(m["accuracy"][f"avg@{m['k']}"]))
+            # Methods are told apart by colour and marker in one legend below the panels, not by
+            # text next to the points, which ran outside the axes and overlapped where points
+            # coincide. Hollow markers, larger for earlier methods, keep coinciding points visible.
             axis.errorbar(x, y, xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]],
-                          fmt="o", capsize=3, label=name)
-            axis.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 + 10 * index), fontsize=8)  # staggered: points may coincide
-        axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow")
+                          fmt=markers[index % len(markers)], color=f"C{index % 10}", capsize=3,
+                          markersize=min(5 + 3 * (len(methods) - 1 - index), 17), markerfacecolor="none",
+                          markeredgewidth=1.6, elinewidth=1.0, alpha=0.9, label=f"{name} (k={m['k']})")
+        axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow (count)")
+        axis.margins(x=0.15, y=0.1)
         axis.grid(alpha=0.3)
     shared = _shared_k(summary)
-    axes[0].set_ylabel(f"macro EM avg@{shared if shared is not None else 'k'} (%)")
-    figure.suptitle("Cost versus accuracy (dataset-macro, 95% bootstrap CI)")
-    figure.tight_layout()
+    for axis in axes:
+        axis.set_ylabel(f"macro EM avg@{shared if shared is not None else 'k'} (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8)
+    figure.suptitle("Cost versus accuracy (dataset-macro means, 95% bootstrap CI)")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
