@@ -180,8 +180,7 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
     ev = config.eval
     solve = checkpoint_solver(workflow, str(model_dir), None, [e.question for e in manifest],
                               ev.temperature, ev.top_p, ev.max_new_tokens)
-    settings = EvalSettings(attempts=ev.attempts, temperature=ev.temperature, top_p=ev.top_p,
-                            batch_size=ev.batch_size, seed=ev.seed)
+    settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
     run_attempts(solve, manifest, records, method, settings)
 
 
