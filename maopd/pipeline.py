@@ -184,6 +184,14 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
     run_attempts(solve, manifest, records, method, settings)
 
 
+def format_timings(timings: dict[str, float], machine: dict) -> str:
+    """The stage timings the job prints at its end, with the machine they were measured on."""
+    width = max(len(name) for name in timings)
+    lines = [f"stage timings on {machine.get('platform', '?')}, {machine.get('cpus', '?')} CPUs:"]
+    lines += [f"  {name:<{width}}  {seconds:8.1f} s  ({seconds / 60:5.1f} min)" for name, seconds in timings.items()]
+    return "\n".join(lines)
+
+
 def run_pipeline(config: PipelineConfig) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
@@ -242,5 +250,6 @@ def run_pipeline(config: PipelineConfig) -> dict:
         "eval": str(run_dir / "eval"),
     }
     (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(format_timings(timings, report["machine"]))
     print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
     return summary
