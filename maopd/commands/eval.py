@@ -166,9 +166,12 @@ def _run(args) -> int:
     if args.policy == "checkpoint":
         if not args.model:
             raise ValueError("--model: --policy checkpoint needs a model (a hub id, a model, run or checkpoint directory)")
-        solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p,
-                                  args.max_new_tokens, args.max_input_tokens, args.device, args.dtype, args.backend,
-                                  args.base_url, args.api_key_env, **env_options)
+        try:
+            solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p,
+                                      args.max_new_tokens, args.max_input_tokens, args.device, args.dtype,
+                                      args.backend, args.base_url, args.api_key_env, **env_options)
+        except FileNotFoundError as exc:  # a model that is neither here nor on the hub: one line
+            raise ValueError(f"--model: {exc}") from None
     else:
         solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions, **env_options)
     settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
