@@ -1,1 +1,34 @@
-"""Role prompts, the action grammar, and policies (scripted and LLM)."""
+"""Role prompts, the action grammar, and policies (scripted and LLM).
+
+Importing this package registers the Gymnasium single-role environments (``agents.single_role``,
+option-mode actions, the other roles played by the expert team) under the ``maopd`` namespace::
+
+    import agents, gymnasium
+    env = gymnasium.make("maopd/HierarchicalSearcher-v0")          # or any of GYMNASIUM_IDS
+    env = gymnasium.make("maopd/SingleRole-v0", role="answerer", workflow="cascade", split="test")
+
+Without importing it first, ``gymnasium.make("agents:maopd/HierarchicalSearcher-v0")`` does both.
+The multi-agent environments (``envs.hierarchical_search_v0``, ``envs.cascade_search_v0``, their
+option mode) are PettingZoo environments, made with their modules' ``env()``, not ``gymnasium.make``.
+"""
+
+GYMNASIUM_IDS = {
+    "maopd/SingleRole-v0": {},
+    "maopd/HierarchicalLeader-v0": {"role": "leader", "workflow": "hierarchical"},
+    "maopd/HierarchicalSearcher-v0": {"role": "searcher", "workflow": "hierarchical"},
+    "maopd/HierarchicalAnswerer-v0": {"role": "answerer", "workflow": "hierarchical"},
+    "maopd/CascadeSearcher-v0": {"role": "searcher", "workflow": "cascade"},
+    "maopd/CascadeAnswerer-v0": {"role": "answerer", "workflow": "cascade"},
+}
+
+
+def register_gymnasium_envs() -> None:
+    """Register ``GYMNASIUM_IDS`` (idempotent); the entry point is imported only by ``make``."""
+    import gymnasium
+
+    for env_id, kwargs in GYMNASIUM_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(env_id, entry_point="agents.single_role:SingleRoleEnv", kwargs=kwargs)
+
+
+register_gymnasium_envs()

@@ -8,6 +8,8 @@ code needs to be tested end to end. The same seed and config give identical weig
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,13 +100,44 @@ def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, direc
     return directory
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
 def load_model(
-    directory: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    source: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from a local directory (never from a hub)."""
-    directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"{directory}: no config.json; not a saved model directory")
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    """Load a causal LM and its tokenizer from a local model directory or a Hugging Face hub id.
+
+    A directory that exists is read as it is (never the hub). Anything else that looks like a
+    hub id (``Qwen/Qwen3-0.6B``) goes through ``from_pretrained`` and its cache: downloaded when a
+    hub is reachable, read from the cache alone when the user sets the standard
+    ``HF_HUB_OFFLINE=1``. A failure to get it says so in one line.
+    """
+    path = Path(source)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path}: no config.json; not a saved model directory")
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        return model.to(device).eval(), tokenizer
+    name = str(source)
+    if not HUB_ID.match(name):
+        raise FileNotFoundError(f"{name}: no such model directory, and not a Hugging Face hub id (org/name)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except OSError as exc:
+        raise FileNotFoundError(hub_failure(name, exc)) from None
     return model.to(device).eval(), tokenizer
+
+
+def hub_failure(name: str, exc: BaseException) -> str:
+    """One line: why ``name`` could not be loaded as a hub id, and what to do about it."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        where = "HF_HUB_OFFLINE is set and the model is not in the Hugging Face cache (HF_HUB_CACHE / HF_HOME)"
+    else:
+        where = ("no such local directory, and the Hugging Face hub did not provide it (no network, a wrong "
+                 "id, or a gated model); download it where a hub is reachable and set HF_HUB_OFFLINE=1, "
+                 "or pass a local directory")
+    return f"{name}: {where} [{reason}]"

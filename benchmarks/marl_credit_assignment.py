@@ -6,7 +6,7 @@ accuracy (EM), searches per workflow and collapse indicators (workflows without 
 Searcher assignments that report without searching, "unknown" answers), as mean ± t-based 95% CI
 over seeds. Add a method in ``training/marl/credit.py`` (see docs/marl.md) and pass its name.
 
-    python benchmarks/marl_credit_assignment.py --seeds 0 1 2 --out benchmarks/results/credit_assignment
+    python benchmarks/marl_credit_assignment.py --seeds 0 1 2 --out runs/benchmarks/marl_credit_assignment
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ def table(results: dict[str, list[dict]]) -> str:
         cells = []
         for column in COLUMNS:
             mean, half = mean_ci([run[column] for run in runs])
-            cells.append(f"{mean:.3f} ± {half:.3f}")
+            # One seed has no interval: print the value alone, not a misleading "± 0.000".
+            cells.append(f"{mean:.3f} ± {half:.3f}" if len(runs) > 1 else f"{mean:.3f}")
         seconds = np.mean([run["seconds"] for run in runs])
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {seconds:.0f} |")
+        name = method if len(runs) > 1 else f"{method} (1 seed, no CI)"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {seconds:.0f} |")
     return "\n".join(lines)
 
 
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--episodes", type=int, default=32, help="episodes per PPO iteration")
     parser.add_argument("--eval-questions", type=int, default=100)
     parser.add_argument("--hints", action="store_true", help="keep the expert-hint feature (an easy setting)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/credit_assignment"))
+    parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/marl_credit_assignment"))
     args = parser.parse_args(argv)
     unknown = set(args.methods) - set(CREDIT_METHODS)
     if unknown:

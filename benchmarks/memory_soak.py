@@ -126,19 +126,26 @@ def plot(samples: list[dict[str, float]], path: Path, args: argparse.Namespace) 
     import matplotlib.pyplot as plt
 
     steps = [s["step"] for s in samples[:-1]]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    # One unit per panel: memory in MiB, disk in MiB (linear), file counts on their own.
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
     top.plot(steps, [s["rss_mb"] for s in samples[:-1]], label="RSS")
     top.axvline(args.warmup, color="grey", linestyle=":", label=f"warm-up ends (step {args.warmup})")
-    top.set_ylabel("RSS (MiB)")
-    top.legend()
+    top.set_ylabel("resident memory (MiB)")
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     top.set_title(f"Tiny Stage I soak: {args.steps} steps, B={args.batch_size}, G={args.group_size}")
-    for name, label in (("checkpoints_mb", "checkpoints/ (MiB)"), ("metrics_kb", "metrics.jsonl (KiB)"),
-                        ("tensorboard_kb", "tb/ (KiB)"), ("samples_files", "samples/ files")):
-        bottom.plot(steps, [s[name] for s in samples[:-1]], label=label)
-    bottom.set_yscale("symlog")
+    for (name, scale, label), style in zip((("checkpoints_mb", 1, "checkpoints/"), ("metrics_kb", 1 / 1024, "metrics.jsonl"),
+                                            ("tensorboard_kb", 1 / 1024, "tb/")), ("-", "--", "-.")):
+        middle.plot(steps, [s[name] * scale for s in samples[:-1]], linestyle=style, label=label)
+    middle.set_ylabel("disk used (MiB)")
+    middle.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    bottom.plot(steps, [s["samples_files"] for s in samples[:-1]], label="samples/ files", drawstyle="steps-post")
+    bottom.yaxis.get_major_locator().set_params(integer=True)
     bottom.set_xlabel("training step")
-    bottom.set_ylabel("disk")
-    bottom.legend(fontsize=8)
+    bottom.set_ylabel("files in samples/ (count)")
+    bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    for axis in (top, middle, bottom):
+        axis.xaxis.get_major_locator().set_params(integer=True)
+        axis.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

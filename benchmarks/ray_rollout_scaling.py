@@ -4,7 +4,7 @@ Both collections produce the identical ``TeamBatch`` (tested in tests/test_distr
 so the ratio compares the same work. Each worker runs one torch thread; the single-worker run is
 the baseline of the same run.
 
-    python benchmarks/ray_rollout_scaling.py --out benchmarks/results/ray_rollout_scaling/ray_rollout_scaling.json
+    python benchmarks/ray_rollout_scaling.py --out runs/benchmarks/ray_rollout_scaling.json
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--out", default="benchmarks/results/ray_rollout_scaling/ray_rollout_scaling.json")
+    parser.add_argument("--out", default="runs/benchmarks/ray_rollout_scaling.json")
     args = parser.parse_args(argv)
 
     import ray

@@ -8,7 +8,7 @@ questions; for MuSiQue also per gold sub-question (``#n`` replaced by step n's g
 Throughput: QPS and per-call latency at batch 1, 32 and 256 for each retriever, the HTTP server's
 overhead against in-process calls, and bm25s against pyserini's Lucene BM25, all in one run.
 
-    python benchmarks/retrieval_benchmark.py --data /work/shared/data/real --out benchmarks/results/retrieval/retrieval
+    python benchmarks/retrieval_benchmark.py --data ../shared/data/real --out runs/benchmarks/retrieval
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def markdown(result: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data/real", type=Path)
-    parser.add_argument("--out", default="benchmarks/results/retrieval/retrieval", help="writes OUT.json and OUT.md")
+    parser.add_argument("--out", default="runs/benchmarks/retrieval", help="writes OUT.json and OUT.md")
     parser.add_argument("--skip-perf", action="store_true")
     args = parser.parse_args()
 

@@ -12,7 +12,7 @@ Measured in one run, on one model, as ratios (these machines are noisy):
 * **teacher scoring**: one ``Teacher.score`` prefill over the whole ``TeamBatch``, as a fraction
   of the collector's time (target < 0.25).
 
-    python benchmarks/rollout_throughput.py --out benchmarks/results/rollout_throughput/rollout_throughput.json
+    python benchmarks/rollout_throughput.py --out runs/benchmarks/rollout_throughput.json
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda")
-    parser.add_argument("--out", default="benchmarks/results/rollout_throughput/rollout_throughput.json")
+    parser.add_argument("--out", default="runs/benchmarks/rollout_throughput.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 

@@ -4,7 +4,7 @@ One Stage I step of the trainer (rollout + PPO update, HF backend) on the given 
 vLLM engine's weight sync after that update (``VLLMPolicy.sync_weights``: save the weights, reload
 them in the engine), repeated ``--syncs`` times. Needs the vLLM venv (scripts/setup_vllm.sh).
 
-    python benchmarks/weight_sync_fraction.py --model DIR --out benchmarks/results/weight_sync_fraction/weight_sync_fraction.json
+    python benchmarks/weight_sync_fraction.py --model DIR --out runs/benchmarks/weight_sync_fraction.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="saved model dir (e.g. the cached π_0)")
     parser.add_argument("--syncs", type=int, default=5)
-    parser.add_argument("--out", default="benchmarks/results/weight_sync_fraction/weight_sync_fraction.json")
+    parser.add_argument("--out", default="runs/benchmarks/weight_sync_fraction.json")
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="sync-bench-"))

@@ -66,6 +66,44 @@ class UnicodeText(spaces.Text):
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
 
 
+class ActionText(UnicodeText):
+    """A role's text action space: every string of at most ``max_length`` characters, in any
+    script, so every legal action (``<search>Zoroth River</search>``) is a member.
+
+    ``sample()`` draws a well-formed action of one of the role's kinds with a few random
+    lowercase words as content (``<delegate>`` one or two numbered subtasks, ``<select>all`` or
+    a report number), so a random agent walks through the workflow instead of producing only
+    format failures. Sampled actions are syntactically legal, not good: a kind the current step
+    does not allow is still a format failure. With a ``mask`` or ``probability`` (Gymnasium's
+    per-character arguments) sampling falls back to ``Text``'s.
+    """
+
+    def __init__(self, max_length: int, kinds: Sequence[str], seed: int | None = None):
+        super().__init__(max_length, seed=seed)
+        self.kinds = tuple(kinds)
+
+    def _words(self, low: int, high: int) -> str:
+        rng = self.np_random
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        return " ".join(
+            "".join(letters[i] for i in rng.integers(0, len(letters), size=int(rng.integers(3, 9))))
+            for _ in range(int(rng.integers(low, high + 1)))
+        )
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        if mask is not None or probability is not None or not self.kinds:
+            return super().sample(mask=mask, probability=probability)
+        kind = self.kinds[int(self.np_random.integers(len(self.kinds)))]
+        if kind == "delegate":
+            content = "\n".join(f"{i + 1}. {self._words(2, 5)}" for i in range(int(self.np_random.integers(1, 3))))
+        elif kind == "select":
+            content = "all" if self.np_random.random() < 0.5 else str(int(self.np_random.integers(1, 4)))
+        else:
+            content = self._words(1, 4)
+        action = f"<{kind}>{content}</{kind}>"
+        return action if len(action) <= self.max_length else super().sample()
+
+
 @dataclass
 class SearchEnvConfig:
     """Construction options shared by both workflows; ``max_steps=None`` takes the workflow's budget."""
@@ -247,7 +285,7 @@ class SearchEnv(AECEnv):
         raise NotImplementedError
 
     def _make_action_space(self, agent: str) -> spaces.Space:
-        text = spaces.Text(self.config.max_action_chars)
+        text = ActionText(self.config.max_action_chars, ROLE_ACTION_KINDS[self.role_of(agent)])
         if agent == "answerer" and self.config.num_candidates > 1:
             return spaces.Tuple([text] * self.config.num_candidates)
         return text

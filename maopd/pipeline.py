@@ -249,8 +249,7 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
     ev = config.eval
     solve = checkpoint_solver(workflow, str(model_dir), None, [e.question for e in manifest],
                               ev.temperature, ev.top_p, ev.max_new_tokens)
-    settings = EvalSettings(attempts=ev.attempts, temperature=ev.temperature, top_p=ev.top_p,
-                            batch_size=ev.batch_size, seed=ev.seed)
+    settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
     run_attempts(solve, manifest, records, method, settings)
 
 
@@ -319,6 +318,14 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
     return stale if fresh else []
 
 
+def format_timings(timings: dict[str, float], machine: dict) -> str:
+    """The stage timings the job prints at its end, with the machine they were measured on."""
+    width = max(len(name) for name in timings)
+    lines = [f"stage timings on {machine.get('platform', '?')}, {machine.get('cpus', '?')} CPUs:"]
+    lines += [f"  {name:<{width}}  {seconds:8.1f} s  ({seconds / 60:5.1f} min)" for name, seconds in timings.items()]
+    return "\n".join(lines)
+
+
 def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
@@ -382,5 +389,6 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
         "eval": str(run_dir / "eval"),
     }
     (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(format_timings(timings, report["machine"]))
     print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
     return summary

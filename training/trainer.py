@@ -105,7 +105,14 @@ def load_policy_model(config: ModelConfig, device: torch.device, path: str | Pat
     if path is None and config.path == "tiny":
         model, tokenizer = build_tiny_policy(config)
         return model.to(device=device, dtype=DTYPES[config.dtype]), tokenizer
-    return load_model(resolve_model_dir(path or config.path), DTYPES[config.dtype], device)
+    return load_model(model_source(path or config.path), DTYPES[config.dtype], device)
+
+
+def model_source(source: str | Path) -> str | Path:
+    """What ``load_model`` should load for ``source``: a local run directory, checkpoint
+    (``checkpoints/step_N``) or model directory as its model directory; anything that does not
+    exist locally (a Hugging Face hub id) as it is."""
+    return resolve_model_dir(source) if Path(source).exists() else str(source)
 
 
 def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> None:

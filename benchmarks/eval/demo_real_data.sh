@@ -4,14 +4,21 @@
 # Writes OUT_DIR/{corpus.jsonl, manifest.jsonl(+.report.json), records.jsonl, report/}.
 set -euo pipefail
 OUT=${1:?usage: demo_real_data.sh OUT_DIR [REAL_DATA_DIR]}
-REAL=${2:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/data/real}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+REAL=${2:-$(cd "$ROOT/.." && pwd)/shared/data/real}
+# The repository's venv (README's `bash scripts/setup.sh`), no activation needed; MAOPD overrides it,
+# and a `maopd` on PATH is used when the venv is not there.
+MAOPD=${MAOPD:-$ROOT/.venv/bin/maopd}
+if [ ! -x "$MAOPD" ]; then
+  MAOPD=$(command -v maopd) || { echo "no $ROOT/.venv/bin/maopd and no maopd on PATH: run bash scripts/setup.sh" >&2; exit 1; }
+fi
 mkdir -p "$OUT"
 
-maopd eval corpus "$REAL/hotpotqa_distractor_dev300.jsonl:hotpotqa" "$REAL/2wiki_dev200_context.jsonl:2wiki" \
+"$MAOPD" eval corpus "$REAL/hotpotqa_distractor_dev300.jsonl:hotpotqa" "$REAL/2wiki_dev200_context.jsonl:2wiki" \
   "$REAL/musique_ans_dev200_paragraphs.jsonl:musique" "$REAL/popqa1000_paragraphs.json:popqa" \
   "$REAL/dpr_nq_dev_sample.json:dpr-nq" --out "$OUT/corpus.jsonl"
 # Bamboogle and the NQ sample carry no paragraphs: their questions are asked against the pool.
-maopd eval manifest \
+"$MAOPD" eval manifest \
   --dataset "hotpotqa=$REAL/hotpotqa_distractor_dev300.jsonl:hotpotqa" --count hotpotqa=40 \
   --dataset "2wikimultihopqa=$REAL/2wiki_dev200_context.jsonl:2wiki" --count 2wikimultihopqa=40 \
   --dataset "musique=$REAL/musique_ans_dev200_paragraphs.jsonl:musique" --count musique=40 \
@@ -20,9 +27,9 @@ maopd eval manifest \
   --dataset "nq=$REAL/nq_test_sample_flashrag.jsonl" --count nq=17 \
   --out "$OUT/manifest.jsonl"
 for run in scripted:hierarchical scripted:cascade scripted-noisy-answerer:hierarchical; do
-  maopd eval run --manifest "$OUT/manifest.jsonl" --corpus "$OUT/corpus.jsonl" \
+  "$MAOPD" eval run --manifest "$OUT/manifest.jsonl" --corpus "$OUT/corpus.jsonl" \
     --policy "${run%%:*}" --workflow "${run#*:}" --out "$OUT/records.jsonl"
 done
-maopd eval score "$OUT/records.jsonl" --out "$OUT/report" \
+"$MAOPD" eval score "$OUT/records.jsonl" --out "$OUT/report" \
   --compare scripted-hierarchical scripted-cascade \
   --compare scripted-hierarchical scripted-noisy-answerer-hierarchical

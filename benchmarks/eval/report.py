@@ -61,30 +61,45 @@ def _estimate(entry: dict, dataset: str | None = None) -> tuple[float, float, fl
     return (entry["per_dataset"][dataset], *entry["per_dataset_ci"][dataset])
 
 
-def _k(summary: dict) -> int:
+def _metrics(k: int) -> tuple[str, str, str, str]:
+    """avg@k, pass@k, k/k and flexible avg@k for one method's k."""
+    return f"avg@{k}", f"pass@{k}", f"{k}/{k}", f"flexible_avg@{k}"
+
+
+def _shared_k(summary: dict) -> int | None:
+    """The one k every method has, or None when methods differ (each is then shown with its own)."""
     ks = {m["k"] for m in summary["methods"].values()}
-    return ks.pop() if len(ks) == 1 else max(ks)
+    return ks.pop() if len(ks) == 1 else None
 
 
 def build_tables(summary: dict) -> dict[str, Table]:
+    """The tables; when methods ran different attempt counts, each row uses its method's own k
+    (a ``k`` column says which) and the headers read avg@k, pass@k, k/k."""
     methods = summary["methods"]
-    k = _k(summary)
-    avg, passk, allk, flexible = f"avg@{k}", f"pass@{k}", f"{k}/{k}", f"flexible_avg@{k}"
+    shared = _shared_k(summary)
+    avg, passk, allk, flexible = _metrics(shared) if shared is not None else ("avg@k", "pass@k", "k/k", "flexible_avg@k")
+    k_column = [] if shared is not None else ["k"]
+
+    def own(m: dict) -> list:
+        return [] if shared is not None else [m["k"]]
+
     datasets = sorted({d for m in methods.values() for d in m["num_questions"]})
     tables = {
         "main": Table(
             f"Exact match {avg} (%) per dataset; macro with 95% bootstrap CI",
-            ["method", *datasets, "macro"],
+            ["method", *k_column, *datasets, "macro"],
             [
-                [name, *(m["accuracy"][avg]["per_dataset"].get(d, float("nan")) for d in datasets), _estimate(m["accuracy"][avg])]
+                [name, *own(m), *(m["accuracy"][_metrics(m["k"])[0]]["per_dataset"].get(d, float("nan")) for d in datasets),
+                 _estimate(m["accuracy"][_metrics(m["k"])[0]])]
                 for name, m in methods.items()
             ],
             scale=100,
         ),
         "table4": Table(
             "Macro accuracy (%) with 95% bootstrap CI",
-            ["method", avg, passk, allk],
-            [[name, *(_estimate(m["accuracy"][metric]) for metric in (avg, passk, allk))] for name, m in methods.items()],
+            ["method", *k_column, avg, passk, allk],
+            [[name, *own(m), *(_estimate(m["accuracy"][metric]) for metric in _metrics(m["k"])[:3])]
+             for name, m in methods.items()],
             scale=100,
         ),
         "costs": Table(
@@ -94,13 +109,14 @@ def build_tables(summary: dict) -> dict[str, Table]:
         ),
         "completion": Table(
             "Completion and flexible extraction (rates in %, counts are workflows)",
-            ["method", "format failure rate", *FAILURE_KINDS, flexible, "rescued"],
+            ["method", *k_column, "format failure rate", *FAILURE_KINDS, flexible, "rescued"],
             [
                 [
                     name,
+                    *own(m),
                     _estimate(m["failures"]["rate"]),
                     *(str(m["failures"]["counts"][kind]) for kind in FAILURE_KINDS),
-                    _estimate(m["accuracy"][flexible]),
+                    _estimate(m["accuracy"][_metrics(m["k"])[3]]),
                     str(m["extraction"]["rescued"]),
                 ]
                 for name, m in methods.items()
@@ -115,7 +131,7 @@ def build_tables(summary: dict) -> dict[str, Table]:
             [
                 [
                     c["a"], c["b"],
-                    *(_estimate(c["differences"][metric]) for metric in (avg, passk, allk)),
+                    *(_estimate(c["differences"][metric]) for metric in _metrics(methods[c["a"]]["k"])[:3]),
                     _estimate(c["a_minus_b_if_failures_correct"]),
                 ]
                 for c in summary["comparisons"]
@@ -148,23 +164,32 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    k = _k(summary)
     methods = {n: m for n, m in summary["methods"].items() if all(c in m["costs"] for c in PLOT_COSTS)}
     if not methods:
         return None
-    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.6), sharey=True)
+    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.8), sharey=True,
+                                constrained_layout=True)
+    markers = "osD^vP*Xh<>"
     for axis, cost in zip(axes, PLOT_COSTS):
         for index, (name, m) in enumerate(methods.items()):
             x, x_low, x_high = _estimate(m["costs"][cost])
-            y, y_low, y_high = (100 * v for v in _estimate(m["accuracy"][f"avg@{k}"]))
+            y, y_low, y_high = (100 * v for v in _estimate(m["accuracy"][f"avg@{m['k']}"]))
+            # Methods are told apart by colour and marker in one legend below the panels, not by
+            # text next to the points, which ran outside the axes and overlapped where points
+            # coincide. Hollow markers, larger for earlier methods, keep coinciding points visible.
             axis.errorbar(x, y, xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]],
-                          fmt="o", capsize=3, label=name)
-            axis.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 + 10 * index), fontsize=8)  # staggered: points may coincide
-        axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow")
+                          fmt=markers[index % len(markers)], color=f"C{index % 10}", capsize=3,
+                          markersize=min(5 + 3 * (len(methods) - 1 - index), 17), markerfacecolor="none",
+                          markeredgewidth=1.6, elinewidth=1.0, alpha=0.9, label=f"{name} (k={m['k']})")
+        axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow (count)")
+        axis.margins(x=0.15, y=0.1)
         axis.grid(alpha=0.3)
-    axes[0].set_ylabel(f"macro EM avg@{k} (%)")
-    figure.suptitle("Cost versus accuracy (dataset-macro, 95% bootstrap CI)")
-    figure.tight_layout()
+    shared = _shared_k(summary)
+    for axis in axes:
+        axis.set_ylabel(f"macro EM avg@{shared if shared is not None else 'k'} (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8)
+    figure.suptitle("Cost versus accuracy (dataset-macro means, 95% bootstrap CI)")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -1,9 +1,9 @@
 """Run k independent workflows per manifest question and save one scored record per attempt.
 
 The runner knows nothing about environments or models: it calls ``solve(questions, seeds)``,
-which must return one workflow record (envs/records.py) per question, in order. Evaluation
-settings of the paper (one answer candidate per request, temperature 0.6, top-p 0.95) belong to
-``solve``; ``EvalSettings`` carries them so that callers build ``solve`` from one place.
+which must return one workflow record (envs/records.py) per question, in order. Sampling
+settings (the paper's: one answer candidate per request, temperature 0.6, top-p 0.95) belong to
+``solve`` (``benchmarks.eval.solvers``); ``EvalSettings`` holds only what the runner reads.
 
 Resuming: records already in the output file for this method are skipped, never rerun. Records
 are appended one batch at a time with a single write followed by fsync; a batch cut short by a
@@ -25,19 +25,15 @@ from tqdm import tqdm
 from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
 from envs.datasets import Question
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """The paper's evaluation sampling settings (Appendix B)."""
+    """What the runner reads: attempts per question (the paper's k = 4), batch size, seed."""
 
     attempts: int = 4
-    num_candidates: int = 1
-    temperature: float = EVAL_TEMPERATURE
-    top_p: float = EVAL_TOP_P
     batch_size: int = 8
     seed: int = 0
     keep_trajectory: bool = True

@@ -2,7 +2,7 @@
 
 ``team_solver`` plays one episode per (question, seed) with ``envs.episode.run_episode``. It asks
 for one answer candidate per answering request, as the paper's evaluation does. Sampling
-temperature and top-p belong to the policy (see ``EvalSettings``); the scripted team ignores them.
+temperature and top-p belong to the policy (``model_policy``); the scripted team ignores them.
 """
 
 from __future__ import annotations
@@ -48,6 +48,55 @@ def team_solver(workflow: str, policy: Policy, corpus: Corpus | None, questions:
     return solve
 
 
+BACKENDS = ("hf", "vllm", "openai")
+
+
+def model_policy(
+    model: str,
+    backend: str = "hf",
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    max_new_tokens: int = 512,
+    max_input_tokens: int = 8192,
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+    base_url: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+) -> Policy:
+    """The policy that plays every role, on one of the backends the training side uses.
+
+    - ``hf``: ``HFPolicy`` over ``load_model`` (a model directory, a run directory or
+      ``checkpoints/step_N``, or a Hugging Face hub id) on ``device`` in ``dtype``.
+    - ``vllm``: ``VLLMPolicy`` (the vLLM venv of ``scripts/setup_vllm.sh``) on a local model.
+    - ``openai``: ``OpenAIPolicy`` against an OpenAI-compatible server at ``base_url`` serving
+      ``model``; the API key comes from the environment variable ``api_key_env``.
+    """
+    from agents.sampling import SamplingConfig
+    from training.trainer import DTYPES, model_source
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: unknown backend {backend!r}; expected one of {BACKENDS}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: unknown dtype {dtype!r}; expected one of {sorted(DTYPES)}")
+    if backend == "openai":
+        from agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
+
+        if not base_url:
+            raise ValueError("--base-url: the openai backend needs the server's URL (e.g. http://127.0.0.1:8000/v1)")
+        return OpenAIPolicy(OpenAIPolicyConfig(base_url, model, api_key_env, temperature, top_p, max_new_tokens))
+    sampling = SamplingConfig(temperature, top_p, max_new_tokens, max_input_tokens)
+    if backend == "vllm":
+        from agents.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy(model_source(model), sampling, seed=seed, dtype=dtype)
+    from agents.hf_policy import HFPolicy
+    from agents.tiny_model import load_model
+
+    loaded, tokenizer = load_model(model_source(model), DTYPES[dtype], device)
+    return HFPolicy(loaded, tokenizer, sampling, seed=seed)
+
+
 def checkpoint_solver(
     workflow: str,
     model_dir: str,
@@ -57,26 +106,31 @@ def checkpoint_solver(
     top_p: float = EVAL_TOP_P,
     max_new_tokens: int = 512,
     max_input_tokens: int = 8192,
+    device: str = "cpu",
+    dtype: str = "float32",
+    backend: str = "hf",
+    base_url: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
     **env_options: Any,
 ) -> Solve:
-    """A ``solve`` that plays every role with a saved model (HF format), batched across questions.
+    """A ``solve`` that plays every role with one model (see ``model_policy`` for ``backend``).
 
-    Each ``solve`` call runs its questions as one batched team rollout (``TeamRolloutCollector``,
-    one trajectory each); a question's seed keys its sampling, so results do not depend on which
-    questions share a batch.
+    With ``hf`` and ``vllm``, each ``solve`` call runs its questions as one batched team rollout
+    (``TeamRolloutCollector``, one trajectory each); a question's seed keys its sampling, so
+    results do not depend on which questions share a batch. The ``openai`` backend returns texts
+    only (no token ids): its episodes run one by one through ``team_solver``. ``env_options``
+    go to the environment, e.g. ``retriever=`` a retriever built from a ``RetrieverConfig``.
     """
-    from agents.hf_policy import HFPolicy
-    from agents.sampling import SamplingConfig
-    from agents.tiny_model import load_model
     from envs import cascade_search_v0, hierarchical_search_v0
     from training.rollout import TeamRolloutCollector
 
     if workflow not in WORKFLOWS:
         raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
+    policy = model_policy(model_dir, backend, temperature, top_p, max_new_tokens, max_input_tokens,
+                          device, dtype, base_url=base_url, api_key_env=api_key_env)
+    if backend == "openai":
+        return team_solver(workflow, policy, corpus, questions, **env_options)
     module = hierarchical_search_v0 if workflow == "hierarchical" else cascade_search_v0
-    model, tokenizer = load_model(model_dir)
-    sampling = SamplingConfig(temperature, top_p, max_new_tokens, max_input_tokens)
-    policy = HFPolicy(model, tokenizer, sampling)
     env_kwargs = {"questions": list(questions), "num_candidates": 1, **env_options}
     if corpus is not None:
         env_kwargs["corpus"] = corpus

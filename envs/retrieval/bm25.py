@@ -44,7 +44,7 @@ class BM25Retriever:
         directory = Path(directory)
         meta_path = directory / "bm25_meta.json"
         if not meta_path.is_file():
-            raise FileNotFoundError(f"BM25 index {directory} has no bm25_meta.json (build it with `maopd index build`)")
+            raise FileNotFoundError(f"BM25 index {directory} has no bm25_meta.json (build it with `maopd index build --kind bm25`)")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta["corpus_fingerprint"] != corpus.fingerprint:
             raise ValueError(

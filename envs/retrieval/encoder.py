@@ -3,13 +3,13 @@
 E5 (the paper's retriever) must see ``query: `` before queries and ``passage: `` before passages;
 all-MiniLM-L6-v2 (the offline default) was trained without prefixes. Both use attention-masked
 mean pooling over the last hidden state and unit-normalised vectors, so inner product = cosine.
-Models load from local directories only (``HF_HUB_OFFLINE=1`` semantics): nothing is downloaded.
+Encoders load from local directories only (``local_files_only``): nothing is downloaded, and the
+process environment (``HF_HUB_OFFLINE``) is left as the user set it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +62,6 @@ class TextEncoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         path = resolve_encoder_path(encoder)
         self.name = encoder
         self.prefix_style = prefix_style

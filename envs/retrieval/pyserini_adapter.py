@@ -1,7 +1,7 @@
 """pyserini (Anserini/Lucene) retrievers: BM25 over a Lucene index, and pyserini-format faiss indexes.
 
 pyserini is an optional extra (``pip install -e '.[pyserini]'``; 0.25.0 runs on Java 17). A Lucene
-index is a local directory (built by ``build_lucene_index`` or ``maopd index build --kind lucene``)
+index is a local directory (built by ``build_lucene_index`` or ``maopd index build --kind pyserini``)
 or the name of a pyserini prebuilt index, which pyserini downloads on first use.
 """
 
@@ -32,12 +32,28 @@ def _pyserini_import_guard():
             os.environ.pop("OPENAI_API_KEY", None)
 
 
+INSTALL_PYSERINI = ".venv/bin/python -m pip install -e '.[pyserini]'   (pyserini 0.25.0 needs Java 17)"
+
+
+def require_pyserini() -> None:
+    """Raise a ModuleNotFoundError that gives the install command when pyserini is not installed."""
+    try:
+        with _pyserini_import_guard():
+            import pyserini  # noqa: F401
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            f"the pyserini retriever (Lucene BM25) needs pyserini, which is not installed ({exc}); "
+            f"install it with: {INSTALL_PYSERINI}",
+            name="pyserini",
+        ) from None
+
+
 def pyserini_available() -> tuple[bool, str]:
     """Whether pyserini and its JVM load here, and if not, why."""
     try:
         with _pyserini_import_guard():
             from pyserini.search.lucene import LuceneSearcher  # noqa: F401
-    except Exception as exc:  # ImportError, JVM errors: any of them means "not usable here"
+    except Exception as exc:  # noqa: BLE001 -- ImportError, JVM errors: any of them means "not usable here"
         return False, f"{type(exc).__name__}: {exc}"
     return True, ""
 
@@ -46,6 +62,7 @@ class PyseriniBM25Retriever:
     """Lucene BM25 via pyserini's LuceneSearcher (Anserini defaults k1=0.9, b=0.4 unless given)."""
 
     def __init__(self, index: str, corpus: Corpus | None = None, k1: float = 0.9, b: float = 0.4, threads: int = 1):
+        require_pyserini()
         with _pyserini_import_guard():
             from pyserini.search.lucene import LuceneSearcher
 
@@ -79,6 +96,7 @@ class PyseriniBM25Retriever:
 
 def build_lucene_index(corpus_path: str | Path, out: str | Path, threads: int = 1) -> None:
     """Index a Search-R1 JSONL corpus (``{"id", "contents"}`` is pyserini's JsonCollection format)."""
+    require_pyserini()
     with tempfile.TemporaryDirectory() as staging:
         (Path(staging) / "corpus.jsonl").symlink_to(Path(corpus_path).resolve())
         command = [
@@ -88,6 +106,6 @@ def build_lucene_index(corpus_path: str | Path, out: str | Path, threads: int = 
         ]
         env = dict(os.environ)
         env.setdefault("OPENAI_API_KEY", "unused-by-pyserini-bm25")
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"pyserini indexing of {corpus_path} failed:\n{done.stderr[-2000:]}")

@@ -42,7 +42,25 @@ def register(subparsers) -> None:
     run.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
     run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer", "checkpoint"], default="scripted",
                      help="a rule-based team, or 'checkpoint': every role played by the model in --model")
-    run.add_argument("--model", help="saved model directory (HF format) for --policy checkpoint")
+    run.add_argument("--model", help="for --policy checkpoint: a Hugging Face hub id (e.g. Qwen/Qwen3-0.6B), a model "
+                     "directory, a run directory or RUN/checkpoints/step_N; with --backend openai, the served model name")
+    run.add_argument("--backend", choices=["hf", "vllm", "openai"], default="hf",
+                     help="hf: transformers in this process (default); vllm: the vLLM venv (scripts/setup_vllm.sh); "
+                     "openai: an OpenAI-compatible server at --base-url")
+    run.add_argument("--device", default="cpu", help="torch device for --backend hf, e.g. cuda or cuda:1 (default cpu)")
+    run.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                     help="model weights' dtype for the hf and vllm backends (default float32)")
+    run.add_argument("--max-new-tokens", type=int, default=512, help="tokens generated per turn at most (default 512)")
+    run.add_argument("--max-input-tokens", type=int, default=8192, help="prompt tokens per turn at most (default 8192)")
+    run.add_argument("--base-url", help="--backend openai: the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    run.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                     help="--backend openai: the environment variable holding the API key (default OPENAI_API_KEY)")
+    run.add_argument("--retriever-config", metavar="YAML",
+                     help="a RetrieverConfig file (docs/retrieval.md): kind bm25|dense|pyserini|http, index_dir, url, ... "
+                     "(default: in-process BM25 over --corpus or the embedded world)")
+    run.add_argument("--retriever-set", action="append", default=[], metavar="KEY=VALUE",
+                     help="RetrieverConfig override, e.g. --retriever-set kind=http --retriever-set url=http://host:8000 "
+                     "(repeatable)")
     run.add_argument("--temperature", type=float, default=EVAL_TEMPERATURE)
     run.add_argument("--top-p", type=float, default=EVAL_TOP_P)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
@@ -143,14 +161,25 @@ def _run(args) -> int:
     manifest = load_manifest(args.manifest)
     questions = [e.question for e in manifest]
     corpus = load_corpus(args.corpus) if args.corpus else None
+    env_options = {}
+    if args.retriever_config or args.retriever_set:
+        from envs.retrieval.factory import RetrieverConfig, build_retriever
+        from maopd.config import load_yaml
+
+        env_options["retriever"] = build_retriever(load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set),
+                                                   corpus)
     if args.policy == "checkpoint":
         if not args.model:
-            raise ValueError("--model: --policy checkpoint needs a saved model directory")
-        solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p)
+            raise ValueError("--model: --policy checkpoint needs a model (a hub id, a model, run or checkpoint directory)")
+        try:
+            solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p,
+                                      args.max_new_tokens, args.max_input_tokens, args.device, args.dtype,
+                                      args.backend, args.base_url, args.api_key_env, **env_options)
+        except FileNotFoundError as exc:  # a model that is neither here nor on the hub: one line
+            raise ValueError(f"--model: {exc}") from None
     else:
-        solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions)
-    settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed,
-                            temperature=args.temperature, top_p=args.top_p)
+        solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions, **env_options)
+    settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
     ran = run_attempts(solve, manifest, args.out, args.method or f"{args.policy}-{args.workflow}", settings)
     print(f"ran {ran} workflows; records in {args.out}")
     return 0

@@ -13,10 +13,12 @@ from maopd.cli import UserError, bounded_int, positive_int
 
 def register(subparsers) -> None:
     index = subparsers.add_parser("index", help="build retrieval indexes").add_subparsers(dest="index_command", required=True)
-    build = index.add_parser("build", help="build a BM25, dense (faiss) or Lucene index from a JSONL corpus (resumable)")
+    build = index.add_parser("build", help="build a BM25, dense (faiss) or pyserini (Lucene) index from a JSONL corpus "
+                             "(resumable); --kind names the retriever.kind that reads it")
     build.add_argument("--corpus", required=True, help='JSONL corpus, one {"id", "contents"} per line')
     build.add_argument("--out", required=True, help="index directory")
-    build.add_argument("--kind", choices=("dense", "bm25", "lucene"), default="dense")
+    build.add_argument("--kind", choices=("dense", "bm25", "pyserini", "lucene"), default="dense",
+                       help="dense (default), bm25, or pyserini (a Lucene index; 'lucene' is an old alias)")
     build.add_argument("--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir")
     build.add_argument("--prefix-style", choices=("auto", "e5", "none"), default="auto")
     build.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat")
@@ -66,14 +68,18 @@ def _index_build(args) -> int:
 
     if args.kind == "bm25":
         report = build_bm25_index(args.corpus, args.out)
-    elif args.kind == "lucene":
+    elif args.kind in ("pyserini", "lucene"):
         import time
 
         from envs.retrieval.pyserini_adapter import build_lucene_index
 
         start = time.perf_counter()
-        build_lucene_index(args.corpus, args.out)
-        print(f"lucene index -> {args.out} in {time.perf_counter() - start:.1f}s")
+        try:
+            build_lucene_index(args.corpus, args.out)
+        except ModuleNotFoundError as exc:
+            raise SystemExit(f"maopd index build: {exc}") from None
+        print(f"pyserini (Lucene) index -> {args.out} in {time.perf_counter() - start:.1f}s; "
+              f"read it with retriever.kind=pyserini retriever.index_dir={args.out}")
         return 0
     else:
         report = build_dense_index(

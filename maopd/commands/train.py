@@ -65,9 +65,14 @@ def _experiment(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from training.plot import plot_run
+    from training.plot import plot_runs
 
-    print(plot_run(args.run_dir, args.out))
+    try:
+        paths = plot_runs(args.run_dir, args.out)
+    except ValueError as exc:
+        raise SystemExit(f"maopd plot: {exc}") from None
+    for path in paths:
+        print(path)
     return 0
 
 
@@ -101,7 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="start over the stages (and what depends on them) made under another config")
     experiment.set_defaults(func=_experiment)
 
-    plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG")
-    plot.add_argument("run_dir", help="a run directory with metrics.jsonl")
-    plot.add_argument("--out", help="PNG path (default RUN_DIR/plots/learning_curves.png)")
+    plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG, one per stage")
+    plot.add_argument("run_dir", help="a stage's run directory (with metrics.jsonl) or the directory "
+                      "`maopd train` writes (every stage in it is plotted)")
+    plot.add_argument("--out", help="PNG path for one stage, a directory for several "
+                      "(default: each stage's plots/learning_curves.png)")
     plot.set_defaults(func=_plot)

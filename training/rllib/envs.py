@@ -17,9 +17,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
-
 from envs.option_mode import option_env, option_parallel_env
+from training.rllib import missing_ray
+
+try:
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
+except ModuleNotFoundError as exc:
+    if (exc.name or "ray").split(".")[0] != "ray":
+        raise
+    raise missing_ray(exc) from None
 
 ENV_NAMES = {"aec": "search_options", "parallel": "search_options_parallel"}
 SHARED_POLICY = "shared"

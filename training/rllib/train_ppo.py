@@ -82,11 +82,12 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
 
     steps = [row["agent_steps"] for row in curve]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, [row["test_em"] for row in curve], marker="o", label="greedy EM, test split")
-    ax.set_xlabel("agent steps sampled")
+    ax.plot(steps, [row["test_em"] for row in curve], marker="o")
+    ax.set_xlabel("agent steps sampled (count)")
+    ax.set_ylabel("greedy EM, test split (fraction)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,105 @@
+"""``maopd eval run --policy checkpoint``: device, dtype, token limit, retriever config and the
+hf / vLLM / OpenAI-compatible backends; a run directory as --model; EvalSettings holds what is read."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from agents.tiny_model import build_tiny_lm
+from benchmarks.eval import solvers
+from benchmarks.eval.manifest import ManifestEntry, question_hash
+from benchmarks.eval.records import load_records
+from benchmarks.eval.runner import EvalSettings
+from envs.synthwiki import load_default_world
+from maopd.cli import main
+
+
+@pytest.fixture(scope="module")
+def world():
+    return load_default_world()
+
+
+@pytest.fixture
+def run_dir(tmp_path, world):
+    """A run directory as training writes it (checkpoints/step_N/model + trainer state)."""
+    from training import checkpoint as ckpt
+    from training.config import build_config
+
+    model, tokenizer = build_tiny_lm([q.question for q in world.splits["test"][:50]], vocab_size=600)
+    ckpt.save_checkpoint(tmp_path / "run", 2, model, tokenizer, {"step": 2, "rng": ckpt.capture_rng_state()},
+                         build_config({"stage": "stage1"}), 2)
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def manifest_path(tmp_path, world):
+    path = tmp_path / "manifest.jsonl"
+    entries = [ManifestEntry("synthwiki", q, question_hash(q.question)) for q in world.splits["test"][:2]]
+    path.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in entries))
+    return path
+
+
+def test_checkpoint_run_takes_device_dtype_tokens_retriever_and_a_run_dir(run_dir, manifest_path, tmp_path,
+                                                                          monkeypatch, world):
+    from envs.retrieval import factory
+    from envs.retrieval.bm25 import BM25Retriever
+
+    built, loaded = [], []
+    monkeypatch.setattr(factory, "build_retriever",
+                        lambda config, corpus: built.append(config) or BM25Retriever(world.corpus))
+    from agents import tiny_model
+
+    original = tiny_model.load_model
+
+    def spy(source, dtype=torch.float32, device="cpu"):
+        loaded.append((str(source), dtype, str(device)))
+        return original(source, dtype, device)
+
+    monkeypatch.setattr(tiny_model, "load_model", spy)
+    out = tmp_path / "records.jsonl"
+    assert main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint", "--model", str(run_dir),
+                 "--device", "cpu", "--dtype", "bfloat16", "--max-new-tokens", "3", "--workflow", "cascade",
+                 "--retriever-set", "kind=bm25", "--retriever-set", "cache=false",
+                 "--attempts", "1", "--out", str(out)]) == 0
+    assert loaded == [(str(run_dir / "checkpoints" / "step_2" / "model"), torch.bfloat16, "cpu")]
+    assert [c.kind for c in built] == ["bm25"]
+    records = load_records([out])
+    assert len(records) == 2
+    for record in records:  # 3 new tokens per call at most, for at most 3 agents in each of ≤ 20 steps
+        assert 0 < record.counters["output_tokens"] <= 3 * 3 * 20
+
+
+def test_backends_reuse_the_training_side_policies(monkeypatch):
+    from agents import vllm_policy
+    from agents.openai_policy import OpenAIPolicy
+
+    policy = solvers.model_policy("served-model", "openai", temperature=0.3, top_p=0.9, max_new_tokens=77,
+                                  base_url="http://127.0.0.1:9/v1")
+    assert isinstance(policy, OpenAIPolicy)
+    assert (policy.config.model, policy.config.max_tokens, policy.config.temperature) == ("served-model", 77, 0.3)
+    with pytest.raises(ValueError, match="--base-url"):
+        solvers.model_policy("served-model", "openai")
+
+    calls = []
+
+    class FakeVLLM:
+        def __init__(self, model_dir, sampling, seed=0, dtype="float32", **kwargs):
+            calls.append((model_dir, sampling.max_new_tokens, dtype))
+
+    monkeypatch.setattr(vllm_policy, "VLLMPolicy", FakeVLLM)
+    solvers.model_policy("org/name", "vllm", max_new_tokens=64, dtype="bfloat16")
+    assert calls == [("org/name", 64, "bfloat16")]
+    with pytest.raises(ValueError, match="unknown backend"):
+        solvers.model_policy("m", "tgi")
+
+
+def test_eval_settings_hold_only_what_the_runner_reads():
+    assert {f.name for f in dataclasses.fields(EvalSettings)} == {"attempts", "batch_size", "seed", "keep_trajectory"}
+
+
+def test_a_model_that_is_nowhere_is_a_one_line_error(manifest_path, tmp_path):
+    with pytest.raises(SystemExit, match=r"^maopd eval run: --model: .*no such model directory"):
+        main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint",
+              "--model", str(tmp_path / "nothing" / "here"), "--out", str(tmp_path / "r.jsonl")])
