@@ -6,24 +6,26 @@ import numpy as np
 import pytest
 import torch
 
-from envs.option_mode import MENU_SIZE, option_env
+from envs.option_mode import MENU_SIZE
+from envs.option_scenarios import SCENARIOS, OptionScenario
 from training.marl.credit import (
     CREDIT_METHODS,
     CreditContext,
-    counterfactual_em,
+    counterfactual_ems,
+    first_report,
     get_credit_method,
     role_reward,
 )
-from training.marl.policy import MenuPolicy, play
-from training.marl.trainer import MarlConfig, evaluate, ppo_update, train
+from training.marl.policy import MenuPolicy, play_batch
+from training.marl.trainer import MarlConfig, evaluate, ppo_update, train, vector_env
 
 
 @pytest.fixture(scope="module")
 def batch():
     torch.manual_seed(0)
-    env = option_env("hierarchical", split="train")
+    env = vector_env(MarlConfig(num_envs=6), "train")
     policy = MenuPolicy(MENU_SIZE, hidden=16)
-    episodes = [play(env, policy, {"question_index": i}) for i in range(12)]
+    episodes = play_batch(env, policy, list(range(12)))
     return env, policy, episodes
 
 
@@ -67,19 +69,26 @@ def test_opd_searcher_signal_is_the_teacher_student_log_ratio(batch):
         get_credit_method("opd")(episodes, CreditContext(env, policy))
 
 
-def test_counterfactual_replay_keeps_the_past_and_replaces_the_assignment_by_an_empty_report(batch):
+def test_counterfactual_replay_keeps_the_past_and_replaces_the_assignment_by_an_immediate_report(batch):
     env, policy, episodes = batch
-    ep = next(e for e in episodes if any(d.call is not None for d in e.decisions))
+    e = next(i for i, ep in enumerate(episodes) if any(d.call is not None for d in ep.decisions))
+    ep = episodes[e]
     call = next(d.call for d in ep.decisions if d.call is not None)
-    em = counterfactual_em(ep, call, CreditContext(env, policy))
-    replay = env.unwrapped.record
-    assert replay["question_id"] == ep.record["question_id"] and em in (0.0, 1.0)
+    deviation = next(i for i, d in enumerate(ep.decisions) if d.call == call)
+    (em,) = counterfactual_ems(episodes, [(e, call)], CreditContext(env, policy))
+    assert em in (0.0, 1.0)
+
+    def deviate(_, number, decision):
+        if number < deviation:
+            return ep.decisions[number].action
+        return first_report(decision) if number == deviation else None
+
+    replay = play_batch(env, policy, [ep.question_index], greedy_play=True, override=deviate)[0]
+    assert replay.parts["em"] == em
+    assert [d.action for d in replay.decisions[:deviation]] == [d.action for d in ep.decisions[:deviation]]
     # record["calls"] lists Searcher assignments first, in order: the replaced one reported at once.
-    assert len(replay["calls"][call]["outputs"]) == 1
-    assert replay["calls"][call]["outputs"][0].startswith("<report>")
-    # Everything before it is the recorded episode (the Leader's first delegation).
-    leader = next(c for c in ep.record["calls"] if c["role"] == "leader")["outputs"][0]
-    assert next(c for c in replay["calls"] if c["role"] == "leader")["outputs"][0] == leader
+    outputs = replay.record["calls"][call]["outputs"]
+    assert len(outputs) == 1 and outputs[0].startswith("<report>")
 
 
 def test_ppo_update_raises_the_probability_of_advantaged_actions(batch):
@@ -99,11 +108,14 @@ def test_ppo_update_raises_the_probability_of_advantaged_actions(batch):
 
 
 @pytest.mark.slow
-def test_training_with_hints_learns_the_world_quickly():
-    config = MarlConfig(method="role", iterations=12, episodes_per_iteration=16, hints=True, eval_questions=30)
+def test_training_with_hints_learns_the_world_quickly(monkeypatch):
+    monkeypatch.setitem(SCENARIOS, "hints_for_test", OptionScenario("hints_for_test", hints=True))
+    config = MarlConfig(method="role", scenario="hints_for_test", iterations=12, episodes_per_iteration=16,
+                        eval_questions=30)
     _, metrics = train(config, progress=False)
     random_policy = evaluate(MenuPolicy(MENU_SIZE), config)
     assert metrics["em"] > random_policy["em"] + 0.3
+    assert [row["iteration"] for row in metrics["curve"]] == list(range(1, 13))
 
 
 def test_unknown_method_is_named():
