@@ -58,18 +58,18 @@ class OptionScenario:
     world_size: str = "small"
 
     def make_env(self, split: str = "train", workflow: str | None = None, **overrides: Any) -> OptionWrapper:
-        """An option-mode environment of this scenario; ``workflow`` overrides it (a Teacher's cascade)."""
+        """An option-mode environment of this scenario; ``workflow`` overrides it (a Teacher's cascade),
+        ``overrides`` any environment option (``retriever=None``: an uncached BM25 index)."""
         world = load_default_world(self.world_seed, self.world_size)
-        # One BM25 index and one result cache per world: a query is searched once per process.
-        retriever = _cached_retriever(world.corpus)
         knowledge = closed_book(world.corpus, self.closed_book) if self.closed_book is not None else None
-        options: dict[str, Any] = {}
+        # One BM25 index and one result cache per world: a query is searched once per process.
+        options: dict[str, Any] = {"retriever": _cached_retriever(world.corpus), "corpus": world.corpus,
+                                   "questions": world.splits[split]}
         if workflow in (None, self.workflow):  # another workflow (a Teacher's cascade) keeps its own budget
             workflow, options["max_steps"] = self.workflow, self.max_steps
         if workflow == "hierarchical":
             options["num_searchers"] = self.num_searchers
-        return option_env(workflow, MENU_SIZE, self.hints, knowledge, retriever=retriever,
-                          questions=world.splits[split], **{**options, **overrides})
+        return option_env(workflow, MENU_SIZE, self.hints, knowledge, **{**options, **overrides})
 
     def card(self) -> dict[str, Any]:
         """The scenario's settings, as saved with results."""

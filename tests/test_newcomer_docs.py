@@ -57,12 +57,12 @@ def test_demo_script_needs_no_activated_venv(tmp_path):
 
 
 def test_credit_benchmark_prints_no_interval_for_one_seed():
-    from benchmarks.marl_credit_assignment import COLUMNS, table
+    from benchmarks.credit_assignment import COLUMNS, table
 
     run = {**dict.fromkeys(COLUMNS, 0.25), "seconds": 3.0}
     one = table({"opd": [run]})
-    assert "±" not in one and "1 seed" in one
-    assert "±" in table({"opd": [run, {**run, COLUMNS[0]: 0.5}]})
+    assert "[" not in one and "1 seed" in one
+    assert "[" in table({"opd": [run, {**run, COLUMNS[0]: 0.5}]})
 
 
 def test_readme_timings_come_from_the_job():

@@ -1,0 +1,304 @@
+"""Credit-assignment benchmark on the option mode: methods × seeds × scenarios, with paired CIs.
+
+Each run trains the shared ``MenuPolicy`` (training/marl) with PPO and one credit-assignment
+method on one scenario (``envs/option_scenarios.py``) for a fixed budget of iterations × episodes,
+then plays the first ``--eval-questions`` test questions greedily. The report gives, per scenario:
+
+* a table of final EM, searches per workflow and workflows without a search (mean and 95%
+  bootstrap CI over seeds), and the change in searches per workflow from the first to the last
+  ``--window`` training iterations (the paper's search-collapse indicator);
+* paired differences of final EM between every two methods (paired by seed, bootstrap CI);
+* learning curves (training EM, searches per workflow, workflows without search) with 95%
+  t-intervals across seeds, one figure per scenario.
+
+A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
+whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
+SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second of
+the vectorized path against the one-episode-at-a-time reference path, in one run.
+
+    python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
+    python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 --out runs/benchmarks/credit_assignment_speed
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import platform
+import random
+import runpy
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from envs.option_mode import MENU_SIZE
+from envs.option_scenarios import SCENARIOS, get_scenario
+from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
+from training.marl.policy import MenuPolicy, play, play_batch
+from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
+
+COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
+BOOTSTRAP_DRAWS = 10_000
+# Two-sided 95% Student-t quantiles by degrees of freedom (normal beyond the table).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 11: 2.201, 12: 2.179, 14: 2.145, 19: 2.093, 29: 2.045}
+
+
+def bootstrap_ci(values: list[float], seed: int = 0) -> tuple[float, float, float] | None:
+    """Mean and 95% percentile-bootstrap interval of the mean; None for fewer than two values."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    draws = np.random.default_rng(seed).integers(0, x.size, size=(BOOTSTRAP_DRAWS, x.size))
+    means = x[draws].mean(axis=1)
+    return float(x.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def cell(values: list[float]) -> str:
+    interval = bootstrap_ci(values)
+    if interval is None:
+        return f"{np.mean(values):.3f} (1 seed)"
+    mean, low, high = interval
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def search_change(run: dict, window: int) -> float:
+    """Searches per workflow over the last ``window`` training iterations minus the first ``window``."""
+    searches = [row["searches_per_workflow"] for row in run["curve"]]
+    return float(np.mean(searches[-window:]) - np.mean(searches[:window]))
+
+
+def table(runs_by_method: dict[str, list[dict]], window: int = 10) -> str:
+    header = ("| method | final EM | searches / workflow | workflows without search | "
+              f"Δ searches, last {window} − first {window} iterations | seconds / run |")
+    lines = [header, "|---|---|---|---|---|---|"]
+    for method, runs in runs_by_method.items():
+        cells = [cell([run[column] for run in runs]) for column in COLUMNS]
+        change = cell([search_change(run, window) for run in runs]) if runs[0].get("curve") else "—"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {np.mean([r['seconds'] for r in runs]):.0f} |")
+    return "\n".join(lines)
+
+
+def paired_differences(runs_by_method: dict[str, list[dict]]) -> list[dict]:
+    """Final EM of method a minus method b, paired by seed, for every pair."""
+    methods = list(runs_by_method)
+    rows = []
+    for i, a in enumerate(methods):
+        for b in methods[i + 1:]:
+            by_seed = {run["config"]["seed"]: run["em"] for run in runs_by_method[b]}
+            differences = [run["em"] - by_seed[run["config"]["seed"]] for run in runs_by_method[a]
+                           if run["config"]["seed"] in by_seed]
+            interval = bootstrap_ci(differences)
+            if interval is not None:
+                mean, low, high = interval
+                rows.append({"a": a, "b": b, "seeds": len(differences), "mean": mean, "low": low, "high": high,
+                             "excludes_zero": low > 0 or high < 0})
+    return rows
+
+
+def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("em", "training EM (fraction correct)"), ("searches_per_workflow", "searches per workflow"),
+              ("no_search_workflows", "workflows without search (fraction)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
+    styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+    for (key, label), ax in zip(panels, axes):
+        for index, (method, runs) in enumerate(runs_by_method.items()):
+            values = np.array([[row[key] for row in run["curve"]] for run in runs])
+            steps = np.arange(1, values.shape[1] + 1)
+            mean = values.mean(axis=0)
+            ax.plot(steps, mean, linestyle=styles[index % len(styles)], label=method)
+            if len(runs) > 1:
+                half = T95.get(len(runs) - 1, 1.96) * values.std(axis=0, ddof=1) / np.sqrt(len(runs))
+                high = mean + half if key == "searches_per_workflow" else np.minimum(mean + half, 1.0)
+                ax.fill_between(steps, np.maximum(mean - half, 0.0), high, alpha=0.15)
+        ax.set_xlabel("PPO iteration")
+        ax.set_ylabel(label)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    seeds = len(next(iter(runs_by_method.values())))
+    fig.suptitle(f"{scenario}: mean over {seeds} seeds, 95% t-interval bands")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+_LOADED_PLUGINS: dict[Path, list[str]] = {}  # per process: a spawned worker loads them again
+
+
+def load_plugins(paths: list[Path]) -> list[dict]:
+    """Run each plugin file once per process (its ``@register`` calls add methods); describe it."""
+    described = []
+    for path in paths:
+        key = path.resolve()
+        if key not in _LOADED_PLUGINS:
+            before = set(CREDIT_METHODS)
+            runpy.run_path(str(path), run_name="credit_plugin")
+            _LOADED_PLUGINS[key] = sorted(set(CREDIT_METHODS) - before)
+        described.append({"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                          "methods": _LOADED_PLUGINS[key]})
+    return described
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "load_average_at_end": list(os.getloadavg())}
+
+
+def reference_training(config: MarlConfig) -> int:
+    """The one-episode-at-a-time path: ``play`` on a plain option env, one policy call per decision.
+    Returns the number of episodes played."""
+    method = get_credit_method(config.method)
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    env = get_scenario(config.scenario).make_env("train", retriever=None)
+    policy = MenuPolicy(MENU_SIZE, config.hidden)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    context = CreditContext(vector_env(config, "train"), policy)
+    for _ in range(config.iterations):
+        episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
+                    for _ in range(config.episodes_per_iteration)]
+        ppo_update(policy, optimizer, episodes, method(episodes, context), config)
+    return config.iterations * config.episodes_per_iteration
+
+
+def vectorized_training(config: MarlConfig) -> int:
+    """The benchmark's path (``training.marl.trainer.train`` without the evaluation)."""
+    method = get_credit_method(config.method)
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    venv = vector_env(config, "train")
+    policy = MenuPolicy(MENU_SIZE, config.hidden)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    context = CreditContext(vector_env(config, "train"), policy)
+    for _ in range(config.iterations):
+        episodes = play_batch(venv, policy, [rng.randrange(len(venv.questions)) for _ in range(config.episodes_per_iteration)])
+        ppo_update(policy, optimizer, episodes, method(episodes, context), config)
+    return config.iterations * config.episodes_per_iteration
+
+
+def speed(args: argparse.Namespace, command: str) -> dict:
+    """Training episodes per second: the reference path (no cache, so every seed costs the same) on
+    seed 0, then the vectorized path on every seed in turn with one shared transition cache, as in
+    the benchmark (seed 0 starts cold)."""
+    results = {}
+    for scenario in args.scenarios:
+        config = MarlConfig(method="role", scenario=scenario, iterations=args.iterations,
+                            episodes_per_iteration=args.episodes, seed=0)
+        get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
+        row = {"reference": timed(reference_training, config)}
+        row["vectorized"] = [timed(vectorized_training, replace(config, seed=seed)) for seed in args.seeds]
+        row["speedup_cold"] = row["vectorized"][0]["episodes_per_s"] / row["reference"]["episodes_per_s"]
+        total = sum(run["episodes"] for run in row["vectorized"]) / sum(run["seconds"] for run in row["vectorized"])
+        row["speedup_over_seeds"] = total / row["reference"]["episodes_per_s"]
+        results[scenario] = row
+        print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
+    return {"command": command, "machine": machine(), "method": "role", "iterations": args.iterations,
+            "episodes_per_iteration": args.episodes, "seeds": args.seeds, "results": results}
+
+
+def timed(run, config: MarlConfig) -> dict:
+    started = time.perf_counter()
+    episodes = run(config)
+    seconds = time.perf_counter() - started
+    return {"seed": config.seed, "episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}
+
+
+def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: dict, plugins: list[str]) -> dict:
+    """Every (method, seed) run of one scenario, in one process: they share its transition cache."""
+    torch.set_num_threads(1)
+    load_plugins([Path(path) for path in plugins])
+    runs: dict[str, list[dict]] = {}
+    for method in methods:
+        for seed in seeds:
+            config = MarlConfig(method=method, scenario=scenario, seed=seed, **settings)
+            started = time.perf_counter()
+            _, metrics = train(config, progress=False)
+            metrics["seconds"] = time.perf_counter() - started
+            runs.setdefault(method, []).append({"config": asdict(config), **metrics})
+            print(json.dumps({"scenario": scenario, "method": method, "seed": seed,
+                              **{k: round(metrics[k], 4) for k in (*COLUMNS, "seconds")}}), flush=True)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", nargs="+", default=sorted(SCENARIOS))
+    parser.add_argument("--methods", nargs="+", default=None, help="default: every registered method")
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--episodes", type=int, default=32, help="episodes per PPO iteration")
+    parser.add_argument("--eval-questions", type=int, default=200)
+    parser.add_argument("--window", type=int, default=10, help="iterations compared for the search change")
+    parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
+    parser.add_argument("--speed", action="store_true", help="measure episodes/s of both paths instead")
+    parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
+    parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    command = "python benchmarks/credit_assignment.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    for name in args.scenarios:
+        if name not in SCENARIOS:
+            parser.error(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}")
+    plugins = load_plugins(args.plugin)
+    methods = args.methods or sorted(CREDIT_METHODS)
+    unknown = set(methods) - set(CREDIT_METHODS)
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}; choose from {sorted(CREDIT_METHODS)} or add one with --plugin")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.speed:
+        summary = speed(args, command)
+        (args.out / "speed.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    started_all = time.perf_counter()
+    settings = {"iterations": args.iterations, "teacher_iterations": args.iterations,
+                "episodes_per_iteration": args.episodes, "eval_questions": args.eval_questions}
+    jobs = [(scenario, methods, args.seeds, settings, [str(p) for p in args.plugin]) for scenario in args.scenarios]
+    if args.workers > 1:
+        with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
+            outcomes = pool.starmap(run_scenario, jobs)
+    else:
+        outcomes = [run_scenario(*job) for job in jobs]
+    runs = dict(zip(args.scenarios, outcomes))
+    total = time.perf_counter() - started_all
+
+    report = [f"# Credit assignment on the option mode\n\nCommand: `{command}`\n",
+              (f"{len(methods)} methods × {len(args.seeds)} seeds × {len(args.scenarios)} scenarios, "
+              f"{args.iterations} PPO iterations × {args.episodes} episodes each (the OPD Teacher: as many on the "
+              f"cascade), greedy evaluation on {args.eval_questions} test questions; total {total / 60:.1f} min on "
+              f"{machine()['cpus']} CPUs. Intervals: 95% percentile bootstrap over seeds.\n")]
+    differences = {}
+    for scenario, by_method in runs.items():
+        plot_curves(scenario, by_method, args.out / f"curves_{scenario}.png")
+        differences[scenario] = paired_differences(by_method)
+        report += [f"## {scenario}\n", table(by_method, args.window), "",
+                   f"![learning curves](curves_{scenario}.png)\n",
+                   "Paired differences of final EM (a − b, by seed):\n",
+                   "| a | b | mean | 95% CI | excludes 0 |", "|---|---|---|---|---|"]
+        report += [f"| {d['a']} | {d['b']} | {d['mean']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+                   f"{'yes' if d['excludes_zero'] else 'no'} |" for d in differences[scenario]]
+        report.append("")
+    summary = {"command": command, "machine": machine(), "total_seconds": total, "plugins": plugins,
+               "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
+               "methods": methods, "seeds": args.seeds, "runs": runs, "paired_differences": differences}
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    (args.out / "results.md").write_text("\n".join(report))
+    print("\n".join(report))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
