@@ -12,25 +12,19 @@ from envs.option_scenarios import SCENARIOS, get_scenario
 from envs.option_vector import OptionVectorEnv, TransitionCache
 from envs.synthwiki import load_default_world
 from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
-from training.marl.policy import MenuPolicy, play_batch
+from training.marl.policy import MenuPolicy, play, play_batch
 
 
 def without_wall_clock(record):
     return {key: value for key, value in record.items() if key != "duration_s"}
 
 
-def replay(env, question_index, actions):
-    """The text environment played with ``actions``, one AEC step at a time."""
-    env.reset(options={"question_index": question_index})
+def replay(env, policy, question_index, actions):
+    """The text environment played one AEC step at a time (``play``), choosing ``actions``."""
     actions = iter(actions)
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        env.step(next(actions))
+    record = play(env, policy, {"question_index": question_index}, lambda decision, dist: next(actions)).record
     assert next(actions, None) is None
-    return env.unwrapped.record
+    return record
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -46,7 +40,7 @@ def test_vectorized_episodes_replay_identically_through_the_text_environment(nam
     assert cache.hits > 0 and cache.misses > 0
     fresh = scenario.make_env("train")
     for episode in episodes:
-        record = replay(fresh, episode.question_index, [d.action for d in episode.decisions])
+        record = replay(fresh, policy, episode.question_index, [d.action for d in episode.decisions])
         assert without_wall_clock(record) == without_wall_clock(episode.record)
 
 
@@ -76,18 +70,16 @@ def test_closed_book_is_deterministic_and_recalls_at_the_configured_rates():
 
 def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():
     env = get_scenario("lazy_searcher_v0").make_env("train")
-    env.reset(options={"question_index": 0})
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent]:
-            env.step(None)
-            continue
-        menu = env.menu(agent)
-        memory = [i for i, option in enumerate(menu) if option.label.startswith("from memory")]
-        if env.unwrapped.role_of(agent) == "searcher":
+
+    def memory_or_hint(decision, dist):
+        menu = env.menu(decision.agent)
+        if decision.role == "searcher":
+            memory = [i for i, option in enumerate(menu) if option.label.startswith("from memory")]
             assert memory and menu[memory[0]].kind == "report"
-            env.step(memory[0])
-        else:
-            env.step(next(i for i, option in enumerate(menu) if option.hint))
-    assert env.unwrapped.record["counters"]["search_actions"] == 0
+            return memory[0]
+        return next(i for i, option in enumerate(menu) if option.hint)
+
+    episode = play(env, MenuPolicy(MENU_SIZE, hidden=16), {"question_index": 0}, memory_or_hint)
+    assert any(d.role == "searcher" for d in episode.decisions)
+    assert episode.record["counters"]["search_actions"] == 0
     assert get_scenario("synthwiki_v0").card()["closed_book"] is None
