@@ -12,6 +12,7 @@ from envs.option_scenarios import SCENARIOS, get_scenario
 from envs.option_vector import OptionVectorEnv, TransitionCache
 from envs.synthwiki import load_default_world
 from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+from maopd.config import ConfigError
 from training.marl.policy import MenuPolicy, play, play_batch
 
 
@@ -64,7 +65,7 @@ def test_closed_book_is_deterministic_and_recalls_at_the_configured_rates():
     assert abs(right - 0.63) < 0.04
     nothing_known = ClosedBook(corpus, ClosedBookConfig(known_fraction=0.0))
     assert all(nothing_known.recall(s, p) != v for (s, p), v in facts[:200])
-    with pytest.raises(ValueError, match="known_fraction"):
+    with pytest.raises(ConfigError, match="known_fraction"):
         ClosedBookConfig(known_fraction=1.5)
 
 

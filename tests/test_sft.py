@@ -1,5 +1,7 @@
 """SFT encoding (token-exact, assistant-only loss), training, and the base model π_0 build."""
 
+import random
+import re
 from dataclasses import replace
 from itertools import pairwise
 
@@ -280,3 +282,18 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
     record = run_episode(env, policy, seed=0, options={"question_index": 0})
     assert {"leader", "answerer"} <= {call["role"] for call in record["calls"]}
     assert len(record["candidate_scores"]) == 1
+
+
+def test_closed_book_facts_are_pretrained_on_and_change_the_key_only_when_set():
+    from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+    from envs.synthwiki.world import load_default_world
+    from training.base_model import closed_book_texts
+
+    plain = SFTConfig(world_size="tiny")
+    knowing = replace(plain, closed_book=ClosedBookConfig(known_fraction=0.5), closed_book_repeats=2)
+    assert plain.key() == replace(plain, closed_book_repeats=7).key()  # unset: the key is the old one
+    assert knowing.key() != plain.key() and closed_book_texts(plain, random.Random(0)) == []
+    texts = closed_book_texts(knowing, random.Random(0))
+    memorised = ClosedBook(load_default_world(0, "tiny").corpus, knowing.closed_book).memorised_sentences()
+    stated = [sentence for text in texts for sentence in re.split(r"(?<=\.) ", text)]
+    assert len(memorised) > 10 and sorted(stated) == sorted(memorised * 2)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envs.actions import ROLES
+from envs.synthwiki.closed_book import ClosedBookConfig
 from maopd.config import ConfigError, save_yaml, to_dict
 from maopd.paths import build_directory_atomically
 
@@ -81,6 +82,11 @@ class SFTConfig:
     # copying it; the restatement does, among distractors, which is what a Searcher's report needs.
     pretrain_recall_group: int = 0
     pretrain_recall_sentences: int = 3
+    # Closed-book knowledge (envs.synthwiki.closed_book): the facts of the world_seed world that π_0
+    # "knows", as it states them (wrong ones included), are pretrained on this many times each, in
+    # shuffled groups, so that some questions can be answered without search. None: none.
+    closed_book: ClosedBookConfig | None = None
+    closed_book_repeats: int = 4
     pretrain_epochs: int = 1
     pretrain_seq_len: int = 256
     pretrain_batch_size: int = 16
@@ -116,6 +122,7 @@ class SFTConfig:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"noise_knobs: {exc}") from None
         for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
+                     "closed_book_repeats",
                      "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences",
                      "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:
@@ -141,8 +148,11 @@ class SFTConfig:
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
         values = to_dict(self)
-        if not self.noise_knobs:  # models built before the field existed keep their key
-            del values["noise_knobs"]
+        for name in ("noise_knobs", "closed_book"):  # models built before the field existed keep their key
+            if not getattr(self, name):
+                del values[name]
+        if self.closed_book is None:
+            del values["closed_book_repeats"]
         text = json.dumps({"build_version": BUILD_VERSION, **values}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -196,7 +206,24 @@ def pretraining_texts(config: SFTConfig) -> list[str]:
             pool = [sentence for d in group for sentence in sentences(d.text)]
             recalled = rng.sample(pool, min(config.pretrain_recall_sentences, len(pool)))
             texts.append("\n".join(f"{d.title}: {d.text}" for d in group) + "\n" + " ".join(recalled))
-    return texts
+    return texts + closed_book_texts(config, rng)
+
+
+CLOSED_BOOK_GROUP = 8  # memorised sentences per pretraining text
+
+
+def closed_book_texts(config: SFTConfig, rng: random.Random) -> list[str]:
+    """The world_seed world's memorised facts (``ClosedBook.memorised_sentences``), each repeated
+    ``closed_book_repeats`` times, shuffled into texts of ``CLOSED_BOOK_GROUP`` sentences."""
+    if config.closed_book is None:
+        return []
+    from envs.synthwiki.closed_book import closed_book
+    from envs.synthwiki.world import load_default_world
+
+    corpus = load_default_world(config.world_seed, config.world_size).corpus
+    sentences = closed_book(corpus, config.closed_book).memorised_sentences() * config.closed_book_repeats
+    rng.shuffle(sentences)
+    return [" ".join(sentences[i:i + CLOSED_BOOK_GROUP]) for i in range(0, len(sentences), CLOSED_BOOK_GROUP)]
 
 
 def pretraining_examples(config: SFTConfig, tokenizer) -> list:

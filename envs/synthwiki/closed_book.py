@@ -12,8 +12,9 @@ per world, for every consumer:
 
 A 1-hop question is then answerable closed-book with probability about
 ``known_fraction · recall_accuracy``, a k-hop chain about its k-th power. The option mode's
-"report from memory" Searcher option (``envs.option_mode``) and the memorised sentences a base
-model is pretrained on (``memorised_sentences``) both read this one definition.
+"report from memory" Searcher option (``envs.option_mode``, the ``lazy_searcher_v0`` scenario)
+and the memorised sentences a base model is pretrained on (``SFTConfig.closed_book``, through
+``memorised_sentences``) both read this one definition.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from envs.retrieval.corpus import Corpus
 from envs.synthwiki.grammar import fact_sentence
 from envs.synthwiki.knowledge import Knowledge
+from maopd.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class ClosedBookConfig:
         for name in ("known_fraction", "recall_accuracy"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
-                raise ValueError(f"{name}={value!r} is invalid: must be a probability in [0, 1]")
+                raise ConfigError(f"{name}: {value!r} is invalid: must be a probability in [0, 1]")
 
 
 def _draw(*parts: object) -> float:
