@@ -204,13 +204,17 @@ def test_opd_config_reaches_every_section():
 
 
 def test_defaults_are_written_once():
+    from agents.openai_policy import OpenAIPolicyConfig
     from agents.sampling import SamplingConfig
-    from benchmarks.eval.runner import EvalSettings
     from envs.cascade_search_v0 import raw_env as cascade
     from envs.hierarchical_search_v0 import raw_env as hierarchy
+    from maopd.cli import build_parser
     from maopd.pipeline import EvalConfig
 
-    assert EvalConfig().temperature == SamplingConfig().temperature == EvalSettings().temperature == 0.6
-    assert EvalConfig().top_p == SamplingConfig().top_p == EvalSettings().top_p == 0.95
+    run = build_parser().parse_args(["eval", "run", "--manifest", "m.json", "--out", "x.jsonl"])
+    assert EvalConfig().temperature == SamplingConfig().temperature == run.temperature == 0.6
+    assert EvalConfig().top_p == SamplingConfig().top_p == run.top_p == 0.95
+    openai = OpenAIPolicyConfig(base_url="http://127.0.0.1:8000/v1", model="m")
+    assert (openai.temperature, openai.top_p) == (0.6, 0.95)
     assert STAGE_SETTINGS["stage1"]["env.max_steps"] == cascade.default_max_steps == 5
     assert STAGE_SETTINGS["stage2"]["env.max_steps"] == hierarchy.default_max_steps == 12

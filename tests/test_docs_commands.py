@@ -18,8 +18,11 @@ read (the same rules for fenced code blocks and for inline code):
   `<...>` stands for a value and is replaced by `1`, which every argument type accepts.
 - **References, not command lines**: a `...` word outside any group elides arguments, and a span
   made only of command words (`maopd eval run`, `maopd plot`) names a command. For these the test
-  checks that every named (sub)command exists; a span of command words is also parsed, and may
-  fail only for missing required arguments. A bare `maopd` names the program and is skipped.
+  checks that every named (sub)command exists and, after a `...`, that every `--option` written
+  is one of that command's; a span of command words is also parsed, and may fail only for missing
+  required arguments. A bare `maopd` names the program and is skipped.
+- **Messages, not commands**: `maopd train: ...` (a first word ending in `:`) quotes what the
+  program prints, and is skipped.
 
 Besides parsing: a `--config configs/...` or `models/...` path must exist, and no `maopd` command
 in the docs writes into `benchmarks/results/` (committed results are reproduced into `runs/` and
@@ -120,7 +123,8 @@ def _collect() -> list[tuple[str, str]]:
         block_lines, spans = _fenced_and_inline(path.read_text(encoding="utf-8"))
         for line in [*block_lines, *spans]:
             for arguments in _commands(line):
-                if arguments:  # a bare `maopd` names the program
+                # a bare `maopd` names the program; `maopd train: ...` quotes a message
+                if arguments and not arguments.split()[0].endswith(":"):
                     found.append((f"{path.relative_to(ROOT)}: maopd {arguments}", arguments))
     return found
 
@@ -136,10 +140,16 @@ def _subcommand_names(parser: argparse.ArgumentParser) -> dict[str, argparse.Arg
 
 
 def _check_reference(parser: argparse.ArgumentParser, words: list[str]) -> None:
-    for word in words:
+    """The (sub)commands before a `...` exist; every `--option` after it is one of the last one's."""
+    elided = words.index("...") if "..." in words else len(words)
+    for word in words[:elided]:
         children = _subcommand_names(parser)
         assert word in children, f"no subcommand {word!r} (has {sorted(children)})"
         parser = children[word]
+    options = {option for action in parser._actions for option in action.option_strings}
+    for word in words[elided:]:
+        if word.startswith("--"):
+            assert word.split("=", 1)[0] in options, f"no option {word!r} (has {sorted(options)})"
 
 
 def _is_reference(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
@@ -163,7 +173,7 @@ def test_doc_command_parses(where, arguments):
     for argv in _forms(arguments):
         reference = _is_reference(parser, argv)
         if reference:
-            _check_reference(parser, [word for word in argv if word != "..."])
+            _check_reference(parser, argv)
             if "..." in argv:
                 continue
         argv = ["1" if PLACEHOLDER.match(word) else word for word in argv]
