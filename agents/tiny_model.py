@@ -23,6 +23,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from agents.model_files import ModelFileError, check_model_dir
 from agents.tokenizer import train_tokenizer
 from maopd.config import ConfigError
 
@@ -111,14 +112,20 @@ def load_model(
     A directory that exists is read as it is (never the hub). Anything else that looks like a
     hub id (``Qwen/Qwen3-0.6B``) goes through ``from_pretrained`` and its cache: downloaded when a
     hub is reachable, read from the cache alone when the user sets the standard
-    ``HF_HUB_OFFLINE=1``. A failure to get it says so in one line.
+    ``HF_HUB_OFFLINE=1``. A failure to get it says so in one line; a damaged local directory
+    raises ``ModelFileError`` naming the file.
     """
     path = Path(source)
     if path.exists():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path}: no config.json; not a saved model directory")
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        check_model_dir(path)  # a damaged config.json or weights file: an error that names it
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        except OSError as exc:  # transformers' word for a missing or unreadable file of the model
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise ModelFileError(f"{path}: cannot load the model ({reason}); check the model directory") from None
         return model.to(device).eval(), tokenizer
     name = str(source)
     if not HUB_ID.match(name):

@@ -11,11 +11,14 @@ address) is one line, ``maopd <command>: <message>``, and exit status 2, never a
 commands raise), ``ConfigError``, malformed YAML, the project's file-format errors, and the
 OS errors of a path (missing, not a directory, a directory, exists, permission denied). Any other
 exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the trace of user errors too.
+An OS error of a path says what is wrong with which path and what to do (``path_error_message``).
+Usage errors (an unknown option, a number out of range) are one line too, with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -35,12 +38,15 @@ class UserError(Exception):
 
 
 USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
+# other OS errors of a path the user chose: a read-only file system, a full disk, a name too long
+USER_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.ENAMETOOLONG)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     """The exception types that mean bad input, not a bug (imported only when an error happens)."""
     import yaml
 
+    from agents.model_files import ModelFileError
     from benchmarks.eval.records import RecordError
     from envs.datasets import DatasetError
     from envs.retrieval.corpus import CorpusError
@@ -49,7 +55,43 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from maopd.paths import PathOutsideRunError
 
     return (UserError, ConfigError, PathOutsideRunError, yaml.YAMLError, DatasetError, RecordError,
-            CorpusError, RetrievalServerError, *USER_OS_ERRORS)
+            CorpusError, RetrievalServerError, ModelFileError, *USER_OS_ERRORS)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in USER_ERRNOS and exc.filename is not None:
+        return True
+    return isinstance(exc, user_error_types())
+
+
+def path_error_message(exc: OSError) -> str:
+    """One line for an OS error of a path: the path, what is wrong with it, what to do."""
+    path = exc.filename
+    if path is None:  # raised by the project with its own message
+        return " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, FileExistsError):  # every mkdir of the project passes exist_ok=True
+        return f"{path} exists and is not a directory; a directory is needed there: remove the file or choose another path"
+    if isinstance(exc, NotADirectoryError):
+        return f"{path}: not a directory (it or a parent is a file); give a path under a directory"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a directory; give a file path"
+    if isinstance(exc, FileNotFoundError):
+        return f"{path} does not exist; check the path"
+    if isinstance(exc, PermissionError):
+        return (f"{path}: permission denied; choose a location you may write to (or read, for an input), "
+                "or change its permissions")
+    if exc.errno == errno.EROFS:
+        return f"{path}: read-only file system; choose a writable location"
+    if exc.errno == errno.ENOSPC:
+        return f"{path}: no space left on the device; free some space or choose another location"
+    return f"{path}: {exc.strerror or exc}"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (with where to look), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def bounded_int(low: int, high: int | None = None):
@@ -79,7 +121,7 @@ def _command_name(args: argparse.Namespace) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="maopd",
         description="MultiAgent-OPD: train hierarchical LLM agent teams with RL and on-policy distillation.",
     )
@@ -94,12 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Exception as exc:
-        if os.environ.get("MAOPD_DEBUG") or not isinstance(exc, user_error_types()):
+        if os.environ.get("MAOPD_DEBUG") or not is_user_error(exc):
             raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, OSError):
+            message = path_error_message(exc)
+        else:
+            message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"maopd {_command_name(args)}: {message}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m maopd.cli``: run the ``maopd.cli`` module the commands import, not this ``__main__``
+    # copy of it, whose ``UserError`` would be another class than the one they raise
+    from maopd.cli import main as package_main
+
+    sys.exit(package_main())

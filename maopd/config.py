@@ -216,6 +216,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def parse_yaml_file(path: Path) -> Any:
+    """The YAML in ``path``; malformed YAML or a binary file is a ``ConfigError`` naming the file and line."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text; give a YAML file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML ({problem}{where}); fix its syntax") from None
+
+
 def read_yaml_mapping(path: str | Path | None) -> dict[str, Any]:
     """The mapping in a YAML config file ({} when ``path`` is None); errors name the file."""
     if path is None:
@@ -223,7 +236,7 @@ def read_yaml_mapping(path: str | Path | None) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    loaded = parse_yaml_file(path)
     if loaded is None:
         # an empty file is a mistake (a truncated copy, the wrong path), not "every default"
         raise ConfigError(f"config file {path} is empty; write the settings it should hold, or pass no file")

@@ -3,6 +3,7 @@ hf / vLLM / OpenAI-compatible backends; a run directory as --model; EvalSettings
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -99,7 +100,7 @@ def test_eval_settings_hold_only_what_the_runner_reads():
     assert {f.name for f in dataclasses.fields(EvalSettings)} == {"attempts", "batch_size", "seed", "keep_trajectory"}
 
 
-def test_a_model_that_is_nowhere_is_a_one_line_error(manifest_path, tmp_path):
-    with pytest.raises(SystemExit, match=r"^maopd eval run: --model: .*no such model directory"):
-        main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint",
-              "--model", str(tmp_path / "nothing" / "here"), "--out", str(tmp_path / "r.jsonl")])
+def test_a_model_that_is_nowhere_is_a_one_line_error(manifest_path, tmp_path, capsys):
+    assert main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint",
+                 "--model", str(tmp_path / "nothing" / "here"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert re.fullmatch(r"maopd eval run: --model: .*no such model directory.*\n", capsys.readouterr().err)

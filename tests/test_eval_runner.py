@@ -100,4 +100,4 @@ def test_cli_reports_bad_records_without_a_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"method": "m"}\n')
     assert main(["eval", "score", str(bad), "--out", str(tmp_path / "o")]) == 2
-    assert re.search(r"^maopd eval score: .*bad.jsonl:1: missing field", capsys.readouterr().err)
+    assert re.fullmatch(r"maopd eval score: .*bad.jsonl:1: missing field.*\n", capsys.readouterr().err)

@@ -41,7 +41,6 @@ import os
 import random
 import shutil
 import signal
-import struct
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.model_files import weights_problem
 from maopd.config import save_yaml
 from maopd.paths import PathOutsideRunError, resolve_inside
 from training.atomic_write import write_text_atomically
@@ -211,44 +211,6 @@ def prune_checkpoints(root: Path, keep_last: int) -> None:
             shutil.rmtree(old)
 
 
-def _safetensors_problem(path: Path) -> str | None:
-    """Why a ``.safetensors`` file is unusable (its header or its size), or None.
-
-    The header lists every tensor's byte range, so a truncated file is caught without reading
-    the weights.
-    """
-    if not path.is_file():
-        return f"{path.name} is missing"
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as handle:
-            (header_size,) = struct.unpack("<Q", handle.read(8))
-            if header_size > size:
-                return f"{path.name}: truncated header"
-            header = json.loads(handle.read(header_size))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
-        return f"{path.name}: unreadable header ({exc})"
-    if size != 8 + header_size + end:
-        return f"{path.name}: {size} bytes, its header describes {8 + header_size + end}"
-    return None
-
-
-def _weights_problem(model_dir: Path) -> str | None:
-    index = model_dir / "model.safetensors.index.json"
-    if not index.is_file():
-        return _safetensors_problem(model_dir / "model.safetensors")
-    try:
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    except (ValueError, KeyError, AttributeError) as exc:
-        return f"{index.name}: unreadable ({exc})"
-    for shard in shards:
-        problem = _safetensors_problem(model_dir / shard)
-        if problem:
-            return problem
-    return None
-
-
 def checkpoint_problem(checkpoint: str | Path) -> str | None:
     """What makes a checkpoint unusable, or None when it is intact.
 
@@ -266,7 +228,7 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
         json.loads((checkpoint / MODEL / "config.json").read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         return f"{MODEL}/config.json: unreadable ({exc})"
-    problem = _weights_problem(checkpoint / MODEL)
+    problem = weights_problem(checkpoint / MODEL)
     if problem:
         return f"{MODEL}/{problem}"
     try:

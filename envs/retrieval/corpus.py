@@ -60,12 +60,19 @@ def parse_corpus_line(line: str, where: str) -> Document:
 def iter_corpus(path: str | Path) -> Iterator[Document]:
     """Stream documents; raises ``CorpusError`` naming ``path:line`` on the first bad line."""
     path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"corpus file {path} is a directory; give a JSONL file, one {{\"id\", \"contents\"}} per line")
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield parse_corpus_line(line, f"{path}:{number}")
+        number = 0
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield parse_corpus_line(line, f"{path}:{number}")
+        except UnicodeDecodeError:
+            raise CorpusError(f"{path}:{number + 1}: not UTF-8 text; a corpus is a JSONL file, "
+                              'one {"id", "contents"} per line') from None
 
 
 class Corpus:
@@ -95,9 +102,13 @@ class Corpus:
 
     def write_jsonl(self, path: str | Path) -> None:
         with Path(path).open("w", encoding="utf-8") as handle:
-            for doc in self.documents:
-                handle.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
+            handle.writelines(json.dumps(doc.to_json(), ensure_ascii=False) + "\n" for doc in self.documents)
 
 
 def load_corpus(path: str | Path) -> Corpus:
-    return Corpus(iter_corpus(path))
+    """The corpus in a JSONL file; ``CorpusError`` names the file if it is missing, malformed or empty."""
+    corpus = Corpus(iter_corpus(path))
+    if len(corpus) == 0:
+        raise CorpusError(f"corpus file {path} holds no documents; write one {{\"id\", \"contents\"}} JSON object "
+                          "per line")
+    return corpus

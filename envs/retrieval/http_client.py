@@ -97,7 +97,8 @@ class HTTPRetriever:
                 return response.json()
             except ValueError:
                 raise RetrievalServerError(f"{shown} answered with non-JSON: {response.text[:200]!r}") from None
-        raise RetrievalServerError(f"retrieval server {shown} failed after {self.retries + 1} attempts ({last_error})")
+        raise RetrievalServerError(f"retrieval server {shown} failed after {self.retries + 1} attempts ({last_error}); "
+                                   "check that a server is running at that URL (maopd retriever serve starts one)")
 
     def close(self) -> None:
         self._client.close()

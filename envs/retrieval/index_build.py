@@ -65,9 +65,7 @@ def build_dense_index(
     from envs.retrieval.encoder import TextEncoder
 
     start = time.perf_counter()
-    corpus = load_corpus(corpus_path)
-    if len(corpus) == 0:
-        raise ValueError(f"corpus {corpus_path} is empty")
+    corpus = load_corpus(corpus_path)  # never empty
     out = Path(out)
     chunk_dir = out / "chunks"
     chunk_dir.mkdir(parents=True, exist_ok=True)

@@ -135,13 +135,13 @@ def _manifest(args) -> int:
     for spec in args.dataset:
         name, sep, rest = spec.partition("=")
         if not sep:
-            raise SystemExit(f"--dataset {spec!r}: expected NAME=PATH[:FORMAT]")
+            raise ValueError(f"--dataset {spec!r}: expected NAME=PATH[:FORMAT]")
         pools[name] = [e.question for e in convert(*_split_spec(rest))]
     counts = {name: min(PAPER_COUNTS.get(name, len(pool)), len(pool)) for name, pool in pools.items()}
     for spec in args.count:
         name, sep, value = spec.partition("=")
         if not sep or not value.isdigit() or name not in pools:
-            raise SystemExit(f"--count {spec!r}: expected NAME=N for one of {sorted(pools)}")
+            raise ValueError(f"--count {spec!r}: expected NAME=N for one of {sorted(pools)}")
         counts[name] = int(value)
     training = [e.question.question for spec in args.training for e in convert(*_split_spec(spec))]
     manifest = build_manifest(pools, counts, MANIFEST_SEED if args.seed is None else args.seed, training)
@@ -169,13 +169,16 @@ def _run(args) -> int:
         env_options["retriever"] = build_retriever(load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set),
                                                    corpus)
     if args.policy == "checkpoint":
+        from agents.model_files import ModelFileError
+
         if not args.model:
-            raise ValueError("--model: --policy checkpoint needs a model (a hub id, a model, run or checkpoint directory)")
+            raise ValueError("--model: --policy checkpoint needs a model: pass --model with a hub id, a model, run or "
+                             "checkpoint directory")
         try:
             solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p,
                                       args.max_new_tokens, args.max_input_tokens, args.device, args.dtype,
                                       args.backend, args.base_url, args.api_key_env, **env_options)
-        except FileNotFoundError as exc:  # a model that is neither here nor on the hub: one line
+        except (FileNotFoundError, ModelFileError) as exc:  # a model that is missing or damaged: one line
             raise ValueError(f"--model: {exc}") from None
     else:
         solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions, **env_options)

@@ -71,13 +71,17 @@ def _index_build(args) -> int:
     elif args.kind in ("pyserini", "lucene"):
         import time
 
+        from envs.retrieval.corpus import CorpusError, iter_corpus
         from envs.retrieval.pyserini_adapter import build_lucene_index
 
+        if next(iter_corpus(args.corpus), None) is None:  # missing, empty, a bad first line: named in one line
+            raise CorpusError(f"corpus file {args.corpus} holds no documents; write one {{\"id\", \"contents\"}} "
+                              "JSON object per line")
         start = time.perf_counter()
         try:
             build_lucene_index(args.corpus, args.out)
         except ModuleNotFoundError as exc:
-            raise SystemExit(f"maopd index build: {exc}") from None
+            raise UserError(str(exc)) from None
         print(f"pyserini (Lucene) index -> {args.out} in {time.perf_counter() - start:.1f}s; "
               f"read it with retriever.kind=pyserini retriever.index_dir={args.out}")
         return 0

@@ -25,9 +25,7 @@ def register(subparsers) -> None:
 
 def resolve_config(path: str | None, overrides: list[str], smoke: bool):
     """The ``SFTConfig`` of defaults (or the smoke config), then the YAML file, then overrides."""
-    import yaml
-
-    from maopd.config import ConfigError, apply_overrides, from_dict, to_dict
+    from maopd.config import ConfigError, apply_overrides, from_dict, parse_yaml_file, to_dict
     from training.base_model import SMOKE_CONFIG, SFTConfig
 
     data = to_dict(SMOKE_CONFIG if smoke else SFTConfig())
@@ -35,7 +33,7 @@ def resolve_config(path: str | None, overrides: list[str], smoke: bool):
         file = Path(path)
         if not file.is_file():
             raise ConfigError(f"config file {file} does not exist")
-        loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        loaded = parse_yaml_file(file) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping at the top level")
         from_dict(SFTConfig, loaded)  # names the bad field of the file itself
@@ -44,17 +42,17 @@ def resolve_config(path: str | None, overrides: list[str], smoke: bool):
 
 
 def _sft(args) -> int:
-    from maopd.config import ConfigError
+    from maopd.cli import UserError
     from training.base_model import build_base_model, load_or_build_base_model
 
     try:
         config = resolve_config(args.config, args.overrides, args.smoke)
-    except (ConfigError, ValueError) as exc:
-        raise SystemExit(f"maopd sft: {exc}") from exc
+    except ValueError as exc:  # ConfigError included
+        raise UserError(str(exc)) from None
     if args.out is not None:
         out = Path(args.out)
         if out.exists() and any(out.iterdir()):
-            raise SystemExit(f"maopd sft: --out {out} exists and is not empty")
+            raise UserError(f"--out {out} exists and is not empty; give a new or empty directory")
         directory = build_base_model(config, out)
     else:
         directory = load_or_build_base_model(config, args.cache_dir)

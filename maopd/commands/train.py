@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
+
+from maopd.cli import UserError
 
 
-def _refuse(command: str, message: object) -> int:
-    """A config the command cannot run: one line on stderr, exit status 2, nothing written."""
-    print(f"maopd {command}: {message}", file=sys.stderr)
-    return 2
+def _in_file(path: str, exc: Exception, label: str = "") -> str:
+    """``exc``'s message, led by the config file (``label path``) unless it already names it."""
+    return str(exc) if str(path) in str(exc) else f"{label}{path}: {exc}"
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -20,21 +20,19 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.config is None:
         if args.resume:
-            return _refuse("train", "--resume applies to one stage (--config FILE); the pipeline always resumes "
-                                    "what its run directory holds under the same config")
+            raise UserError("--resume applies to one stage (--config FILE); the pipeline always resumes "
+                            "what its run directory holds under the same config")
         return _pipeline("train", args.preset, args.overrides, args.run_dir, args.fresh)
     try:
         config = load_config(args.config, args.overrides)
         if args.run_dir is not None:
             config = dataclasses.replace(config, run_dir=args.run_dir)  # checked again, like the file's
-    except ConfigError as exc:
-        return _refuse("train", f"{args.config}: {exc}")
+    except ConfigError as exc:  # a config the command cannot run: one line, exit status 2, nothing written
+        raise UserError(_in_file(args.config, exc)) from None
     resume = True if args.resume else (False if args.fresh else None)
     try:
         run_dir = train_stage(config, resume=resume)
-    except ConfigError as exc:
-        return _refuse("train", exc)
-    except TrainingStopped as exc:
+    except TrainingStopped as exc:  # not bad input: the run diverged; one line, exit status 1
         raise SystemExit(f"maopd train: {exc}") from exc
     print(f"run directory: {run_dir}")
     return 0
@@ -50,12 +48,10 @@ def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | No
         if run_dir is not None:
             config = dataclasses.replace(config, run_dir=run_dir)  # checked again, like the file's
     except ConfigError as exc:
-        return _refuse(command, f"preset {preset}: {exc}")
+        raise UserError(_in_file(preset, exc, "preset ")) from None
     try:
         run_pipeline(config, fresh=fresh)
-    except ConfigError as exc:
-        return _refuse(command, exc)
-    except TrainingStopped as exc:
+    except TrainingStopped as exc:  # not bad input: the run diverged; one line, exit status 1
         raise SystemExit(f"maopd {command}: {exc}") from exc
     return 0
 
@@ -70,7 +66,7 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         paths = plot_runs(args.run_dir, args.out)
     except ValueError as exc:
-        raise SystemExit(f"maopd plot: {exc}") from None
+        raise UserError(str(exc)) from None
     for path in paths:
         print(path)
     return 0

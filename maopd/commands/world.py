@@ -28,9 +28,10 @@ def register(subparsers) -> None:
 
 def _build(args) -> int:
     from envs.synthwiki.world import SIZES, write_world
+    from maopd.cli import UserError
 
     if args.size not in SIZES:
-        raise SystemExit(f"maopd world build: --size {args.size!r} is unknown; expected one of {sorted(SIZES)}")
+        raise UserError(f"--size {args.size!r} is unknown; expected one of {sorted(SIZES)}")
     out = write_world(args.out, args.seed, args.size, progress=True)
     print(f"wrote the SynthWiki world (seed {args.seed}, size {args.size}) to {out}")
     return 0
