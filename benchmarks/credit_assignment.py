@@ -30,6 +30,7 @@ import os
 import platform
 import random
 import runpy
+import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
@@ -189,24 +190,71 @@ def vectorized_training(config: MarlConfig) -> int:
     return config.iterations * config.episodes_per_iteration
 
 
+# The training loop of an older checkout (``--reference-checkout``), run in a subprocess with that
+# checkout first on the path: the one-episode-at-a-time loop of training/marl/trainer.py as it was
+# before the vectorized path, without its evaluation. It reads the settings as JSON from argv[1].
+CHECKOUT_LOOP = """
+import json, random, sys, time
+import torch
+torch.set_num_threads(1)
+from envs.option_mode import MENU_SIZE, option_env
+from training.marl.credit import CreditContext, get_credit_method
+from training.marl.policy import MenuPolicy, play
+from training.marl.trainer import MarlConfig, ppo_update
+settings = json.loads(sys.argv[1])
+config = MarlConfig(method="role", seed=0, hints=False, episodes_per_iteration=settings["episodes"])
+env = option_env("hierarchical", hints=False, split="train")
+env.reset(options={"question_index": 0})
+torch.manual_seed(0)
+rng = random.Random(0)
+policy = MenuPolicy(MENU_SIZE, config.hidden)
+optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+context = CreditContext(env, policy)
+method = get_credit_method("role")
+started = time.perf_counter()
+for _ in range(settings["iterations"]):
+    episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
+                for _ in range(settings["episodes"])]
+    ppo_update(policy, optimizer, episodes, method(episodes, context), config)
+seconds = time.perf_counter() - started
+episodes = settings["iterations"] * settings["episodes"]
+print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}))
+"""
+
+
+def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
+    """Episodes per second of an older checkout's loop on ``synthwiki_v0``'s setting (its default)."""
+    settings = json.dumps({"iterations": iterations, "episodes": episodes})
+    env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", CHECKOUT_LOOP, settings], env=env, cwd=checkout,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def speed(args: argparse.Namespace, command: str) -> dict:
     """Training episodes per second: the reference path (no cache, so every seed costs the same) on
     seed 0, then the vectorized path on every seed in turn with one shared transition cache, as in
-    the benchmark (seed 0 starts cold)."""
+    the benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
     results = {}
     for scenario in args.scenarios:
         config = MarlConfig(method="role", scenario=scenario, iterations=args.iterations,
                             episodes_per_iteration=args.episodes, seed=0)
         get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
         row = {"reference": timed(reference_training, config)}
+        if args.reference_checkout and scenario == "synthwiki_v0":
+            row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
         row["vectorized"] = [timed(vectorized_training, replace(config, seed=seed)) for seed in args.seeds]
         row["speedup_cold"] = row["vectorized"][0]["episodes_per_s"] / row["reference"]["episodes_per_s"]
         total = sum(run["episodes"] for run in row["vectorized"]) / sum(run["seconds"] for run in row["vectorized"])
         row["speedup_over_seeds"] = total / row["reference"]["episodes_per_s"]
+        if "checkout" in row:
+            row["speedup_cold_over_checkout"] = row["vectorized"][0]["episodes_per_s"] / row["checkout"]["episodes_per_s"]
+            row["speedup_over_seeds_over_checkout"] = total / row["checkout"]["episodes_per_s"]
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {"command": command, "machine": machine(), "method": "role", "iterations": args.iterations,
-            "episodes_per_iteration": args.episodes, "seeds": args.seeds, "results": results}
+            "episodes_per_iteration": args.episodes, "seeds": args.seeds, "results": results,
+            "reference_checkout": str(args.reference_checkout) if args.reference_checkout else None}
 
 
 def timed(run, config: MarlConfig) -> dict:
@@ -245,6 +293,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
     parser.add_argument("--speed", action="store_true", help="measure episodes/s of both paths instead")
     parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
+    parser.add_argument("--reference-checkout", type=Path,
+                        help="--speed: also time this older checkout's training loop (e.g. a worktree of the "
+                        "commit before the vectorized path), on synthwiki_v0, its only setting")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
