@@ -49,6 +49,7 @@ from training.checkpoint import (
 )
 from training.config import ModelConfig, TrainConfig, changes_since
 from training.critic import PromptedCritic
+from training.divergence import searcher_divergence_metrics
 from training.losses import (
     SEARCHER,
     NonFiniteError,
@@ -391,12 +392,16 @@ class Trainer:
             with distributed.generation_weights(self.scorer):
                 rewards["searcher"] = self.critic.searcher_rewards(batch.records)
             metrics["critic/judge_rate"] = self.critic.last_judge_rate
+            metrics.update(self.critic.last_metrics)
             metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
         teacher_logprobs = None
         if self.teacher is not None:
             started = time.perf_counter()
             teacher_logprobs = self.teacher.score(tokens).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
+            metrics.update(searcher_divergence_metrics(
+                tokens.input_ids, tokens.response_mask, role_ids, old_logprobs, teacher_logprobs,
+                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)))
         group_size = batch.group_size
         advantages = team_token_advantages(
             role_ids=role_ids,
