@@ -78,6 +78,7 @@ def test_divergence_metrics_match_a_hand_computation(models, tmp_path, scripted_
     assert metrics["teacher/searcher_kl_k1"] == pytest.approx(sum(k1) / len(k1), rel=1e-4, abs=1e-6)
     assert metrics["teacher/searcher_kl_k3"] == pytest.approx(sum(k3) / len(k3), rel=1e-4, abs=1e-6)
     assert metrics["teacher/decision_tokens"] == len(decisions)
+    assert metrics["teacher/searcher_tokens"] == len(k1)
     assert metrics["teacher/decision_log_ratio"] == pytest.approx(sum(decisions) / len(decisions), rel=1e-4, abs=1e-6)
     assert metrics["teacher/searcher_kl_k3"] > 0  # another model's weights: the two differ
 
@@ -85,7 +86,8 @@ def test_divergence_metrics_match_a_hand_computation(models, tmp_path, scripted_
 def test_divergence_metrics_need_searcher_tokens():
     mask = torch.ones(1, 3, dtype=torch.bool)
     assert searcher_divergence_metrics(torch.zeros(1, 3, dtype=torch.long), mask, torch.tensor([0]),
-                                       torch.zeros(1, 3), torch.zeros(1, 3), decode_chars) == {}
+                                       torch.zeros(1, 3), torch.zeros(1, 3), decode_chars) == {
+        "teacher/searcher_tokens": 0.0}
 
 
 # ----- item 3: every RL advantage zeroed --------------------------------------------------------

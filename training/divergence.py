@@ -10,7 +10,9 @@ sampling log-probs and the Teacher's log-probs, plus the tokenizer to find the d
   (``training.losses.kl_k3``; unbiased, ≥ 0);
 * ``teacher/decision_log_ratio``: mean over Searcher turns with a decision token of
   log π_T(a_d) − log π_old(a_d) at that token (> 0: the Teacher likes the decision the student
-  made more than the student does); ``teacher/decision_tokens``: how many turns had one.
+  made more than the student does); ``teacher/decision_tokens``: how many turns had one;
+* ``teacher/searcher_tokens``: the number of Searcher response tokens (0: no Searcher call, and
+  then the other metrics are absent from the step's row).
 
 The **decision token** of a Searcher turn (one contiguous run of generated tokens of a Searcher
 call) is the token at which the output commits to ``<search>`` vs ``<report>``: decode the turn's
@@ -87,14 +89,16 @@ def searcher_divergence_metrics(
     teacher_logprobs: torch.Tensor,
     decode: Callable[[list[int]], str],
 ) -> dict[str, float]:
-    """The ``teacher/*`` metrics above; {} when the batch has no Searcher token."""
+    """The ``teacher/*`` metrics above; only ``teacher/searcher_tokens`` (0) when the batch has no
+    Searcher token."""
     mask = response_mask.bool() & (role_ids == SEARCHER)[:, None]
     count = int(mask.sum())
     if count == 0:
-        return {}
+        return {"teacher/searcher_tokens": 0.0}
     old = masked_where(mask, old_logprobs.float())
     teacher = masked_where(mask, teacher_logprobs.float())
     metrics = {
+        "teacher/searcher_tokens": float(count),
         "teacher/searcher_kl_k1": float(masked_where(mask, old - teacher).sum()) / count,
         "teacher/searcher_kl_k3": float(masked_where(mask, kl_k3(old, teacher)).sum()) / count,
     }
