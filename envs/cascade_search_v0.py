@@ -18,7 +18,8 @@ Budget rule: the Searcher may act in steps 1 … ``max_steps``-1, and in step ``
 may only report (its observation says so and ``action_kinds`` masks ``search``). A Searcher that
 has not reported by then gets the forced report ``(no report)`` and a format failure. The
 Answerer acts in the step after the report, at the latest in step ``max_steps``; the episode
-ends after it.
+ends after it. With ``force_finish=False`` the Searcher may search in its last step too, and if it
+has not reported by then the episode ends without an Answerer call (``counters["no_answer"]``).
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
 R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j, and any role with
@@ -60,6 +61,8 @@ class raw_env(SearchEnv):
         if self.active:
             return ["searcher_0"]
         if self.answer_turn is None:
+            if not self.reports:
+                return []  # force_finish off and the Searcher never reported: no Answerer call
             self._start_answer([report["number"] for report in self.reports])
         return ["answerer"]
 

@@ -25,6 +25,9 @@ the Answerer.
 * A Leader format failure costs it the step and it gets feedback; if it fails in step B-1 (or any
   step after which no Leader step is left), all reports go to the Answerer (forced finish).
 * The Answerer acts in the step after the selection, at the latest step B. The episode then ends.
+* ``force_finish=False`` (the paper): Searchers may search in step B-2 too, and a call without a
+  report then ends with none; a Leader that fails its last step ends the episode without an
+  Answerer call (``counters["no_answer"]``).
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): Leader R_L = 0.9·R_EM +
 0.1·min(C_tool, 6)/6 (Eq. 6); Answerer the mean over candidates of R_A,j = c_j; each Searcher slot
@@ -57,6 +60,7 @@ class raw_env(SearchEnv):
 
     def _start_episode(self) -> None:
         self.rounds = 0
+        self.leader_out_of_budget = False
         question = prompts.question_message(self.question.question, self.config.num_searchers, self.config.max_rounds)
         self.leader = Turn("leader", "leader", [prompts.system_message("leader"), question])
 
@@ -78,6 +82,8 @@ class raw_env(SearchEnv):
             return [agent for agent in self.possible_agents if agent in self.active]
         if self.answer_turn is not None:
             return ["answerer"]
+        if self.leader_out_of_budget:
+            return []  # force_finish off: the Leader failed its last turn; no Answerer call
         return ["leader"]
 
     def _allowed(self, agent: str) -> tuple[str, ...]:
@@ -134,7 +140,10 @@ class raw_env(SearchEnv):
             self._log(f"  selected reports {chosen}")
         else:
             leader.format_failed = True
-            if self._leader_last_step(step):
+            if self._leader_last_step(step) and not self.config.force_finish:
+                self.leader_out_of_budget = True
+                self._log("  budget exhausted without a selection: the workflow ends without an answer")
+            elif self._leader_last_step(step):
                 self._start_answer([r["number"] for r in self.reports])
                 self._log("  forced finish: all reports go to the Answerer")
             else:

@@ -18,6 +18,22 @@ query/report, or uses a kind the ``action_kinds`` mask forbids is a *format fail
 recorded in ``format_errors``, counted, gives the role a total reward of -1 (see envs/rewards.py),
 and the agent gets a feedback message. The episode continues under the budget rules of the
 workflow, so it always ends within ``max_steps`` environment steps.
+
+Budget exhaustion
+-----------------
+``SearchEnvConfig.force_finish`` (default True) decides what an exhausted budget does. True: a
+Searcher's last step allows only ``<report>`` (with a last-turn notice), a Searcher that fails it
+gets the forced report ``(no report)``, and a Leader that fails its last step hands every report
+to the Answerer, so every workflow gets an Answerer call. False (the paper's behaviour): a
+Searcher may still search in its last step and a call that has not reported when its budget runs
+out ends with no report (``unreported_calls``); the cascade ends without an Answerer call when
+its Searcher never reported, the hierarchy when its Leader fails its last step without selecting.
+Such a record has ``candidates == extracted_answers == []``, R_EM 0 and ``counters["no_answer"]
+= 1`` (the paper's "no Answerer candidate" failure); the counters ``no_answer`` and
+``unreported_calls`` are in the record only under ``force_finish=False``. Rewards stay the
+formulas: the Answerer has no candidate and no reward entry (its agent reward is 0), the Leader
+gets 0.9·0 + 0.1·R_assign (−1 after a format failure, which a failed last step is), an unreported
+Searcher call 0.9·R_EM with b_S = 0 (−1 after a format failure).
 """
 
 from __future__ import annotations
@@ -119,6 +135,11 @@ class SearchEnvConfig:
     questions: str | None = None
     split: str = "train"
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    # True: at budget exhaustion Searchers must report and a Leader that fails its last turn hands
+    # every report to the Answerer, so a workflow always gets an answer. False (the paper): an
+    # exhausted budget ends the workflow as it stands; it may end without an Answerer call
+    # (record counters["no_answer"] = 1). See the module docstring, "Budget exhaustion".
+    force_finish: bool = True
 
     def __post_init__(self) -> None:
         self.validate(min_steps=1)
@@ -129,6 +150,8 @@ class SearchEnvConfig:
             _require_int(name, getattr(self, name))
         if self.max_steps is not None:
             _require_int("max_steps", self.max_steps)
+        if not isinstance(self.force_finish, bool):
+            raise ConfigError(f"force_finish: {self.force_finish!r} is invalid: must be true or false")
         checks = {
             "max_steps": self.max_steps is None or self.max_steps >= min_steps,
             "max_rounds": self.max_rounds >= 1,
@@ -164,6 +187,8 @@ class SearcherCall:
     search_steps: int = 0
     report: str | None = None
     forced: bool = False
+    # force_finish=False: the budget ran out before the call reported; it ends without a report
+    exhausted: bool = False
     format_failed: bool = False
     outputs: list[str] = field(default_factory=list)
     input_tokens: int = 0
@@ -483,8 +508,10 @@ class SearchEnv(AECEnv):
         raise NotImplementedError
 
     def _searcher_allowed(self, step: int) -> tuple[str, ...]:
-        """Kinds a Searcher may use in environment step ``step`` (1-based): report only at the end."""
-        if step >= self._searcher_last_step():
+        """Kinds a Searcher may use in environment step ``step`` (1-based): report only at the end,
+        unless ``force_finish`` is off (then it may still search, and an unreported call ends
+        without a report)."""
+        if step >= self._searcher_last_step() and self.config.force_finish:
             return ("report",)
         return ROLE_ACTION_KINDS["searcher"]
 
@@ -515,6 +542,8 @@ class SearchEnv(AECEnv):
                 if allowed == ("report",):
                     call.report, call.forced = "(no report)", True
                     self.counters.forced_reports += 1
+                elif not self._searcher_budget_left():
+                    pass  # force_finish off: the call ends below without a report
                 else:
                     call.messages.append(prompts.feedback_message(parsed.error or "", allowed))
         if queries:
@@ -539,6 +568,15 @@ class SearchEnv(AECEnv):
                 )
                 self._log(f"  [Report {number}] {agent}: {_short(call.report)}")
                 del self.active[agent]
+            elif not self._searcher_budget_left():
+                # force_finish off: the budget is spent and the call ends as it stands, unreported
+                call.exhausted = True
+                self._log(f"  {agent}: budget exhausted before a report; no report")
+                del self.active[agent]
+
+    def _searcher_budget_left(self) -> bool:
+        """Whether an active Searcher gets another step after the current one (``self.env_step``)."""
+        return self.env_step < self._searcher_last_step()
 
     # ----- the shared Answerer ------------------------------------------------------------------
     def _start_answer(self, report_numbers: list[int]) -> None:
@@ -595,6 +633,11 @@ class SearchEnv(AECEnv):
         }
         self.counters.env_steps = self.env_step
         self.counters.task_assignments = len(self.subtasks)
+        counters = self.counters.to_dict()
+        if not self.config.force_finish:
+            # only under the option, so that default records keep their keys
+            counters["no_answer"] = int(not self.answered)
+            counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
         self.record = {
             "workflow": self.workflow,
             "question_id": self.question.id,
@@ -609,7 +652,7 @@ class SearchEnv(AECEnv):
             "extracted_answers": extracted,
             "candidate_scores": scores,
             "rewards": reward_parts,
-            "counters": self.counters.to_dict(),
+            "counters": counters,
             "format_errors": self.format_errors,
             "calls": self._calls(),
             "duration_s": time.perf_counter() - self._started,

@@ -19,6 +19,8 @@ are the same code, and a new signal is one decorated function:
 * ``"grpo_rs"``       Stage I (and Prompted Critic): Eq. 1 on the Searcher's own reward R_S;
 * ``"none"``          "w/o direct Searcher supervision" (pair with ``role_loss_weights``
                       ``{"searcher": 0}`` in ``PPOLossConfig``).
+
+``AdvantageConfig.zero_rl`` (a control, off by default) zeroes every token advantage afterwards.
 """
 
 from __future__ import annotations
@@ -227,6 +229,10 @@ class AdvantageConfig:
     kl_in_reward_estimator: Literal["k1", "k2", "k3"] = "k1"
     grpo_eps: float = GRPO_EPS
     grpo_unbiased_std: bool = False
+    # A control (issue 20): every token advantage is 0 (GRPO and OPD alike), so only the terms the
+    # paper lacks (PPO-ptx, the entropy bonus, the KL loss) move the model. The group advantages
+    # and shaped rewards are still computed, for the logs.
+    zero_rl: bool = False
 
     def __post_init__(self) -> None:
         if self.searcher_signal not in SEARCHER_ESTIMATORS:
@@ -236,6 +242,8 @@ class AdvantageConfig:
         for name in ("opd_beta", "kl_in_reward_coef", "grpo_eps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not isinstance(self.zero_rl, bool):
+            raise ConfigError(f"zero_rl: must be true or false, got {self.zero_rl!r}")
         if self.opd_log_ratio_clamp is not None and self.opd_log_ratio_clamp <= 0:
             raise ConfigError(
                 f"opd_log_ratio_clamp: must be > 0 or null, got {self.opd_log_ratio_clamp}"
@@ -366,6 +374,9 @@ def team_token_advantages(
     )
     token_advantages = assign_token_advantages(role_ids, response_mask, sequence_advantages, searcher)
     check_finite("token advantages", token_advantages, role_ids=role_ids, mask=response_mask)
+    if config.zero_rl:
+        token_advantages = torch.zeros_like(token_advantages)
+        sequence_advantages = torch.zeros_like(sequence_advantages)
     return TeamAdvantages(token_advantages, sequence_advantages, groups, shaped)
 
 

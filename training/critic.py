@@ -9,7 +9,20 @@ deterministic function of the checkpoint and the report.
 
 A Searcher call with a format failure keeps the total reward −1 (the paper's format rule). The
 trajectory's Searcher reward R_S,i, which Eq. 1 normalizes over the group (``grpo_rs``), is the
-mean over its Searcher calls, as the environment's own per-agent Searcher reward is.
+mean over its Searcher calls, as the environment's own per-agent Searcher reward is. A call that
+ended without a report (``env.force_finish`` off) is not judged: its R_judge is 0.
+
+The judge's figures, per batch (``last_metrics``, logged by the trainer each step):
+
+* ``critic/format_rate``: the share of judge calls whose output holds a parseable verdict (a
+  complete ``<judge>yes</judge>`` or ``<judge>no</judge>``, as ``parse_judgement`` reads it);
+* ``critic/gold_rate``: the share of judged reports that are *gold-correct*: the report's text
+  contains one of the question's golden answers (``report_has_gold``: the normalized answer,
+  ``envs.rewards.normalize_answer``, occurs in the normalized report as whole words). This is the
+  only gold signal a single report has; for a multi-hop question a useful first-hop report holds
+  the bridge entity, not the answer, so it counts as not gold-correct;
+* ``critic/agreement``: among judge calls with a parseable verdict, the share whose verdict (yes
+  = 1) equals gold-correctness; absent when no verdict parsed.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ import torch
 
 from agents.chat_tokens import prompt_ids
 from agents.hf_policy import HFPolicy
-from envs.rewards import FORMAT_PENALTY
+from envs.rewards import FORMAT_PENALTY, normalize_answer
 from training.config import CriticConfig
 
 CRITIC_PROMPT = (
@@ -42,6 +55,17 @@ def parse_judgement(text: str) -> float:
     return float(bool(verdicts) and verdicts[-1].lower() == "yes")
 
 
+def has_verdict(text: str) -> bool:
+    """Whether a judge output holds a verdict ``parse_judgement`` can read."""
+    return bool(_JUDGE.search(text))
+
+
+def report_has_gold(report: str, golden_answers: Sequence[str]) -> bool:
+    """Gold-correctness of a report: a normalized golden answer occurs in it as whole words."""
+    text = f" {normalize_answer(report)} "
+    return any(gold and f" {gold} " in text for gold in (normalize_answer(g) for g in golden_answers))
+
+
 def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One entry per Searcher call, in the order of ``record["rewards"]["searcher_calls"]``."""
     reports = {(r["agent"], r["wave"]): r for r in record["reports"]}
@@ -54,6 +78,7 @@ def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
             "summary": report.get("text", ""),
             "env_reward": record["rewards"]["searcher_calls"][index],
             "bonus": record["rewards"]["search_bonus"][index],
+            "reported": bool(report),
         })
     return entries
 
@@ -63,10 +88,13 @@ class PromptedCritic:
         self.policy = policy
         self.config = config
         self.last_judge_rate = 0.0  # fraction of reports judged useful in the last batch
+        self.last_metrics: dict[str, float] = {}  # the judge's figures of the last batch (module doc)
+        self._last_texts: list[str] | None = None  # the judge outputs of the last judge() call
 
     def judge(self, items: Sequence[tuple[str, str, str]]) -> list[float]:
         """R_judge for each (question, sub_query, summary)."""
         if not items:
+            self._last_texts = []
             return []
         tokenizer = self.policy.tokenizer
         prompts = [
@@ -79,15 +107,19 @@ class PromptedCritic:
             max_new_tokens=self.config.max_new_tokens, stop_strings=("</judge>",),
         )
         texts = [tokenizer.decode(c[0].token_ids, skip_special_tokens=True) for c in results]
+        self._last_texts = texts
         return [parse_judgement(text) for text in texts]
 
     def searcher_rewards(self, records: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
         """R_S [B, G]: per trajectory, the mean over its Searcher calls of the critic reward."""
         entries = [[searcher_reports(record) for record in row] for row in records]
-        items = [(records[b][g]["question"], e["sub_query"], e["summary"])
-                 for b, row in enumerate(entries) for g, calls in enumerate(row) for e in calls]
+        judged_entries = [(records[b][g], e) for b, row in enumerate(entries) for g, calls in enumerate(row)
+                          for e in calls if e["reported"]]
+        items = [(record["question"], e["sub_query"], e["summary"]) for record, e in judged_entries]
+        self._last_texts = None
         judged = self.judge(items)
         self.last_judge_rate = sum(judged) / len(judged) if judged else 0.0
+        self.last_metrics = self._judge_metrics(judged_entries, judged, self._last_texts)
         verdicts = iter(judged)
         weights = self.config
         rewards = torch.zeros(len(records), len(records[0]))
@@ -96,7 +128,7 @@ class PromptedCritic:
                 em = records[b][g]["rewards"]["em"]
                 per_call = []
                 for call in calls:
-                    judge = next(verdicts)
+                    judge = next(verdicts) if call["reported"] else 0.0
                     if call["env_reward"] == FORMAT_PENALTY:
                         per_call.append(FORMAT_PENALTY)
                     else:
@@ -104,3 +136,21 @@ class PromptedCritic:
                                         + weights.bonus_weight * call["bonus"])
                 rewards[b, g] = sum(per_call) / len(per_call) if per_call else 0.0
         return rewards
+
+    @staticmethod
+    def _judge_metrics(entries: Sequence[tuple[dict[str, Any], dict[str, Any]]], verdicts: Sequence[float],
+                       texts: Sequence[str] | None) -> dict[str, float]:
+        """``critic/format_rate``, ``critic/gold_rate``, ``critic/agreement`` (module doc); the
+        first and last need the judge's texts (None when ``judge`` was replaced)."""
+        if not entries:
+            return {}
+        gold = [report_has_gold(e["summary"], record["golden_answers"]) for record, e in entries]
+        metrics = {"critic/judged": float(len(entries)), "critic/gold_rate": sum(gold) / len(gold)}
+        if texts is None or len(texts) != len(entries):
+            return metrics
+        parsed = [has_verdict(text) for text in texts]
+        metrics["critic/format_rate"] = sum(parsed) / len(parsed)
+        agree = [(verdict == 1.0) == g for verdict, g, ok in zip(verdicts, gold, parsed) if ok]
+        if agree:
+            metrics["critic/agreement"] = sum(agree) / len(agree)
+        return metrics

@@ -49,6 +49,7 @@ from training.checkpoint import (
 )
 from training.config import ModelConfig, TrainConfig, changes_since
 from training.critic import PromptedCritic
+from training.divergence import searcher_divergence_metrics
 from training.losses import (
     SEARCHER,
     NonFiniteError,
@@ -197,7 +198,9 @@ def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
     """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
     records = batch.records
     rewards = [[r["rewards"] for r in row] for row in records]
-    num_candidates = max(len(r["answerer"]) for row in rewards for r in row)
+    # at least 1: a batch where no workflow reached the Answerer (env.force_finish off) keeps
+    # a [B, G, 1] tensor whose entries are all masked out
+    num_candidates = max(1, max(len(r["answerer"]) for row in rewards for r in row))
     answerer = torch.zeros(len(records), batch.group_size, num_candidates)
     candidate_mask = torch.zeros_like(answerer, dtype=torch.bool)
     for b, row in enumerate(rewards):
@@ -221,7 +224,8 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
     records = [r for row in batch.records for r in row]
     metrics = {
         "reward/em": float(rewards["em"].mean()),
-        "reward/answerer": float(rewards["answerer"][rewards["candidate_mask"]].mean()),
+        "reward/answerer": float(rewards["answerer"][rewards["candidate_mask"]].mean())
+        if rewards["candidate_mask"].any() else 0.0,
         "reward/searcher": float(rewards["searcher"].mean()),
         "em/answerer_candidates": float(np.mean([s for r in records for s in r["candidate_scores"]] or [0.0])),
     }
@@ -388,12 +392,16 @@ class Trainer:
             with distributed.generation_weights(self.scorer):
                 rewards["searcher"] = self.critic.searcher_rewards(batch.records)
             metrics["critic/judge_rate"] = self.critic.last_judge_rate
+            metrics.update(self.critic.last_metrics)
             metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
         teacher_logprobs = None
         if self.teacher is not None:
             started = time.perf_counter()
             teacher_logprobs = self.teacher.score(tokens).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
+            metrics.update(searcher_divergence_metrics(
+                tokens.input_ids, tokens.response_mask, role_ids, old_logprobs, teacher_logprobs,
+                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)))
         group_size = batch.group_size
         advantages = team_token_advantages(
             role_ids=role_ids,

@@ -1,0 +1,174 @@
+"""SearchEnvConfig.force_finish: budget exhaustion with (True, today's default) and without (False,
+the paper) forcing an answer, in both workflows; the rewards stay well-defined (issue 20 item 1)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from envs import cascade_search_v0, hierarchical_search_v0
+from envs.datasets import Question
+from envs.episode import run_episode
+from envs.policy import AgentOutput
+from envs.search_env import SearchEnvConfig
+from maopd.config import ConfigError
+from training.advantages import AdvantageConfig, team_token_advantages
+from training.trainer import record_rewards
+
+QUESTION = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
+OPTIONS = {"question": QUESTION}
+SEARCH = "<search>Orlen Vask</search>"
+ANSWER = "<answer>Tarvel</answer>"
+
+
+class Rules:
+    """A policy from per-role functions of the turn: ``fn(turn) -> text``."""
+
+    def __init__(self, **by_role):
+        self.by_role = by_role
+        self.turns = []
+
+    def act(self, turns):
+        self.turns.extend(turns)
+        return [AgentOutput([self.by_role[t.role](t)] * t.num_candidates) for t in turns]
+
+
+def n_searches(turn):
+    return sum("<search>" in m["content"] for m in turn.messages if m["role"] == "assistant")
+
+
+def always(text):
+    return lambda t: text
+
+
+def delegate_once(turn):
+    delegated = any("<delegate>" in m["content"] for m in turn.messages if m["role"] == "assistant")
+    return "<select>all</select>" if delegated else "<delegate>\nWhere was Orlen Vask born?\n</delegate>"
+
+
+def test_force_finish_is_checked():
+    with pytest.raises(ConfigError, match="force_finish"):
+        SearchEnvConfig(force_finish="no")
+    assert SearchEnvConfig().force_finish is True
+
+
+# ----- the cascade -------------------------------------------------------------------------
+
+
+def test_cascade_default_forces_a_report_and_an_answer():
+    policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
+    record = run_episode(cascade_search_v0.env(), policy, options=OPTIONS)
+    assert record["reports"][0]["forced"] and record["extracted_answers"] == ["Tarvel"]
+    assert "no_answer" not in record["counters"] and "unreported_calls" not in record["counters"]
+    assert [t for t in policy.turns if t.role == "searcher"][-1].allowed == ("report",)
+
+
+def test_cascade_exhausted_budget_leaves_no_answer():
+    policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
+    record = run_episode(cascade_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    c = record["counters"]
+    # the Searcher searches in steps 1..4 (its last step may search too) and never reports
+    assert c["search_actions"] == 4 and c["env_steps"] == 4
+    assert c["no_answer"] == 1 and c["unreported_calls"] == 1
+    assert c["forced_reports"] == 0 and c["format_failures"] == 0
+    assert record["reports"] == [] and record["candidates"] == [] and record["extracted_answers"] == []
+    assert record["candidate_scores"] == [] and record["rewards"]["em"] == 0.0
+    assert not any(t.role == "answerer" for t in policy.turns)
+    # well-defined rewards: no Answerer entry, the unreported call gets 0.9·R_EM + 0.1·0 = 0
+    assert record["rewards"]["answerer"] == [] and record["rewards"]["search_bonus"] == [0.0]
+    assert record["rewards"]["searcher_calls"] == [0.0]
+    last = [t for t in policy.turns if t.role == "searcher"][-1]
+    assert "search" in last.allowed and "last turn" not in last.messages[-1]["content"]
+    assert [c["role"] for c in record["calls"]] == ["searcher"]
+
+
+def test_cascade_format_failure_on_the_last_step_ends_unreported_with_the_penalty():
+    policy = Rules(searcher=lambda t: SEARCH if n_searches(t) < 3 else "garbage", answerer=always(ANSWER))
+    record = run_episode(cascade_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    assert record["counters"]["no_answer"] == 1 and record["counters"]["format_failures"] == 1
+    assert record["rewards"]["searcher_calls"] == [-1.0]
+
+
+def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
+    rules = {"searcher": lambda t: SEARCH if n_searches(t) < 2 else "<report>born in Tarvel</report>",
+             "answerer": always(ANSWER)}
+    forced = run_episode(cascade_search_v0.env(), Rules(**rules), options=OPTIONS)
+    free = run_episode(cascade_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
+    assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
+    for key in ("reports", "candidates", "rewards", "counters", "searches"):
+        assert free[key] == forced[key], key
+
+
+# ----- the hierarchy -----------------------------------------------------------------------
+
+
+def test_hierarchy_default_forces_a_finish():
+    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+                   searcher=always(SEARCH), answerer=always(ANSWER))
+    record = run_episode(hierarchical_search_v0.env(), policy, options=OPTIONS)
+    assert record["selected_reports"] == [1] and record["extracted_answers"] == ["Tarvel"]
+    assert "no_answer" not in record["counters"]
+
+
+def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
+    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+                   searcher=always(SEARCH), answerer=always(ANSWER))
+    record = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    c = record["counters"]
+    # leader delegates at 1, the Searcher searches 2..10 (no report), the Leader fails at 11
+    assert c["env_steps"] == 11 and c["search_actions"] == 9
+    assert c["no_answer"] == 1 and c["unreported_calls"] == 1 and c["forced_reports"] == 0
+    assert record["reports"] == [] and record["selected_reports"] == []
+    assert record["candidates"] == [] and record["extracted_answers"] == [] and record["rewards"]["em"] == 0.0
+    assert not any(t.role == "answerer" for t in policy.turns)
+    assert record["rewards"]["leader"] == -1.0  # its failed last step is a format failure
+    assert record["rewards"]["answerer"] == [] and record["rewards"]["searcher_calls"] == [0.0]
+    assert [c["role"] for c in record["calls"]] == ["searcher", "leader"]
+
+
+def test_hierarchy_unreported_call_gives_no_report_but_the_leader_may_still_select():
+    policy = Rules(leader=delegate_once, searcher=always(SEARCH), answerer=always(ANSWER))
+    record = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    c = record["counters"]
+    assert c["no_answer"] == 0 and c["unreported_calls"] == 1 and record["reports"] == []
+    assert record["selected_reports"] == [] and record["extracted_answers"] == ["Tarvel"]
+    leader_views = [t for t in policy.turns if t.role == "leader"]
+    assert "Reports: none." in leader_views[-1].messages[-1]["content"]
+    # R_L = 0.9·1 + 0.1·min(9, 6)/6; the unreported call: 0.9·R_EM + 0.1·b_S with b_S = 0
+    assert record["rewards"]["leader"] == pytest.approx(1.0)
+    assert record["rewards"]["searcher_calls"] == [pytest.approx(0.9)]
+
+
+def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
+    rules = {"leader": delegate_once, "answerer": always(ANSWER),
+             "searcher": lambda t: SEARCH if n_searches(t) < 1 else "<report>born in Tarvel</report>"}
+    forced = run_episode(hierarchical_search_v0.env(), Rules(**rules), options=OPTIONS)
+    free = run_episode(hierarchical_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
+    assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
+    for key in ("reports", "selected_reports", "candidates", "rewards", "counters"):
+        assert free[key] == forced[key], key
+
+
+# ----- the trainer reads such records --------------------------------------------------------
+
+
+def test_no_answer_records_give_finite_rewards_and_advantages():
+    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+                   searcher=always(SEARCH), answerer=always(ANSWER))
+    empty = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    batch = SimpleNamespace(records=[[empty, empty]], group_size=2)
+    rewards = record_rewards(batch)
+    assert rewards["answerer"].shape == (1, 2, 1) and not rewards["candidate_mask"].any()
+    assert rewards["leader"].tolist() == [[-1.0, -1.0]] and rewards["em"].tolist() == [[0.0, 0.0]]
+    # one Leader and one Searcher call per trajectory, no Answerer sequence
+    role_ids = torch.tensor([0, 1, 0, 1])
+    mask = torch.ones(4, 3)
+    advantages = team_token_advantages(
+        role_ids=role_ids, traj_index=torch.tensor([0, 0, 1, 1]), candidate_index=torch.zeros(4, dtype=torch.long),
+        response_mask=mask, old_logprobs=-torch.ones(4, 3), teacher_logprobs=-torch.ones(4, 3),
+        leader_rewards=rewards["leader"], answerer_rewards=rewards["answerer"],
+        searcher_rewards=rewards["searcher"], final_em=rewards["em"], candidate_mask=rewards["candidate_mask"],
+        config=AdvantageConfig(),
+    )
+    assert torch.isfinite(advantages.token_advantages).all()
+    assert advantages.token_advantages.abs().sum() == 0  # equal rewards, Teacher = π_old
