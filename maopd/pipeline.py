@@ -280,6 +280,8 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
     differing key, or with ``fresh`` return the paths to delete so that the changed stages (and
     what depends on them: Stage II on Stage I, the evaluation on every stage) start over.
     """
+    from training.config import read_as_current
+
     run_dir = Path(config.run_dir)
     saved = _read_yaml(run_dir / "pipeline.yaml") or {}
     old_root = str(Path(saved["run_dir"])) if isinstance(saved.get("run_dir"), str) else str(run_dir)
@@ -295,6 +297,7 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
         made = _read_yaml(directory / "config.yaml")
         if made is None:
             continue
+        made = read_as_current(made)
         teacher = stage_dir(config, "stage1", "full") if stage == "stage2" else None
         wanted = yaml.safe_load(yaml.safe_dump(to_dict(stage_config(config, stage, variant, base_model, teacher))))
         changed = config_diff(_relocated(made, old_root, str(run_dir)), wanted, ignore=("run_dir",))

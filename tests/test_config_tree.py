@@ -218,3 +218,17 @@ def test_defaults_are_written_once():
     assert (openai.temperature, openai.top_p) == (0.6, 0.95)
     assert STAGE_SETTINGS["stage1"]["env.max_steps"] == cascade.default_max_steps == 5
     assert STAGE_SETTINGS["stage2"]["env.max_steps"] == hierarchy.default_max_steps == 12
+
+
+def test_a_field_added_since_a_run_was_saved_is_not_a_change(tmp_path):
+    """Old run directories resume: a saved config without a newer field reads it as its default."""
+    from training.config import build_config
+
+    config = build_config({"stage": "stage1", "run_dir": str(tmp_path)})
+    saved = to_dict(config)
+    del saved["advantage"]["zero_rl"], saved["env"]["force_finish"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert changes_since(config, tmp_path) == []
+    saved["advantage"]["opd_beta"] = 0.5
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert changes_since(config, tmp_path) == ["advantage.opd_beta: 0.5 -> 0.01"]

@@ -318,7 +318,18 @@ def changes_since(config: TrainConfig, run_dir: str | Path, ignore: tuple[str, .
         return []
     made = yaml.safe_load(saved.read_text(encoding="utf-8"))
     wanted = yaml.safe_load(yaml.safe_dump(to_dict(config)))
-    return config_diff(made if isinstance(made, dict) else {}, wanted, ignore)
+    return config_diff(read_as_current(made) if isinstance(made, dict) else {}, wanted, ignore)
+
+
+def read_as_current(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved stage config read as today's ``TrainConfig``: a field added since it was written takes
+    its default, which by rule keeps the behaviour the run had, so it does not count as a change."""
+    import yaml
+
+    try:
+        return yaml.safe_load(yaml.safe_dump(to_dict(from_dict(TrainConfig, saved))))
+    except ConfigError:
+        return saved
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
