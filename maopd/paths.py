@@ -1,9 +1,11 @@
 """Paths the project writes: kept inside the run directory, and cache entries built atomically.
 
-A config file is data, possibly someone else's: a field such as ``checkpoint_dir: ../../etc`` or
-``log_file: /home/me/.bashrc`` must not make a run write outside its run directory. Trainers pass
-every output path from a config through ``resolve_inside``; only an explicit
-``allow_outside=True`` (a command-line flag the user typed, never a config value) lifts the check.
+A run directory is data, possibly someone else's: a path it holds (the ``checkpoints/latest``
+pointer, a ``step_N`` symlink) must not lead a run to read or load anything outside it. Every path
+read from a run directory goes through ``resolve_inside`` (``training.checkpoint``); the paths a run
+writes are built by the code from ``run_dir`` and checked names (stages, variants), never taken
+from a config. Only an explicit ``allow_outside=True`` (a flag the user typed, never a config
+value) lifts the check.
 """
 
 from __future__ import annotations
