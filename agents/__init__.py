@@ -1,4 +1,4 @@
-"""Role prompts, the action grammar, and policies (scripted and LLM).
+"""Policies: scripted, expert, noisy and misbehaving teams, HF / vLLM / OpenAI-compatible LLMs.
 
 Importing this package registers the Gymnasium single-role environments (``agents.single_role``,
 option-mode actions, the other roles played by the expert team) under the ``maopd`` namespace::
