@@ -49,8 +49,9 @@ ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 class SlotKVCache(Cache):
     """Keys/values of ``slots`` rows × ``capacity`` columns per layer, allocated at the first write.
 
-    Before each forward the engine sets ``mode``: ``"prefill"`` writes the batch's keys into columns
-    ``[0, width)`` of the slots ``rows`` and attends over the batch itself; ``"decode"`` writes the
+    Before each forward the engine sets ``mode``: ``"prefill"`` writes the keys of batch row
+    ``owners[i]`` into columns ``[0, width)`` of slot ``rows[i]`` (rows with the same prompt share one
+    prefill row) and attends over the batch itself; ``"decode"`` writes the
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
     columns of the first batch slots.
     """
@@ -66,6 +67,7 @@ class SlotKVCache(Cache):
         self.values: list[torch.Tensor] = []
         self.mode = "prefill"
         self.rows: torch.Tensor | None = None
+        self.owners: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None
         self.width = 0
 
@@ -80,8 +82,8 @@ class SlotKVCache(Cache):
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         if self.mode == "prefill":
             width = key_states.shape[2]
-            keys[self.rows, :, :width] = key_states
-            values[self.rows, :, :width] = value_states
+            keys[self.rows, :, :width] = key_states[self.owners]
+            values[self.rows, :, :width] = value_states[self.owners]
             return key_states, value_states
         batch = key_states.shape[0]
         slots = torch.arange(batch, device=key_states.device)
@@ -131,6 +133,9 @@ class DecodeEngine:
         self.refill_fraction = refill_fraction
         self.bool_mask = attention == "sdpa"
         self.cache_keyword = _cache_keyword(model)
+        # Totals over the engine's runs: decode steps, occupied slots summed over those steps
+        # (their ratio is the mean live batch), prefill forwards and their padded tokens.
+        self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0}
         self._step = self._forward
         if compile:
             self._step = torch.compile(self._forward, mode=None if compile == "default" else compile, dynamic=False)
@@ -243,25 +248,33 @@ class _Run:
             self.prefill(free[: len(chosen)], chosen, width)
 
     def prefill(self, slots: list[int], rows: list[int], width: int) -> None:
-        count = len(rows)
+        """Prefill ``rows`` into ``slots``; rows with identical prompts (an Answerer call's n
+        candidates) share one prefill row, whose keys and values are copied into each slot."""
+        unique: dict[tuple[int, ...], int] = {}
+        owners = [unique.setdefault(tuple(self.prompts[r]), len(unique)) for r in rows]
+        prompts = list(unique)
+        count = len(prompts)
         ids = torch.full((count, width), self.pad_id, dtype=torch.long)
-        lengths = torch.tensor([len(self.prompts[r]) for r in rows])
-        for i, r in enumerate(rows):
-            ids[i, width - lengths[i]:] = torch.tensor(self.prompts[r], dtype=torch.long)
-        first = width - lengths  # first real column of each row
+        lengths = torch.tensor([len(p) for p in prompts])
+        for i, prompt in enumerate(prompts):
+            ids[i, width - lengths[i]:] = torch.tensor(prompt, dtype=torch.long)
+        first = width - lengths  # first real column of each prefill row
         columns = torch.arange(width)
         positions = (columns[None, :] - first[:, None]).clamp(min=0)
         keys_valid = columns[None, :] >= first[:, None]
         causal = columns[None, :, None] >= columns[None, None, :]  # [1, query, key]
         allowed = (causal & keys_valid[:, None, :]) | torch.eye(width, dtype=torch.bool)[None]
+        self.engine.stats["prefills"] += 1
+        self.engine.stats["prefill_tokens"] += count * width
         self.cache.mode = "prefill"
         self.cache.rows = torch.tensor(slots, device=self.device)
+        self.cache.owners = torch.tensor(owners, device=self.device)
         logits = self.engine._forward(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
                                       positions.to(self.device), self.cache)
-        for i, (slot, row) in enumerate(zip(slots, rows)):
+        for slot, row, owner in zip(slots, rows, owners):
             self.row[slot] = row
-            self.start[slot], self.column[slot], self.position[slot] = int(first[i]), width, int(lengths[i])
-        self.record(slots, logits)
+            self.start[slot], self.column[slot], self.position[slot] = int(first[owner]), width, int(lengths[owner])
+        self.record(slots, logits[owners])
 
     # -- decode --------------------------------------------------------------------------------
     def compact(self) -> None:
@@ -293,6 +306,8 @@ class _Run:
         logits = self.engine._step(self.token[:batch, None].to(self.device),
                                    self.engine._mask(allowed[:, None, None, :].to(self.device)),
                                    self.position[:batch, None].to(self.device), self.cache)
+        self.engine.stats["decode_steps"] += 1
+        self.engine.stats["live_row_steps"] += len(occupied)
         self.column[occupied] += 1
         self.position[occupied] += 1
         self.record(occupied, logits[occupied])
