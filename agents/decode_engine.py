@@ -29,6 +29,7 @@ and accept a 4D mask (Llama, Qwen, Mistral families) with the ``sdpa`` or ``eage
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -136,9 +137,34 @@ class DecodeEngine:
         # Totals over the engine's runs: decode steps, occupied slots summed over those steps
         # (their ratio is the mean live batch), prefill forwards and their padded tokens.
         self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0}
-        self._step = self._forward
+        self.compile_error: str | None = None  # why the compiled step was given up, if it was
+        self._compiled = None
         if compile:
-            self._step = torch.compile(self._forward, mode=None if compile == "default" else compile, dynamic=False)
+            self._compiled = torch.compile(self._forward, mode=None if compile == "default" else compile, dynamic=False)
+        self._cache: SlotKVCache | None = None
+
+    def cache_for(self, slots: int, capacity: int) -> SlotKVCache:
+        """The engine's cache if it fits (compiled steps then see the same static buffers on every
+        call), else a new one of ``capacity`` columns."""
+        cache = self._cache
+        if cache is None or cache.slots != slots or cache.capacity < capacity:
+            self._cache = cache = SlotKVCache(slots, capacity, static_addresses=bool(self.compile))
+        return cache
+
+    def _step(self, *args):
+        """The decode forward: compiled if asked for, falling back to eager (with a warning and
+        ``compile_error`` set) if the compiled step raises."""
+        if self._compiled is not None:
+            try:
+                if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+                    torch.compiler.cudagraph_mark_step_begin()
+                return self._compiled(*args)
+            except Exception as error:  # noqa: BLE001 - any compiler failure: decode eagerly instead
+                self.compile_error = f"{type(error).__name__}: {error}"
+                warnings.warn(f"compiled decode step failed, decoding eagerly from now on: {self.compile_error}",
+                              stacklevel=2)
+                self._compiled = None
+        return self._forward(*args)
 
     def _mask(self, allowed: torch.Tensor) -> torch.Tensor:
         if self.bool_mask:
@@ -191,7 +217,8 @@ class _Run:
         longest = max(len(prompts[r]) for r in runnable)
         needed = longest + sampling.max_new_tokens
         self.capacity = _power_of_two_at_least(needed, 256) if self.compiled else -(-needed // 64) * 64
-        self.cache = SlotKVCache(self.slots, self.capacity, static_addresses=self.compiled)
+        self.cache = engine.cache_for(self.slots, self.capacity)
+        self.capacity = self.cache.capacity
         self.uniform_row = {row: i for i, row in enumerate(runnable)}
         self.uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(self.device)
         self.waiting = list(reversed(runnable))  # pop() takes the next row
