@@ -121,8 +121,8 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
     if len(batches) < 2:
         batches = [rows[:batch_size]] * 2  # too few rows: time a repeat of the only batch
     common = max(len(r) for r in rows)
-    options = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                   min_new_tokens=new_tokens, pad_token_id=pad_id)
+    options = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": new_tokens,
+               "min_new_tokens": new_tokens, "pad_token_id": pad_id}
     if static:
         options["cache_implementation"] = "static"
     seconds, tokens = 0.0, 0
