@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "collector_chunked" in result:
         ratios["collector_vs_old_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
     ratios["teacher_scoring_fraction_of_rollout"] = result["teacher_scoring"]["seconds"] / collector_s
+    ratios["teacher_scoring_fraction_searcher_rows_only"] = result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
     ratios["previous_teacher_scoring_fraction_of_rollout"] = (
         result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s)
     if "naive" in result:
