@@ -144,12 +144,19 @@ class DecodeEngine:
         self._cache: SlotKVCache | None = None
 
     def cache_for(self, slots: int, capacity: int) -> SlotKVCache:
-        """The engine's cache if it fits (compiled steps then see the same static buffers on every
-        call), else a new one of ``capacity`` columns."""
+        """A cache for one run. Compiled, the engine keeps it and hands it out again while it fits,
+        so CUDA graphs see the same static buffers on every call (``release`` frees it, e.g.
+        before a training update); eager, each run gets its own, freed when the run ends."""
+        if not self.compile:
+            return SlotKVCache(slots, capacity)
         cache = self._cache
         if cache is None or cache.slots != slots or cache.capacity < capacity:
-            self._cache = cache = SlotKVCache(slots, capacity, static_addresses=bool(self.compile))
+            self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
         return cache
+
+    def release(self) -> None:
+        """Free the kept KV cache (compiled engines keep it between calls)."""
+        self._cache = None
 
     def _step(self, *args):
         """The decode forward: compiled if asked for, falling back to eager (with a warning and

@@ -114,6 +114,12 @@ class HFPolicy(TokenPolicy):
         return [[results[(p, j)] for j in range(count)] for p, count in enumerate(counts)]
 
 
+    def release_cache(self) -> None:
+        """Free the decode engine's kept KV cache (only a compiled engine keeps one between calls)."""
+        if self.decoder is not None:
+            self.decoder.release()
+
+
 def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """The tokenizer's EOS plus any the model's generation config lists (Qwen lists two)."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()

@@ -13,8 +13,8 @@ compare figures within a run):
 * **ceilings**: HF ``model.generate`` on the collector's own rows (every prompt of every round, once
   per candidate), in batches of the collector's mean live rows, each row sampling exactly the
   collector's mean tokens per row (``min_new_tokens = max_new_tokens``): with the dynamic cache, and
-  with ``cache_implementation="static"`` (every batch left-padded to one width, so the static shapes
-  repeat; HF compiles that decode step itself where it does so, i.e. on CUDA; the first batch is a
+  with ``cache_implementation="static"`` (on CUDA every batch is left-padded to one width, so the
+  static shapes repeat and HF's own compiled decode step is compiled once; the first batch is a
   warm-up and is not timed). These are the best decode this library stack does on the machine.
 * **teacher scoring**: ``Teacher.score`` over the collector's ``TeamBatch`` as the trainer calls it
   (the rows a default Stage II step's losses read, shared prompts scored once), as a fraction of the
@@ -120,14 +120,16 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
     batches = [rows[i:i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size)]
     if len(batches) < 2:
         batches = [rows[:batch_size]] * 2  # too few rows: time a repeat of the only batch
-    common = max(len(r) for r in rows)
+    # On CUDA, where HF compiles the static-cache step, one width for all batches (one compiled
+    # shape); on CPU nothing is compiled, so each batch keeps its own width.
+    common = max(len(r) for r in rows) if device.startswith("cuda") else None
     options = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": new_tokens,
                "min_new_tokens": new_tokens, "pad_token_id": pad_id}
     if static:
         options["cache_implementation"] = "static"
     seconds, tokens = 0.0, 0
     for index, chunk in enumerate(batches):
-        width = common if static else max(len(r) for r in chunk)
+        width = common if static and common else max(len(r) for r in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(chunk):
@@ -141,7 +143,7 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
             seconds += time.perf_counter() - start
             tokens += len(chunk) * (out.shape[1] - width)
     return {"batch_size": batch_size, "new_tokens_per_row": new_tokens, "timed_batches": len(batches) - 1,
-            "prompt_width": "one width for all batches" if static else "per batch",
+            "prompt_width": "one width for all batches" if static and common else "per batch",
             "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
@@ -222,14 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
         _, _, chunked_s = collect(policy("chunked"), make_env, questions, args.group_size, args.device)
         result["collector_chunked"] = {"seconds": chunked_s, "tokens_per_s": generated / chunked_s}
 
-    per_row = max(1, round(generated / len(rows)))
-    ceiling_batch = max(1, min(round(live), len(rows)))
-    pad_id = continuous.pad_id
-    result["generate_dynamic"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=False)
-    if "static" not in skip:
-        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=True)
-
-    tokens = batch.token_batch(pad_id)
+    tokens = batch.token_batch(continuous.pad_id)
     roles = batch.role_ids()
     trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
     teacher = Teacher(model, temperature=1.0)
@@ -239,6 +234,13 @@ def main(argv: list[str] | None = None) -> dict:
         "previous_all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
         "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False)),
     }
+
+    per_row = max(1, round(generated / len(rows)))
+    ceiling_batch = max(1, min(round(live), len(rows)))
+    pad_id = continuous.pad_id
+    result["generate_dynamic"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=False)
+    if "static" not in skip:
+        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=True)
 
     if "naive" not in skip:
         naive_tokens, naive_s = naive_loop(policy("continuous"), questions[: args.naive_questions], args.group_size,

@@ -94,8 +94,16 @@ def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
     prompts = random_prompts(tokenizer, 9, seed=3, longest=30)
     sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=12)
     chunked = generate(model, tokenizer, prompts, 1, "chunked", 4, sampling)
-    compiled = generate(model, tokenizer, prompts, 1, "continuous", 4, sampling, compile="default")
-    assert_same(chunked, compiled, atol=1e-4)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=4, compile="default")
+    seeds = list(range(1000, 1000 + len(prompts)))
+    assert_same(chunked, policy.generate(prompts, n=1, seeds=seeds), atol=1e-4)
+    kept = policy.decoder._cache
+    assert kept is not None and policy.decoder.compile_error is None
+    # A second call reuses the kept cache (same static buffers for CUDA graphs); release frees it.
+    assert_same(chunked[:5], policy.generate(prompts[:5], n=1, seeds=seeds[:5]), atol=1e-4)
+    assert policy.decoder._cache is kept
+    policy.release_cache()
+    assert policy.decoder._cache is None
 
 
 def test_bad_engine_settings_are_clear_errors(model, tokenizer):
