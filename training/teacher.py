@@ -61,10 +61,15 @@ class Teacher:
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
-              rows: torch.Tensor | Sequence[int] | None = None) -> TokenScores:
+              rows: torch.Tensor | Sequence[int] | None = None,
+              share_keys: Sequence[int] | None = None) -> TokenScores:
         """log π_T at every response-masked token of ``batch`` (0 elsewhere), optionally entropy.
 
         ``rows`` (indices or a boolean mask) limits the scoring to those rows; the others hold 0.
+        ``share_keys`` (one per row of the batch): only rows with equal keys share a prompt's
+        prefill. The trainer passes the question, so whether a row is scored through a shared
+        prefill does not depend on which other questions are in the batch (a rank's share or the
+        whole batch): the scores then match across data-parallel layouts as whole-row scores do.
         """
         _check(batch)
         logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
@@ -77,7 +82,7 @@ class Teacher:
         selected = selected[batch.response_mask[selected].any(dim=-1)]  # rows with nothing to score cost nothing
         singles = selected.tolist()
         if self.share_prefixes:
-            groups, singles = _prefix_groups(batch, singles)
+            groups, singles = _prefix_groups(batch, singles, share_keys)
             self._score_shared(batch, groups, logprobs, entropy)
         self._score_rows(batch, torch.tensor(singles, dtype=torch.long), logprobs, entropy)
         return TokenScores(logprobs=logprobs, mask=batch.response_mask.bool(), entropy=entropy)
@@ -193,17 +198,20 @@ class _Group:
         return max(e - b for b, e in zip(self.begins, self.ends))
 
 
-def _prefix_groups(batch: TokenBatch, rows: list[int]) -> tuple[list[_Group], list[int]]:
-    """Groups of 2+ rows whose tokens before their first response token are identical, and the
-    other rows. A row's real tokens must be contiguous (``pad_batch`` pads on one side)."""
-    by_prompt: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+def _prefix_groups(batch: TokenBatch, rows: list[int],
+                   keys: Sequence[int] | None = None) -> tuple[list[_Group], list[int]]:
+    """Groups of 2+ rows (with equal ``keys``, if given) whose tokens before their first response
+    token are identical, and the other rows. A row's real tokens must be contiguous (``pad_batch``
+    pads on one side)."""
+    by_prompt: dict[tuple, list[tuple[int, int, int]]] = {}
     for row in rows:
         real = batch.attention_mask[row].nonzero().squeeze(1)
         first, end = int(real.min()), int(real.max()) + 1
         begin = int(batch.response_mask[row].nonzero().min())
-        by_prompt.setdefault(tuple(batch.input_ids[row, first:begin].tolist()), []).append((row, begin, end))
+        prompt = tuple(batch.input_ids[row, first:begin].tolist())
+        by_prompt.setdefault((keys[row] if keys is not None else None, prompt), []).append((row, begin, end))
     groups, singles = [], []
-    for prompt, members in by_prompt.items():
+    for (_, prompt), members in by_prompt.items():
         if len(members) < 2:
             singles += [row for row, _, _ in members]
         else:

@@ -390,7 +390,8 @@ class Trainer:
             # Only the rows a loss reads: Searchers for OPD, Leaders/Answerers for the KL-in-reward.
             rows = teacher_rows(role_ids, self.config.advantage.searcher_signal == "opd",
                                 self.config.advantage.kl_in_reward_coef > 0, self.config.ppo.kl_loss_coef > 0)
-            teacher_logprobs = self.teacher.score(tokens, rows=rows).logprobs.cpu()
+            teacher_logprobs = self.teacher.score(tokens, rows=rows,
+                                                  share_keys=[s.group for s in batch.sequences]).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
         group_size = batch.group_size
         advantages = team_token_advantages(
