@@ -19,7 +19,8 @@ from envs.policy import AgentOutput, AgentTurn, RoleRouter
 from envs.prompts import NO_FACTS, parse_passages, parse_reports, strip_label, user_texts
 
 STOPWORDS = frozenset(
-    ["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "with", "from", "is", "was", "are", "were", "be", "been", "which", "what", "who", "whom", "where", "when", "how", "did", "does", "do", "its", "it", "he", "she", "they", "his", "her", "their", "this", "that", "as", "and", "or"]
+    "a an the of in on at to for by with from is was are were be been which what who whom where when "
+    "how did does do its it he she they his her their this that as and or".split()
 )
 _WORD = re.compile(r"[\w'-]+", re.UNICODE)
 
