@@ -17,9 +17,10 @@ compare figures within a run):
   static shapes repeat and HF's own compiled decode step is compiled once; the first batch is a
   warm-up and is not timed). These are the best decode this library stack does on the machine.
 * **teacher scoring**: ``Teacher.score`` over the collector's ``TeamBatch`` as the trainer calls it
-  (the rows a default Stage II step's losses read, shared prompts scored once), as a fraction of the
-  continuous collector's time; and, for reference, the previous scoring (every row, whole-row
-  forwards) and the Searcher-only scoring of OPD without KL-in-reward.
+  (the rows a default Stage II step's losses read, which with the default KL-in-reward are all of
+  them; shared prompts scored once), as a fraction of the continuous collector's time; and, for
+  reference, the previous scoring (every row, whole-row forwards of 16,384 tokens), whole-row
+  forwards at the current batch size, and the Searcher rows only (OPD without KL-in-reward).
 * **naive**: PettingZoo's ``agent_iter`` with one ``policy.act`` call per agent turn, on
   ``--naive-questions`` questions (it is slow; tokens/s is comparable across sizes).
 
@@ -147,9 +148,9 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
             "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
-def time_teacher(teacher: Teacher, tokens, rows=None) -> float:
+def time_teacher(teacher: Teacher, tokens, rows=None, keys=None) -> float:
     start = time.perf_counter()
-    teacher.score(tokens, rows=rows)
+    teacher.score(tokens, rows=rows, share_keys=keys)
     return time.perf_counter() - start
 
 
@@ -228,11 +229,15 @@ def main(argv: list[str] | None = None) -> dict:
     roles = batch.role_ids()
     trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
     teacher = Teacher(model, temperature=1.0)
+    keys = [s.group for s in batch.sequences]  # as the trainer passes them
     result["teacher_scoring"] = {
-        "seconds": time_teacher(teacher, tokens, trainer_rows),
+        "seconds": time_teacher(teacher, tokens, trainer_rows, keys),
         "rows": int(trainer_rows.sum()),
-        "previous_all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
-        "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False)),
+        "previous_all_rows_no_sharing_s": time_teacher(
+            Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens),
+        "all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
+        "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False), keys),
+        "max_batch_tokens": teacher.max_batch_tokens,
     }
 
     per_row = max(1, round(generated / len(rows)))

@@ -45,17 +45,23 @@ class Teacher:
     """A frozen causal LM that scores recorded token sequences; it never samples or trains.
 
     Rows are scored in groups of similar length, each group cut to its own columns, at most
-    ``max_batch_tokens`` padded positions per forward: one call over a whole ``TeamBatch`` (short
+    ``max_batch_tokens`` padded positions per forward (default 4,096 on CPU, 16,384 elsewhere): one call over a whole ``TeamBatch`` (short
     Answerer calls next to long Leader histories) then costs about its real tokens, not
     rows × longest row. ``share_prefixes`` (default) scores rows that share their prompt as one
     prefill of the prompt plus the rows' continuations.
     """
 
     def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
-                 max_batch_tokens: int = 16384, share_prefixes: bool = True):
+                 max_batch_tokens: int | None = None, share_prefixes: bool = True):
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
+        if max_batch_tokens is None:
+            # Measured on the 2-core CPU with π_0: 4,096-token forwards score a TeamBatch ~1.6x
+            # faster than 16,384-token ones (their attention tensors stay in cache); GPUs want
+            # large batches.
+            on_cpu = next(model.parameters()).device.type == "cpu"
+            max_batch_tokens = 4096 if on_cpu else 16384
         self.max_batch_tokens = max_batch_tokens
         self.share_prefixes = share_prefixes
 
