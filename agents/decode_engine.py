@@ -113,12 +113,12 @@ class DecodeEngine:
 
     ``compile``: ``None`` (eager), or a ``torch.compile`` mode (``"reduce-overhead"`` on GPU for
     CUDA graphs, ``"default"`` for inductor alone). ``max_prefill_tokens`` bounds the padded tokens
-    of one refill prefill. ``refill_fraction``: a refill waits until this fraction of the slots is
+    of one refill prefill (default 4,096 on CPU, 16,384 elsewhere). ``refill_fraction``: a refill waits until this fraction of the slots is
     free (or every waiting row fits), so prefills are batched rather than one row at a time.
     """
 
     def __init__(self, model: torch.nn.Module, slots: int = 64, compile: str | None = None,
-                 max_prefill_tokens: int = 16384, refill_fraction: float = 0.125):
+                 max_prefill_tokens: int | None = None, refill_fraction: float = 0.125):
         if slots < 1:
             raise ValueError("DecodeEngine needs at least one slot")
         attention = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -130,6 +130,11 @@ class DecodeEngine:
         self.model = model
         self.slots = slots
         self.compile = compile
+        if max_prefill_tokens is None:
+            # CPU: 4,096-token prefills (measured ~10% faster rollouts than 16,384 on the 2-core
+            # box, less padding); GPUs want large batches.
+            on_cpu = next(model.parameters()).device.type == "cpu"
+            max_prefill_tokens = 4096 if on_cpu else 16384
         self.max_prefill_tokens = max_prefill_tokens
         self.refill_fraction = refill_fraction
         self.bool_mask = attention == "sdpa"
