@@ -127,9 +127,12 @@ def test_shared_prompt_scoring_equals_whole_row_scoring(model, tokenizer, search
     batch = pad_batch(sequences, masks, tokenizer.pad_token_id, side=side)
     teacher = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
-    shared_teacher = Teacher(teacher, max_batch_tokens=200)  # several group batches
+    # every group shared, in several group batches
+    shared_teacher = Teacher(teacher, max_batch_tokens=200, share_min_prefix_ratio=0.0)
     shared = shared_teacher.score(batch, with_entropy=True)
     assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+    default = Teacher(teacher).score(batch, with_entropy=True)  # only groups with long prompts shared
+    assert torch.allclose(default.logprobs, whole.logprobs, atol=1e-5, rtol=0)
     assert torch.allclose(shared.entropy, whole.entropy, atol=1e-5, rtol=0)
     assert (shared.logprobs[~batch.response_mask] == 0).all()
 
