@@ -74,7 +74,8 @@ class GenerateRecorder:
 
 def load(args, world):
     if args.model:
-        return load_model(args.model, device=args.device)
+        dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+        return load_model(args.model, dtype=getattr(torch, dtype), device=args.device)
     texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
     tokenizer = train_tokenizer(texts, vocab_size=2048)
     model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=128, num_layers=2, intermediate_size=256, seed=0))
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: chunked, static, naive")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda")
+    parser.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--out", default="benchmarks/results/rollout_throughput/rollout_throughput.json")
     args = parser.parse_args(argv)
     for name, value in (SMALL if args.small else PAPER).items():
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     continuous.decoder.stats = dict.fromkeys(continuous.decoder.stats, 0)
     batch, rounds, collector_s = collect(continuous, make_env, questions, args.group_size, args.device)
     stats = dict(continuous.decoder.stats)
+    continuous.release_cache()  # a compiled engine keeps its KV cache; the other parts need the memory
     generated = sum(s.num_generated for s in batch.sequences)
     rows = [prompt for prompts, counts, _ in rounds for prompt, n in zip(prompts, counts) for _ in range(n)]
     live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
@@ -214,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
         "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "searchers": 3,
                     "answer_candidates": 5, "max_new_tokens": args.max_new_tokens,
                     "max_batch_size": args.max_batch_size, "compile": args.compile,
+                    "dtype": str(next(model.parameters()).dtype),
                     "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
         "collector_continuous": {"seconds": collector_s, "generated_tokens": generated,
                                  "tokens_per_s": generated / collector_s, "rounds": len(rounds), "rows": len(rows),
