@@ -113,7 +113,6 @@ class HFPolicy(TokenPolicy):
             results.update(zip(chunk, candidates))
         return [[results[(p, j)] for j in range(count)] for p, count in enumerate(counts)]
 
-
     def release_cache(self) -> None:
         """Free the decode engine's kept KV cache (only a compiled engine keeps one between calls)."""
         if self.decoder is not None:
