@@ -1,7 +1,7 @@
 """Python parts of ``benchmarks/gpu_check.sh``: a small real-architecture model and a vLLM smoke.
 
 ``build-model``  a random ``Qwen3ForCausalLM`` (hidden 1024, 8 layers, 16 heads / 8 KV heads,
-                 head dim 64, MLP 3072: about 0.1 B parameters), built in-process from a
+                 head dim 64, MLP 3072: about 0.1 B parameters; ``--tiny``: hidden 64, 2 layers), built in-process from a
                  transformers config over a tokenizer trained on the embedded world. Nothing is
                  downloaded. Saved in Hugging Face format, so the trainer, vLLM and the throughput
                  benchmark all load the same directory. ``--ptx-data`` also writes the world's
@@ -29,16 +29,17 @@ CHECK_MODEL = TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_
                               intermediate_size=3072, initializer_range=0.02, seed=0)
 
 
-def build_model(out: Path, ptx_data: Path | None) -> dict:
+def build_model(out: Path, ptx_data: Path | None, tiny: bool = False) -> dict:
     world = load_default_world()
     texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
     tokenizer = train_tokenizer(texts, vocab_size=4096)
-    model = build_tiny_model(tokenizer, CHECK_MODEL)
+    config = TinyModelConfig(initializer_range=0.02, seed=0) if tiny else CHECK_MODEL
+    model = build_tiny_model(tokenizer, config)
     save_model(model, tokenizer, out)
     if ptx_data is not None:
         write_rows([{"text": d.contents} for d in world.corpus.documents], ptx_data)
     return {"model_dir": str(out), "parameters": sum(p.numel() for p in model.parameters()),
-            "config": CHECK_MODEL.__dict__}
+            "config": config.__dict__}
 
 
 def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     build = commands.add_parser("build-model")
     build.add_argument("--out", required=True)
     build.add_argument("--ptx-data", type=Path, help="also write the world's passages here as PPO-ptx data")
+    build.add_argument("--tiny", action="store_true", help="a tiny model instead (gpu_check.sh --cpu-smoke)")
     smoke = commands.add_parser("vllm")
     smoke.add_argument("--model", required=True)
     smoke.add_argument("--prompts", type=int, default=64)
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("--result", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     if args.command == "build-model":
-        result = build_model(Path(args.out), args.ptx_data)
+        result = build_model(Path(args.out), args.ptx_data, args.tiny)
     else:
         result = vllm_smoke(Path(args.model), args.prompts, args.max_new_tokens)
     Path(args.result).write_text(json.dumps(result, indent=2))

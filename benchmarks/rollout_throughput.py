@@ -1,18 +1,36 @@
-"""Rollout throughput: the team collector against the generate ceiling and a naive agent loop.
+"""Rollout throughput: the team collector against HF ``generate`` ceilings, the old path and a naive loop.
 
-Measured in one run, on one model, as ratios (these machines are noisy):
+Everything is measured in one run, on one model and the same prompts (these machines are noisy;
+compare figures within a run):
 
-* **ceiling**: the same rounds of prompts sent straight to ``HFPolicy.generate`` (same prompts,
-  seeds and lengths, so the same tokens), without environments, chat templating or bookkeeping.
-  ``collector_vs_ceiling`` = ceiling time / collector time (target ≥ 0.7).
-* **naive**: what a user writes first, PettingZoo's ``agent_iter`` with one ``policy.act`` call
-  per agent turn. ``collector_vs_naive`` = collector tokens/s / naive tokens/s (target ≥ 5 at
-  G = 5, B = 8 on the hierarchy). The naive loop runs on ``--naive-questions`` questions only
-  (it is slow); tokens/s is comparable across sizes.
-* **teacher scoring**: one ``Teacher.score`` prefill over the whole ``TeamBatch``, as a fraction
-  of the collector's time (target < 0.25).
+* **collector (continuous)**: ``TeamRolloutCollector`` with ``HFPolicy(engine="continuous")``, the
+  default: every round's rows go through one decode loop over ``--max-batch-size`` KV-cache slots,
+  refilled as rows finish (``agents.decode_engine``; ``--compile`` puts its decode step under
+  ``torch.compile``, e.g. ``reduce-overhead`` on GPU). Its engine reports the mean number of live
+  rows per decode step.
+* **collector (chunked)**: the same collection with the previous engine (fixed chunks of
+  ``--max-batch-size`` rows that shrink as rows finish), same seeds.
+* **ceilings**: HF ``model.generate`` on the collector's own rows (every prompt of every round, once
+  per candidate), in batches of the collector's mean live rows, each row sampling exactly the
+  collector's mean tokens per row (``min_new_tokens = max_new_tokens``): with the dynamic cache, and
+  with ``cache_implementation="static"`` (on CUDA every batch is left-padded to one width, so the
+  static shapes repeat and HF's own compiled decode step is compiled once; the first batch is a
+  warm-up and is not timed). These are the best decode this library stack does on the machine.
+* **teacher scoring**: ``Teacher.score`` over the collector's ``TeamBatch`` as the trainer calls it
+  (the rows a default Stage II step's losses read, which with the default KL-in-reward are all of
+  them; shared prompts scored once), as a fraction of the continuous collector's time; and, for
+  reference, the previous scoring (every row, whole-row forwards of 16,384 tokens), whole-row
+  forwards at the current batch size, and the Searcher rows only (OPD without KL-in-reward).
+* **naive**: PettingZoo's ``agent_iter`` with one ``policy.act`` call per agent turn, on
+  ``--naive-questions`` questions (it is slow; tokens/s is comparable across sizes).
 
-    python benchmarks/rollout_throughput.py --out runs/benchmarks/rollout_throughput.json
+The default setting is the paper's (B = 32, G = 5, hierarchy with 3 Searchers, 5 answer candidates,
+512 new tokens, up to 512 rows per decode batch); ``--small`` is the CPU setting (B = 8, G = 5, 48 new
+tokens, 64 rows). Targets: on CPU, collector ≥ 1.0× dynamic-cache ``generate`` and Teacher scoring
+≤ 0.25 of rollout time; on GPU, collector ≥ 0.6× static-cache ``generate`` and ≥ 15× the old path.
+
+    python benchmarks/rollout_throughput.py --small --model models/base-<hash> \\
+        --out runs/benchmarks/rollout_throughput.json
 """
 
 from __future__ import annotations
@@ -21,6 +39,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +53,10 @@ from agents.tokenizer import train_tokenizer
 from envs import hierarchical_search_v0
 from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
-from training.teacher import Teacher
+from training.teacher import Teacher, teacher_rows
+
+PAPER = {"questions": 32, "group_size": 5, "max_new_tokens": 512, "max_batch_size": 512, "naive_questions": 1}
+SMALL = {"questions": 8, "group_size": 5, "max_new_tokens": 48, "max_batch_size": 64, "naive_questions": 2}
 
 
 class GenerateRecorder:
@@ -50,16 +72,19 @@ class GenerateRecorder:
         return self.policy.generate(prompts, counts, seeds)
 
 
-def build_policy(args, world) -> HFPolicy:
+def load(args, world):
     if args.model:
-        model, tokenizer = load_model(args.model, device=args.device)
-    else:
-        texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
-        tokenizer = train_tokenizer(texts, vocab_size=2048)
-        model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=128, num_layers=2, intermediate_size=256, seed=0))
-        model = model.to(args.device)
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens)
-    return HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=args.max_batch_size)
+        dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+        return load_model(args.model, dtype=getattr(torch, dtype), device=args.device)
+    texts = [d.contents for d in world.corpus.documents] + [q.question for q in world.splits["train"]]
+    tokenizer = train_tokenizer(texts, vocab_size=2048)
+    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=128, num_layers=2, intermediate_size=256, seed=0))
+    return model.to(args.device), tokenizer
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def naive_loop(policy: HFPolicy, questions, group_size: int, make_env) -> tuple[int, float]:
@@ -79,67 +104,176 @@ def naive_loop(policy: HFPolicy, questions, group_size: int, make_env) -> tuple[
     return tokens, time.perf_counter() - start
 
 
+def collect(policy, make_env, questions, group_size, device):
+    recorder = GenerateRecorder(policy)
+    synchronize(device)
+    start = time.perf_counter()
+    batch = TeamRolloutCollector(make_env, recorder).collect(questions, group_size, seed=0)
+    synchronize(device)
+    return batch, recorder.rounds, time.perf_counter() - start
+
+
+@torch.inference_mode()
+def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: int, pad_id: int,
+                     device: str, static: bool) -> dict:
+    """HF ``generate`` over ``rows`` (sorted by length) in full batches of ``batch_size``, each row
+    sampling exactly ``new_tokens`` tokens; the first batch warms up and is not timed."""
+    rows = sorted(rows, key=len)
+    batches = [rows[i:i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size)]
+    if len(batches) < 2:
+        batches = [rows[:batch_size]] * 2  # too few rows: time a repeat of the only batch
+    # On CUDA, where HF compiles the static-cache step, one width for all batches (one compiled
+    # shape); on CPU nothing is compiled, so each batch keeps its own width.
+    common = max(len(r) for r in rows) if device.startswith("cuda") else None
+    options = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": new_tokens,
+               "min_new_tokens": new_tokens, "pad_token_id": pad_id}
+    if static:
+        options["cache_implementation"] = "static"
+    seconds, tokens = 0.0, 0
+    for index, chunk in enumerate(batches):
+        width = common if static and common else max(len(r) for r in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(chunk):
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, width - len(r):] = 1
+        synchronize(device)
+        start = time.perf_counter()
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **options)
+        synchronize(device)
+        if index:
+            seconds += time.perf_counter() - start
+            tokens += len(chunk) * (out.shape[1] - width)
+    return {"batch_size": batch_size, "new_tokens_per_row": new_tokens, "timed_batches": len(batches) - 1,
+            "prompt_width": "one width for all batches" if static and common else "per batch",
+            "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
+
+
+def time_teacher(teacher: Teacher, tokens, rows=None, keys=None) -> float:
+    start = time.perf_counter()
+    teacher.score(tokens, rows=rows, share_keys=keys)
+    return time.perf_counter() - start
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help=f"the CPU setting {SMALL} instead of the paper's {PAPER}")
     parser.add_argument("--model", default="", help="saved model dir (default: a random tiny Qwen3)")
-    parser.add_argument("--questions", type=int, default=8, help="B")
-    parser.add_argument("--group-size", type=int, default=5, help="G")
-    parser.add_argument("--naive-questions", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--questions", type=int, help="B")
+    parser.add_argument("--group-size", type=int, help="G")
+    parser.add_argument("--naive-questions", type=int)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--max-batch-size", type=int, help="decode slots / chunk rows of the collector")
+    parser.add_argument("--compile", default=None, help="torch.compile mode of the continuous engine's decode step")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: chunked, static, naive")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda")
+    parser.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--out", default="runs/benchmarks/rollout_throughput.json")
     args = parser.parse_args(argv)
+    for name, value in (SMALL if args.small else PAPER).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(args.threads)
 
     world = load_default_world()
     questions = world.splits["dev"][: args.questions]
-    policy = build_policy(args, world)
+    model, tokenizer = load(args, world)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens)
+
+    def policy(engine, compile=None):
+        return HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=args.max_batch_size, engine=engine,
+                        compile=compile)
 
     def make_env():
-        return hierarchical_search_v0.env(split="dev", num_candidates=5)
+        return hierarchical_search_v0.env(split="dev", num_candidates=5, num_searchers=3)
 
-    recorder = GenerateRecorder(policy)
-    start = time.perf_counter()
-    batch = TeamRolloutCollector(make_env, recorder).collect(questions, args.group_size, seed=0)
-    collector_s = time.perf_counter() - start
+    continuous = policy("continuous", args.compile)
+    if args.compile:  # compile outside the timing: the same collection once (same shapes, same cache)
+        collect(continuous, make_env, questions, args.group_size, args.device)
+    continuous.decoder.stats = dict.fromkeys(continuous.decoder.stats, 0)
+    batch, rounds, collector_s = collect(continuous, make_env, questions, args.group_size, args.device)
+    stats = dict(continuous.decoder.stats)
+    continuous.release_cache()  # a compiled engine keeps its KV cache; the other parts need the memory
     generated = sum(s.num_generated for s in batch.sequences)
-
-    start = time.perf_counter()
-    for prompts, counts, seeds in recorder.rounds:
-        policy.generate(prompts, counts, seeds)
-    ceiling_s = time.perf_counter() - start
-
-    teacher = Teacher(policy.model, temperature=1.0)
-    start = time.perf_counter()
-    teacher.score(batch.token_batch(policy.pad_id), with_entropy=True)
-    teacher_s = time.perf_counter() - start
-
-    naive_tokens, naive_s = naive_loop(policy, questions[: args.naive_questions], args.group_size, make_env)
-
+    rows = [prompt for prompts, counts, _ in rounds for prompt, n in zip(prompts, counts) for _ in range(n)]
+    live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
     result = {
         "command": "python benchmarks/rollout_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": git_commit(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
-                    "device": str(next(policy.model.parameters()).device),
-                    "load_average_at_end": os.getloadavg()},
-        "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "answer_candidates": 5,
-                    "max_new_tokens": args.max_new_tokens, "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
-        "collector": {"seconds": collector_s, "generated_tokens": generated, "tokens_per_s": generated / collector_s,
-                      "rounds": len(recorder.rounds), "sequences": len(batch.sequences)},
-        "ceiling": {"seconds": ceiling_s, "tokens_per_s": generated / ceiling_s},
-        "naive": {"seconds": naive_s, "generated_tokens": naive_tokens, "tokens_per_s": naive_tokens / naive_s,
-                  "questions": args.naive_questions},
-        "teacher_scoring": {"seconds": teacher_s},
-        "ratios": {
-            "collector_vs_ceiling": ceiling_s / collector_s,
-            "collector_vs_naive": (generated / collector_s) / (naive_tokens / naive_s),
-            "teacher_scoring_fraction_of_rollout": teacher_s / collector_s,
-        },
+                    "device": str(next(model.parameters()).device),
+                    "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
+                    "torch": torch.__version__, "load_average_at_start": os.getloadavg()},
+        "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "searchers": 3,
+                    "answer_candidates": 5, "max_new_tokens": args.max_new_tokens,
+                    "max_batch_size": args.max_batch_size, "compile": args.compile,
+                    "dtype": str(next(model.parameters()).dtype),
+                    "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
+        "collector_continuous": {"seconds": collector_s, "generated_tokens": generated,
+                                 "tokens_per_s": generated / collector_s, "rounds": len(rounds), "rows": len(rows),
+                                 "sequences": len(batch.sequences), "mean_live_rows": live, "engine_stats": stats},
     }
+    print(json.dumps(result["collector_continuous"]), flush=True)
+
+    if "chunked" not in skip:
+        _, _, chunked_s = collect(policy("chunked"), make_env, questions, args.group_size, args.device)
+        result["collector_chunked"] = {"seconds": chunked_s, "tokens_per_s": generated / chunked_s}
+
+    tokens = batch.token_batch(continuous.pad_id)
+    roles = batch.role_ids()
+    trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
+    teacher = Teacher(model, temperature=1.0)
+    keys = [s.group for s in batch.sequences]  # as the trainer passes them
+    result["teacher_scoring"] = {
+        "seconds": time_teacher(teacher, tokens, trainer_rows, keys),
+        "rows": int(trainer_rows.sum()),
+        "previous_all_rows_no_sharing_s": time_teacher(
+            Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens),
+        "all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
+        "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False), keys),
+        "max_batch_tokens": teacher.max_batch_tokens,
+    }
+
+    per_row = max(1, round(generated / len(rows)))
+    ceiling_batch = max(1, min(round(live), len(rows)))
+    pad_id = continuous.pad_id
+    result["generate_dynamic"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=False)
+    if "static" not in skip:
+        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=True)
+
+    if "naive" not in skip:
+        naive_tokens, naive_s = naive_loop(policy("continuous"), questions[: args.naive_questions], args.group_size,
+                                           make_env)
+        result["naive"] = {"seconds": naive_s, "generated_tokens": naive_tokens,
+                           "tokens_per_s": naive_tokens / naive_s, "questions": args.naive_questions}
+
+    rate = generated / collector_s
+    ratios = {"collector_vs_generate_dynamic": rate / result["generate_dynamic"]["tokens_per_s"]}
+    if "generate_static" in result:
+        ratios["collector_vs_generate_static"] = rate / result["generate_static"]["tokens_per_s"]
+    if "collector_chunked" in result:
+        ratios["collector_vs_old_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
+    ratios["teacher_scoring_fraction_of_rollout"] = result["teacher_scoring"]["seconds"] / collector_s
+    ratios["teacher_scoring_fraction_searcher_rows_only"] = result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
+    ratios["previous_teacher_scoring_fraction_of_rollout"] = (
+        result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s)
+    if "naive" in result:
+        ratios["collector_vs_naive"] = rate / result["naive"]["tokens_per_s"]
+    result["ratios"] = ratios
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result["ratios"], indent=2))
+    print(json.dumps(ratios, indent=2))
     return result
 
 

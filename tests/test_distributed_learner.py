@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -163,12 +164,17 @@ def test_two_fsdp_ranks_with_ptx_and_dynamic_sampling_take_the_single_process_st
 
 @pytest.mark.slow
 def test_two_ranks_resume_from_the_checkpoint_rank0_wrote(models, tmp_path):
-    """Step 2 resumed on 2 ranks from the step-1 checkpoint equals 2 uninterrupted steps in one
-    process (optimizer state, loader position and step seed all come from the checkpoint)."""
+    """Step 2 resumed on 2 ranks from the step-1 checkpoint rank 0 wrote equals step 2 resumed in
+    one process from the same checkpoint (optimizer state, loader position and step seed all come
+    from the checkpoint; that a resumed run equals an uninterrupted one is tested in one process
+    in test_trainer_e2e). Both start from the same weights: a one-process step 1 differs from the
+    ranks' in float rounding, which Adam's first step can turn into ±lr on a few weights and step
+    2's sampling into other tokens (a change of the Teacher's batch size alone did that)."""
     config_path, run_dir = tmp_path / "stage2.yaml", tmp_path / "run"
     data = stage2_data(models, run_dir, fsdp=True)
     config_path.write_text(yaml.safe_dump(data))
     torchrun_train(config_path)
+    shutil.copytree(run_dir, tmp_path / "single")
     config_path.write_text(yaml.safe_dump({**data, "steps": 2}))
     torchrun_train(config_path)
 

@@ -109,3 +109,47 @@ def test_bad_masks_are_clear_errors(model, tokenizer):
     batch.response_mask[1, 2] = True
     with pytest.raises(ValueError, match="padding"):
         Teacher(model).score(batch)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_shared_prompt_scoring_equals_whole_row_scoring(model, tokenizer, searcher_calls, side):
+    """Answerer-like rows (n continuations of one prompt, some multi-turn) next to single rows: one
+    prefill per prompt plus continuations scores what whole-row forwards score (to 1e-5)."""
+    sampler = HFPolicy(model, tokenizer, SamplingConfig(temperature=1.0, max_new_tokens=10), seed=9)
+    sequences, masks = [list(ids) for ids, _, _ in searcher_calls], [list(m) for _, m, _ in searcher_calls]
+    for task in ("capital of France", "a much longer task about the author of Hamlet and the year"):
+        prompt = prompt_ids(tokenizer, [system_message("answerer"), task_message(task)])
+        for candidate in sampler.generate([prompt], n=4)[0]:
+            sequences.append(prompt + candidate.token_ids)
+            masks.append([0] * len(prompt) + [1] * len(candidate.token_ids))
+    sequences.append(sequences[3] + [5, 6, 7] + sequences[3][len(sequences[3]) - 2:])  # a multi-turn row
+    masks.append(masks[3] + [0, 0, 0, 1, 1])
+    batch = pad_batch(sequences, masks, tokenizer.pad_token_id, side=side)
+    teacher = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
+    whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
+    # every group shared, in several group batches
+    shared_teacher = Teacher(teacher, max_batch_tokens=200, share_min_prefix_ratio=0.0)
+    shared = shared_teacher.score(batch, with_entropy=True)
+    assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+    default = Teacher(teacher).score(batch, with_entropy=True)  # only groups with long prompts shared
+    assert torch.allclose(default.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+    assert torch.allclose(shared.entropy, whole.entropy, atol=1e-5, rtol=0)
+    assert (shared.logprobs[~batch.response_mask] == 0).all()
+
+    chosen = torch.tensor([1, 4, 5, 11])
+    partial = shared_teacher.score(batch, rows=chosen)
+    assert torch.allclose(partial.logprobs[chosen], whole.logprobs[chosen], atol=1e-5, rtol=0)
+    others = torch.ones(len(sequences), dtype=torch.bool)
+    others[chosen] = False
+    assert (partial.logprobs[others] == 0).all()
+
+
+def test_teacher_rows_are_the_rows_the_losses_read():
+    from training.losses import ANSWERER, LEADER, SEARCHER
+    from training.teacher import teacher_rows
+
+    roles = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER])
+    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=False, kl_loss=False).tolist() == [False, True, True, False]
+    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=True, kl_loss=False).tolist() == [True, False, False, True]
+    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False).all()
+    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=False, kl_loss=True).all()

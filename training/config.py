@@ -87,7 +87,12 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 512
     max_input_tokens: int = 8192
-    generation_batch_size: int = 64  # rows per batched generate call
+    generation_batch_size: int = 64  # rows per batched generate call (KV-cache slots of the continuous engine)
+    # HFPolicy's decode: "continuous" (slots refilled as rows finish, agents/decode_engine.py) or
+    # "chunked" (the previous fixed chunks); decode_compile: a torch.compile mode for the
+    # continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
+    decode_engine: Literal["continuous", "chunked"] = "continuous"
+    decode_compile: str | None = None
     max_questions: int | None = None  # train on the first N questions of the split only
     # skip the first N questions of the split (e.g. those π_0's demonstrations were made from)
     first_question: int = 0

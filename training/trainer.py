@@ -8,7 +8,7 @@ One ``Trainer.train_step`` is one training step of the paper (B questions, G tra
    more rounds of questions until B of them have trajectories that disagree on R_EM);
 3. read the role rewards from the workflow records: R_EM, R_L (Eq. 6), c_ij, R_S (or, for the
    Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
-4. score every sequence with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
+4. score the sequences a loss reads with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
    tokens; the KL-in-reward penalty on Leader and Answerer tokens);
 5. build the token advantages with ``team_token_advantages`` (Eq. 1, 5, 7);
 6. for each of ``optim.minibatches`` minibatches (``optim.epochs`` passes): re-score the tokens
@@ -62,7 +62,7 @@ from training.ptx import PtxData
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.sft import sft_batch
-from training.teacher import Teacher
+from training.teacher import Teacher, teacher_rows
 from training.token_scoring import TokenBatch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -286,7 +286,8 @@ class Trainer:
             max_new_tokens=config.rollout.max_new_tokens, max_input_tokens=config.rollout.max_input_tokens,
         )
         self.policy = HFPolicy(self.model, self.tokenizer, sampling, seed=config.seed,
-                               max_batch_size=config.rollout.generation_batch_size)
+                               max_batch_size=config.rollout.generation_batch_size,
+                               engine=config.rollout.decode_engine, compile=config.rollout.decode_compile)
         self.teacher = load_teacher(config, self.tokenizer, self.device)
         self.critic = PromptedCritic(self.policy, config.critic) if config.searcher_reward == "critic" else None
         self.make_env = env_factory(config)
@@ -368,6 +369,7 @@ class Trainer:
             found += int(self.dist.sum(len(rounds[-1].informative_groups())))
             if found >= rollout.batch_size:
                 break
+        self.policy.release_cache()  # a compiled decode engine's KV cache is not needed during the update
         batch = concat_batches(rounds)
         informative = batch.informative_groups()
         em = [r["rewards"]["em"] for row in batch.records for r in row]
@@ -397,7 +399,11 @@ class Trainer:
         teacher_logprobs = None
         if self.teacher is not None:
             started = time.perf_counter()
-            teacher_logprobs = self.teacher.score(tokens).logprobs.cpu()
+            # Only the rows a loss reads: Searchers for OPD, Leaders/Answerers for the KL-in-reward.
+            rows = teacher_rows(role_ids, self.config.advantage.searcher_signal == "opd",
+                                self.config.advantage.kl_in_reward_coef > 0, self.config.ppo.kl_loss_coef > 0)
+            teacher_logprobs = self.teacher.score(tokens, rows=rows,
+                                                  share_keys=[s.group for s in batch.sequences]).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
             metrics.update(searcher_divergence_metrics(
                 tokens.input_ids, tokens.response_mask, role_ids, old_logprobs, teacher_logprobs,

@@ -1,0 +1,115 @@
+"""The continuous decode engine gives the chunked path's records, whatever its slots and refills."""
+
+import random
+
+import pytest
+import torch
+
+from agents.chat_tokens import encode_text
+from agents.decode_engine import DecodeEngine
+from agents.hf_policy import HFPolicy
+from agents.sampling import SamplingConfig, StopMatcher
+from agents.tiny_model import build_tiny_model
+
+
+def random_prompts(tokenizer, count, seed=0, longest=60):
+    rng = random.Random(seed)
+    vocab = len(tokenizer)
+    return [[rng.randrange(3, vocab) for _ in range(rng.randrange(2, longest))] for _ in range(count)]
+
+
+def boost(model, token_ids, amount):
+    def hook(module, args, output):
+        output.logits[..., token_ids] += amount
+        return output
+    return model.register_forward_hook(hook)
+
+
+def generate(model, tokenizer, prompts, n, engine, slots, sampling, **kwargs):
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=slots, engine=engine, **kwargs)
+    return policy.generate(prompts, n=n, seeds=list(range(1000, 1000 + len(prompts))))
+
+
+def assert_same(expected, got, atol=1e-5):
+    assert len(expected) == len(got)
+    for per_prompt_a, per_prompt_b in zip(expected, got):
+        for a, b in zip(per_prompt_a, per_prompt_b):
+            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+            assert len(b.logprobs) == len(b.token_ids)
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("slots", [3, 7, 64])
+def test_continuous_engine_matches_the_chunked_path_with_refills_stops_and_eos(model, tokenizer, slots):
+    prompts = random_prompts(tokenizer, 17)
+    prompts.append(list(range(3, 3 + 70)))  # over max_input_tokens: prompt_too_long, no tokens
+    sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=24, max_input_tokens=64)
+    close = encode_text(tokenizer, "</search>")
+    handles = [boost(model, close, 3.0), boost(model, [tokenizer.eos_token_id], 2.5)]
+    try:
+        chunked = generate(model, tokenizer, prompts, 2, "chunked", 5, sampling)
+        continuous = generate(model, tokenizer, prompts, 2, "continuous", slots, sampling)
+    finally:
+        for handle in handles:
+            handle.remove()
+    reasons = [c.finish_reason for per_prompt in continuous for c in per_prompt]
+    assert {"eos", "stop", "length", "prompt_too_long"} <= set(reasons)
+    assert_same(chunked, continuous)
+
+
+def test_slot_count_and_refill_batching_do_not_change_records(model, tokenizer):
+    prompts = random_prompts(tokenizer, 11, seed=1)
+    sampling = SamplingConfig(temperature=0.8, top_p=0.9, max_new_tokens=16)
+    stops = StopMatcher(tokenizer, sampling.stop_strings)
+    seeds = list(range(len(prompts)))
+    runs = [DecodeEngine(model, slots=slots, refill_fraction=fraction, max_prefill_tokens=budget).run(
+                prompts, seeds, sampling, stops, [tokenizer.eos_token_id], 0)
+            for slots, fraction, budget in ((1, 0.1, 16384), (4, 0.5, 16384), (5, 0.1, 40), (11, 1.0, 16384))]
+    for other in runs[1:]:
+        assert_same([runs[0]], [other])
+
+
+def test_multi_token_stop_string_and_eager_attention(tokenizer):
+    model = build_tiny_model(tokenizer)
+    model.config._attn_implementation = "eager"
+    prompts = random_prompts(tokenizer, 6, seed=2)
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=20)
+    first = generate(model, tokenizer, prompts[:1], 1, "chunked", 4, greedy)[0][0].token_ids
+    stop_text = tokenizer.decode(first[5:8])
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=20, stop_strings=(stop_text,))
+    chunked = generate(model, tokenizer, prompts, 2, "chunked", 4, sampling)
+    continuous = generate(model, tokenizer, prompts, 2, "continuous", 3, sampling)
+    assert_same(chunked, continuous)
+    assert generate(model, tokenizer, prompts[:1], 1, "continuous", 3, replace_stop(greedy, stop_text))[0][0].finish_reason == "stop"
+
+
+def replace_stop(sampling, stop_text):
+    return SamplingConfig(temperature=sampling.temperature, max_new_tokens=sampling.max_new_tokens, stop_strings=(stop_text,))
+
+
+def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
+    """The GPU configuration (torch.compile, fixed slots, power-of-two widths) at tiny size on CPU,
+    with inductor ("default"; "reduce-overhead" adds CUDA graphs, which need a GPU)."""
+    torch._dynamo.reset()
+    prompts = random_prompts(tokenizer, 9, seed=3, longest=30)
+    sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=12)
+    chunked = generate(model, tokenizer, prompts, 1, "chunked", 4, sampling)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=4, compile="default")
+    seeds = list(range(1000, 1000 + len(prompts)))
+    assert_same(chunked, policy.generate(prompts, n=1, seeds=seeds), atol=1e-4)
+    kept = policy.decoder._cache
+    assert kept is not None and policy.decoder.compile_error is None
+    # A second call reuses the kept cache (same static buffers for CUDA graphs); release frees it.
+    assert_same(chunked[:5], policy.generate(prompts[:5], n=1, seeds=seeds[:5]), atol=1e-4)
+    assert policy.decoder._cache is kept
+    policy.release_cache()
+    assert policy.decoder._cache is None
+
+
+def test_bad_engine_settings_are_clear_errors(model, tokenizer):
+    with pytest.raises(ValueError, match="engine"):
+        HFPolicy(model, tokenizer, engine="paged")
+    with pytest.raises(ValueError, match="compile"):
+        HFPolicy(model, tokenizer, engine="chunked", compile="default")
+    with pytest.raises(ValueError, match="slot"):
+        DecodeEngine(model, slots=0)
