@@ -309,8 +309,9 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
     return from_dict(TrainConfig, deep_merge(layered, user))
 
 
-# What a stage run may change when it resumes: where it is, how long it runs, how it reports.
-RESUMABLE_KEYS = ("run_dir", "steps", "logging")
+# What a stage run may change when it resumes: where it is, how long it runs, how it reports, and
+# how many processes share it (a step is the same on 1 rank or on FSDP ranks, to float rounding).
+RESUMABLE_KEYS = ("run_dir", "steps", "logging", "distributed")
 
 
 def changes_since(config: TrainConfig, run_dir: str | Path, ignore: tuple[str, ...] = RESUMABLE_KEYS) -> list[str]:
