@@ -40,6 +40,7 @@ from agents.sampling import (
     SamplingConfig,
     StopMatcher,
     _cache_keyword,
+    admit_rows,
     row_uniforms,
     sample_next_tokens,
 )
@@ -200,17 +201,7 @@ class DecodeEngine:
         pad_id: int,
     ) -> list[Candidate]:
         """One candidate per (prompt, seed) row; rows are admitted in the order given."""
-        if len(prompts) != len(seeds):
-            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-        results = [Candidate() for _ in prompts]
-        runnable = []
-        for row, prompt in enumerate(prompts):
-            if not prompt:
-                raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
-            if len(prompt) > sampling.max_input_tokens:
-                results[row].finish_reason = "prompt_too_long"
-            else:
-                runnable.append(row)
+        results, runnable = admit_rows(prompts, seeds, sampling)
         if not runnable:
             return results
         _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()

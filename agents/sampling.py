@@ -129,6 +129,24 @@ def sample_next_tokens(
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 
 
+def admit_rows(prompts: Sequence[Sequence[int]], seeds: Sequence[int],
+               sampling: SamplingConfig) -> tuple[list[Candidate], list[int]]:
+    """One empty ``Candidate`` per row, and the rows to run: a prompt over ``max_input_tokens`` is
+    not run (``prompt_too_long``) rather than silently truncated; an empty prompt is an error."""
+    if len(prompts) != len(seeds):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    results = [Candidate() for _ in prompts]
+    runnable = []
+    for row, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
+        if len(prompt) > sampling.max_input_tokens:
+            results[row].finish_reason = "prompt_too_long"
+        else:
+            runnable.append(row)
+    return results, runnable
+
+
 def row_uniforms(seeds: Sequence[int], steps: int) -> torch.Tensor:
     """(R, steps) uniforms; row r comes from its own CPU generator seeded with ``seeds[r]``."""
     rows = []
@@ -167,17 +185,7 @@ def sample_rows(
 
     Rows that finish are dropped from the batch (and from the cache) so they cost nothing more.
     """
-    if len(prompts) != len(seeds):
-        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-    results = [Candidate() for _ in prompts]
-    runnable = []
-    for row, prompt in enumerate(prompts):
-        if not prompt:
-            raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
-        if len(prompt) > sampling.max_input_tokens:
-            results[row].finish_reason = "prompt_too_long"
-        else:
-            runnable.append(row)
+    results, runnable = admit_rows(prompts, seeds, sampling)
     if not runnable:
         return results
 

@@ -5,36 +5,21 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_workflows import (  # the scripted-policy helpers of the workflow tests
+    OPTIONS,
+    Rules,
+    n_searches,
+)
 
 from envs import cascade_search_v0, hierarchical_search_v0
-from envs.datasets import Question
 from envs.episode import run_episode
-from envs.policy import AgentOutput
 from envs.search_env import SearchEnvConfig
 from maopd.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.trainer import record_rewards
 
-QUESTION = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
-OPTIONS = {"question": QUESTION}
 SEARCH = "<search>Orlen Vask</search>"
 ANSWER = "<answer>Tarvel</answer>"
-
-
-class Rules:
-    """A policy from per-role functions of the turn: ``fn(turn) -> text``."""
-
-    def __init__(self, **by_role):
-        self.by_role = by_role
-        self.turns = []
-
-    def act(self, turns):
-        self.turns.extend(turns)
-        return [AgentOutput([self.by_role[t.role](t)] * t.num_candidates) for t in turns]
-
-
-def n_searches(turn):
-    return sum("<search>" in m["content"] for m in turn.messages if m["role"] == "assistant")
 
 
 def always(text):
