@@ -1,4 +1,4 @@
-"""What a newcomer reads matches what the code does (issue 23, item 12)."""
+"""Facts the docs state (paths, feature counts, scripts, timings) hold for the code as it is."""
 
 import re
 import subprocess
