@@ -229,7 +229,7 @@ class AdvantageConfig:
     kl_in_reward_estimator: Literal["k1", "k2", "k3"] = "k1"
     grpo_eps: float = GRPO_EPS
     grpo_unbiased_std: bool = False
-    # A control (issue 20): every token advantage is 0 (GRPO and OPD alike), so only the terms the
+    # A control: every token advantage is 0 (GRPO and OPD alike), so only the terms the
     # paper lacks (PPO-ptx, the entropy bonus, the KL loss) move the model. The group advantages
     # and shaped rewards are still computed, for the logs.
     zero_rl: bool = False

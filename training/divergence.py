@@ -1,4 +1,4 @@
-"""Teacher–student divergence on Searcher tokens, logged per Stage II step (issue 20 item 2).
+"""Teacher–student divergence on Searcher tokens, logged per Stage II step.
 
 Computed in ``Trainer.prepare`` from tensors the trainer already holds once the Teacher has scored
 the batch (nothing new is scored): the batch's token ids, ``response_mask``, ``role_ids``, π_old's
