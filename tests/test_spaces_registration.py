@@ -43,8 +43,10 @@ def test_sampled_actions_are_well_formed_and_seeded(module):
 def test_random_agents_play_whole_episodes():
     env = hierarchical_search_v0.env()
     searches = 0
-    for seed in range(3):
+    for seed in range(10):
         env.reset(seed=seed)
+        for index, agent in enumerate(env.possible_agents):  # seeded: the test does not depend on luck
+            env.action_space(agent).seed(100 * seed + index)
         for agent in env.agent_iter():
             _, _, terminated, truncated, _ = env.last()
             action = None if terminated or truncated else env.action_space(agent).sample()
