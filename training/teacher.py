@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from agents.sampling import _cache_keyword
+from agents.sampling import _cache_keyword, default_forward_tokens
 from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
@@ -58,13 +58,9 @@ class Teacher:
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
-        if max_batch_tokens is None:
-            # Measured on the 2-core CPU with π_0: 4,096-token forwards score a TeamBatch ~1.6x
-            # faster than 16,384-token ones (their attention tensors stay in cache); GPUs want
-            # large batches.
-            on_cpu = next(model.parameters()).device.type == "cpu"
-            max_batch_tokens = 4096 if on_cpu else 16384
-        self.max_batch_tokens = max_batch_tokens
+        # CPU: 4,096-token forwards score a TeamBatch ~1.6x faster than 16,384-token ones (their
+        # attention tensors stay in cache).
+        self.max_batch_tokens = default_forward_tokens(model) if max_batch_tokens is None else max_batch_tokens
         self.share_prefixes = share_prefixes
         # A group shares its prompt's prefill only if the prompt is at least this fraction of its
         # longest continuation: the cached continuation pass costs more per token than a
