@@ -1,6 +1,7 @@
 """A noisy SynthWiki team: the expert team with per-role failure knobs.
 
-Each knob is the probability of one realistic mistake. Call-level mistakes (skip the search,
+Each knob is the probability of one realistic mistake (or, for ``searcher_memory_report``, of a
+shortcut a model with parametric knowledge takes: answering from memory instead of searching). Call-level mistakes (skip the search,
 query the wrong entity, report too early) are drawn once when a Searcher call starts and kept for
 the whole call; output-level mistakes (misformat, drop a report, answer from the wrong report)
 are drawn per output. Draws come from one ``random.Random(seed)`` consumed in call order, so a
@@ -18,6 +19,7 @@ from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher
 from envs.actions import action_contents
 from envs.policy import AgentOutput, AgentTurn
 from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label
+from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
 
@@ -30,6 +32,9 @@ class NoiseConfig:
     searcher_wrong_entity: float = 0.0  # query a misspelt entity and report what comes back
     searcher_early_report: float = 0.0  # report after the first search, with its first sentence
     searcher_misformat: float = 0.0  # an output without a complete action tag
+    # report at once what the team's closed book recalls (envs.synthwiki.closed_book), without
+    # searching: right for facts it knows, a confident wrong value otherwise; needs a closed book
+    searcher_memory_report: float = 0.0
     leader_drop_report: float = 0.0  # leave one report out of the selection
     leader_misformat: float = 0.0
     answerer_wrong_report: float = 0.0  # answer with a fact of another report
@@ -70,8 +75,9 @@ def named_entity(plan: Chain | Comparison | None) -> str | None:
 class NoisyTeam:
     """A ``Policy`` playing every role like the expert, with the mistakes of ``noise``."""
 
-    def __init__(self, noise: NoiseConfig, seed: int = 0):
+    def __init__(self, noise: NoiseConfig, seed: int = 0, closed_book: ClosedBook | None = None):
         self.noise = noise
+        self.closed_book = closed_book
         self.rng = random.Random(seed)
         self.leader, self.searcher, self.answerer = ExpertLeader(), ExpertSearcher(), ExpertAnswerer()
         self._call_mistakes: dict[tuple[str, str], str | None] = {}
@@ -113,6 +119,10 @@ class NoisyTeam:
         task = strip_label(turn.task, "Task:")
         if mistake == "skip_search":
             return f"<report>{NO_FACTS}</report>"
+        if mistake == "memory_report":
+            plan = parse_question(task)
+            recalled = [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
+            return f"<report>{' '.join(step.sentence() for step in recalled) or NO_FACTS}</report>"
         if mistake == "wrong_entity":
             topic = named_entity(parse_question(task)) or task
             if not searched and "search" in turn.allowed:
@@ -125,7 +135,9 @@ class NoisyTeam:
         return self.searcher.decide(turn)
 
     def _draw_call_mistake(self) -> str | None:
-        for mistake in ("skip_search", "wrong_entity", "early_report"):
+        # memory_report is drawn only with a closed book, so teams without one draw as before
+        shortcuts = ("memory_report",) if self.closed_book is not None else ()
+        for mistake in ("skip_search", "wrong_entity", "early_report", *shortcuts):
             if self._chance(getattr(self.noise, f"searcher_{mistake}")):
                 return mistake
         return None

@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 import re
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +56,6 @@ from envs.synthwiki.grammar import (
     NAME,
     VALUE,
     Chain,
-    Comparison,
     fact_sentence,
     parse_facts,
     parse_question,
@@ -161,32 +160,16 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     return menu
 
 
-Recall = Callable[[str, str], "str | None"]  # (subject, predicate) -> the value recalled closed-book
-
-
-def recalled_steps(plan: Chain | Comparison, missing: Sequence[Step], recall: Recall) -> list[Step]:
-    """The missing steps of ``plan`` as recalled from memory (a chain follows its own recalls)."""
-    if isinstance(plan, Comparison):
-        return [Step(step.predicate, step.subject, recall(step.subject, step.predicate)) for step in missing]
-    steps, subject = [], missing[0].subject if missing else None
-    for predicate in plan.steps[len(plan.steps) - len(missing):]:
-        value = recall(subject, predicate)
-        steps.append(Step(predicate, subject, value))
-        if value is None:
-            break
-        subject = value
-    return steps
-
-
-def searcher_menu(turn: AgentTurn, recall: Recall | None = None) -> list[Option]:
+def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
     task = strip_label(turn.task, "Task:")
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
     missing: list[Step] = []
+    known = Knowledge(passage_texts(turn))
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
-        resolved, missing = resolve(plan, Knowledge(passage_texts(turn)))
+        resolved, missing = resolve(plan, known)
         wanted = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
         hops = len(resolved) + len(missing)
     expert_query = next((q for q in wanted if q not in searched), None)
@@ -210,8 +193,8 @@ def searcher_menu(turn: AgentTurn, recall: Recall | None = None) -> list[Option]
         digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
         menu.append(Option("report", f"<report>{digest}</report>", digest, from_evidence=True,
                            size=min(len(facts), hops) / hops))
-    if recall is not None and missing:
-        recalled = [step for step in recalled_steps(plan, missing, recall) if step.value]
+    if book is not None and missing:
+        recalled = [step for step in book.recall_steps(plan, known) if step.value]
         if recalled:
             memory = " ".join(step.sentence() for step in [*resolved, *recalled])
             menu.append(Option("report", f"<report>{memory}</report>", f"from memory: {memory}",
@@ -240,12 +223,12 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
 
 
 def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "",
-               recall: Recall | None = None) -> list[Option]:
+               book: ClosedBook | None = None) -> list[Option]:
     """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
     if turn.role == "leader":
         menu = leader_menu(turn, num_searchers)
     elif turn.role == "searcher":
-        menu = searcher_menu(turn, recall)
+        menu = searcher_menu(turn, book)
     else:
         menu = answerer_menu(turn)
     unique: dict[str, Option] = {}
@@ -296,9 +279,8 @@ class OptionWrapper(BaseWrapper):
         # A menu is observed, then rendered: build it once per (agent, environment step).
         key = (agent, raw.env_step)
         if key not in self._menus:
-            recall = self.closed_book.recall if self.closed_book is not None else None
             self._menus[key] = build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size,
-                                          raw.question.id, recall)
+                                          raw.question.id, self.closed_book)
         return self._menus[key]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:

@@ -21,11 +21,8 @@ workflow, so it always ends within ``max_steps`` environment steps.
 
 Budget exhaustion
 -----------------
-``SearchEnvConfig.force_finish`` (default True) decides what an exhausted budget does. True: a
-Searcher's last step allows only ``<report>`` (with a last-turn notice), a Searcher that fails it
-gets the forced report ``(no report)``, and a Leader that fails its last step hands every report
-to the Answerer, so every workflow gets an Answerer call. False (the paper's behaviour): a
-Searcher may still search in its last step and a call that has not reported when its budget runs
+``SearchEnvConfig.force_finish`` decides what an exhausted budget does. False (the default, the
+paper's behaviour): a Searcher may still search in its last step and a call that has not reported when its budget runs
 out ends with no report (``unreported_calls``); the cascade ends without an Answerer call when
 its Searcher never reported, the hierarchy when its Leader fails its last step without selecting.
 Such a record has ``candidates == extracted_answers == []``, R_EM 0 and ``counters["no_answer"]
@@ -33,7 +30,10 @@ Such a record has ``candidates == extracted_answers == []``, R_EM 0 and ``counte
 ``unreported_calls`` are in the record only under ``force_finish=False``. Rewards stay the
 formulas: the Answerer has no candidate and no reward entry (its agent reward is 0), the Leader
 gets 0.9·0 + 0.1·R_assign (−1 after a format failure, which a failed last step is), an unreported
-Searcher call 0.9·R_EM with b_S = 0 (−1 after a format failure).
+Searcher call 0.9·R_EM with b_S = 0 (−1 after a format failure). True (an option, so that a
+workflow always gets an answer): a Searcher's last step allows only ``<report>`` (with a
+last-turn notice), a Searcher that fails it gets the forced report ``(no report)``, and a Leader
+that fails its last step hands every report to the Answerer.
 """
 
 from __future__ import annotations
@@ -135,11 +135,11 @@ class SearchEnvConfig:
     questions: str | None = None
     split: str = "train"
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    # True: at budget exhaustion Searchers must report and a Leader that fails its last turn hands
-    # every report to the Answerer, so a workflow always gets an answer. False (the paper): an
-    # exhausted budget ends the workflow as it stands; it may end without an Answerer call
-    # (record counters["no_answer"] = 1). See the module docstring, "Budget exhaustion".
-    force_finish: bool = True
+    # False (the paper): an exhausted budget ends the workflow as it stands; it may end without an
+    # Answerer call (record counters["no_answer"] = 1). True: at budget exhaustion Searchers must
+    # report and a Leader that fails its last turn hands every report to the Answerer, so a
+    # workflow always gets an answer. See the module docstring, "Budget exhaustion".
+    force_finish: bool = False
 
     def __post_init__(self) -> None:
         self.validate(min_steps=1)

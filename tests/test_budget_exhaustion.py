@@ -1,5 +1,5 @@
-"""SearchEnvConfig.force_finish: budget exhaustion with (True, today's default) and without (False,
-the paper) forcing an answer, in both workflows; the rewards stay well-defined (issue 20 item 1)."""
+"""SearchEnvConfig.force_finish: budget exhaustion without (False, the paper's and the default) and
+with (True, an option) forcing an answer, in both workflows; the rewards stay well-defined."""
 
 from types import SimpleNamespace
 
@@ -34,15 +34,15 @@ def delegate_once(turn):
 def test_force_finish_is_checked():
     with pytest.raises(ConfigError, match="force_finish"):
         SearchEnvConfig(force_finish="no")
-    assert SearchEnvConfig().force_finish is True
+    assert SearchEnvConfig().force_finish is False  # the paper: a workflow may end without an answer
 
 
 # ----- the cascade -------------------------------------------------------------------------
 
 
-def test_cascade_default_forces_a_report_and_an_answer():
+def test_cascade_forcing_forces_a_report_and_an_answer():
     policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
-    record = run_episode(cascade_search_v0.env(), policy, options=OPTIONS)
+    record = run_episode(cascade_search_v0.env(force_finish=True), policy, options=OPTIONS)
     assert record["reports"][0]["forced"] and record["extracted_answers"] == ["Tarvel"]
     assert "no_answer" not in record["counters"] and "unreported_calls" not in record["counters"]
     assert [t for t in policy.turns if t.role == "searcher"][-1].allowed == ("report",)
@@ -77,7 +77,7 @@ def test_cascade_format_failure_on_the_last_step_ends_unreported_with_the_penalt
 def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
     rules = {"searcher": lambda t: SEARCH if n_searches(t) < 2 else "<report>born in Tarvel</report>",
              "answerer": always(ANSWER)}
-    forced = run_episode(cascade_search_v0.env(), Rules(**rules), options=OPTIONS)
+    forced = run_episode(cascade_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(cascade_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
     for key in ("reports", "candidates", "rewards", "counters", "searches"):
@@ -87,10 +87,10 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
 # ----- the hierarchy -----------------------------------------------------------------------
 
 
-def test_hierarchy_default_forces_a_finish():
+def test_hierarchy_forcing_forces_a_finish():
     policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
                    searcher=always(SEARCH), answerer=always(ANSWER))
-    record = run_episode(hierarchical_search_v0.env(), policy, options=OPTIONS)
+    record = run_episode(hierarchical_search_v0.env(force_finish=True), policy, options=OPTIONS)
     assert record["selected_reports"] == [1] and record["extracted_answers"] == ["Tarvel"]
     assert "no_answer" not in record["counters"]
 
@@ -127,7 +127,7 @@ def test_hierarchy_unreported_call_gives_no_report_but_the_leader_may_still_sele
 def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
     rules = {"leader": delegate_once, "answerer": always(ANSWER),
              "searcher": lambda t: SEARCH if n_searches(t) < 1 else "<report>born in Tarvel</report>"}
-    forced = run_episode(hierarchical_search_v0.env(), Rules(**rules), options=OPTIONS)
+    forced = run_episode(hierarchical_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(hierarchical_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
     for key in ("reports", "selected_reports", "candidates", "rewards", "counters"):

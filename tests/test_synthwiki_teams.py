@@ -136,3 +136,27 @@ def test_demonstrations_are_the_environment_chats(small):
         assert row["messages"][0] == prompts.system_message(row["role"])
         assert row["messages"][-1]["role"] == "assistant"
         assert parse_action(row["messages"][-1]["content"], row["role"]).valid
+
+
+def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(small):
+    """searcher_memory_report: the Searcher reports, without searching, what the closed book recalls
+    for every hop of its task; a team without a closed book never draws it."""
+    from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+    from envs.synthwiki.grammar import Chain, parse_question
+    from envs.synthwiki.knowledge import final_answer
+
+    world, retriever = small
+    perfect = ClosedBook(world.corpus, ClosedBookConfig(known_fraction=1.0, recall_accuracy=1.0))
+    chains = [q for q in world.splits["dev"] if isinstance(parse_question(q.question), Chain)
+              and len(parse_question(q.question).steps) >= 2][:5]
+    assert chains
+    for question in chains:
+        plan = parse_question(question.question)
+        steps = perfect.recall_steps(plan)
+        assert [s.predicate for s in steps] == list(plan.steps)  # every hop, from the first
+        assert steps[-1].value == final_answer(plan, perfect.knowledge)
+        team = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0, closed_book=perfect)
+        report = team.act([searcher_turn(question.question)])[0].texts[0]
+        assert report == "<report>" + " ".join(s.sentence() for s in steps) + "</report>"
+    without_book = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0)
+    assert without_book.act([searcher_turn(QUESTION)])[0].texts[0].startswith("<search>")

@@ -54,15 +54,9 @@ PAPER: dict[str, dict[str, bool | None]] = {
 _PTX = "the default preset turns on PPO-ptx (ptx.coef 1.0), a term the paper does not have (issue 20 item 1)"
 _ENTROPY = "the default preset sets ppo.entropy_coef 0; the paper has an entropy bonus (issue 20 item 1)"
 DEPARTURES: dict[tuple[str, str], str] = {
-    **{(variant, "ptx"): _PTX for variant in VARIANT_METHODS},
+    **{(variant, "ptx"): _PTX for variant in VARIANT_METHODS if variant != "no_searcher_supervision"},
     **{(variant, "entropy"): _ENTROPY for variant in VARIANT_METHODS if variant != "no_searcher_supervision"},
-    ("outcome_searcher_rl", "leader_answerer_kl_in_reward"):
-        "outcome_searcher_rl drops the Teacher and with it the Leader/Answerer KL-in-reward; the paper "
-        "keeps the Leader/Answerer objectives, KL-in-reward included (issue 20 item 1)",
 }
-DEPARTURES[("no_searcher_supervision", "ptx")] = (
-    "'w/o direct Searcher supervision' still trains Searcher tokens through PPO-ptx; the paper gives "
-    "Searcher tokens no gradient from any term (issue 20 item 1)")
 
 
 def today(variant: str, term: str) -> bool | None:
@@ -128,7 +122,8 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         "grpo": surrogate and signal in SEARCHER_OUTCOMES,
         "entropy": config.ppo.entropy_coef > 0 and searcher_grad(zero, config.ppo.entropy_coef, 0.0),
         "kl_loss": has_teacher and config.ppo.kl_loss_coef > 0 and searcher_grad(zero, 0.0, config.ppo.kl_loss_coef),
-        "ptx": config.ptx.coef > 0,
+        # PPO-ptx leaves out the calls of a role whose loss weight is 0 (training.ptx.PtxData)
+        "ptx": config.ptx.coef > 0 and config.ppo.role_loss_weights.get("searcher", 1.0) != 0,
         "leader_answerer_kl_in_reward": kl_in_reward,
     }
     return _GRADIENTS[key]

@@ -166,6 +166,20 @@ def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, t
     torch.testing.assert_close(grads[1] - grads[0], ptx_grad, rtol=1e-3, atol=1e-6)
 
 
+def test_ptx_leaves_out_the_calls_of_a_role_with_loss_weight_zero(models, tmp_path):
+    """'w/o direct Searcher supervision' with PPO-ptx on: no Searcher call is a ptx example."""
+    from training.ptx import write_rows
+
+    chat = [{"role": "user", "content": "Where was Orlen Vask born?"},
+            {"role": "assistant", "content": "<search>Orlen Vask</search>"}]
+    data = write_rows([{"role": "searcher", "messages": chat}, {"role": "answerer", "messages": chat}],
+                      tmp_path / "ptx.jsonl")
+    ptx = {"ptx.coef": 0.1, "ptx.data": str(data)}
+    assert {e.role for e in Trainer(stage2_config(models, tmp_path, **ptx)).ptx.examples} == {"searcher", "answerer"}
+    unsupervised = stage2_config(models, tmp_path, **ptx, **{"ppo.role_loss_weights": {"searcher": 0.0}})
+    assert {e.role for e in Trainer(unsupervised).ptx.examples} == {"answerer"}
+
+
 def test_ptx_data_is_written_whole_or_not_at_all(tmp_path):
     from training.ptx import read_rows, write_rows
 

@@ -53,8 +53,8 @@ def test_cascade_searcher_reward(k, bonus):
     assert record["counters"]["env_steps"] == k + 2
 
 
-def test_cascade_budget_forces_report_and_answer():
-    env = cascade_search_v0.env()
+def test_cascade_budget_with_forcing_forces_report_and_answer():
+    env = cascade_search_v0.env(force_finish=True)
     policy = Rules(searcher=lambda t: "<search>Orlen Vask</search>", answerer=ANSWER)
     record = run_episode(env, policy, options=OPTIONS)
     assert record["counters"]["env_steps"] == 5
@@ -103,7 +103,7 @@ def test_hierarchy_rounds_capped_at_five():
 
 
 def test_hierarchy_budget_is_twelve_steps():
-    env = hierarchical_search_v0.env()
+    env = hierarchical_search_v0.env(force_finish=True)
     policy = Rules(leader=lambda t: "<delegate>\nWhere was Orlen Vask born?\n</delegate>",
                    searcher=lambda t: "<search>Orlen Vask</search>", answerer=ANSWER)
     record = run_episode(env, policy, options=OPTIONS)

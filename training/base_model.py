@@ -67,6 +67,10 @@ class SFTConfig:
     # paying and copying them from the context is what the model learns. RL and evaluation use
     # the world_seed world only.
     demo_worlds: int = 1
+    # The first demonstration world is world_seed + demo_world_offset. 1 keeps the world_seed world,
+    # the one RL and evaluation play, out of the demonstrations: π_0 then never saw a question of
+    # that world solved, as a real base model never saw the RL training set.
+    demo_world_offset: int = 0
     noise: float = 0.1  # every NoiseConfig knob of the scripted team
     # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
     # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
@@ -84,7 +88,10 @@ class SFTConfig:
     pretrain_recall_sentences: int = 3
     # Closed-book knowledge (envs.synthwiki.closed_book): the facts of the world_seed world that π_0
     # "knows", as it states them (wrong ones included), are pretrained on this many times each, in
-    # shuffled groups, so that some questions can be answered without search. None: none.
+    # shuffled groups, so that some questions can be answered without search. None: none. With
+    # noise_knobs searcher_memory_report, the demonstrating team reports from each demonstration
+    # world's closed book (same config); demonstration worlds that are also pretraining worlds
+    # were read by π_0 as passages, so such a report states what it read.
     closed_book: ClosedBookConfig | None = None
     closed_book_repeats: int = 4
     pretrain_epochs: int = 1
@@ -127,7 +134,7 @@ class SFTConfig:
                      "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
-        for name in ("pretrain_recall_group", "pretrain_worlds", "world_seed", "seed"):
+        for name in ("pretrain_recall_group", "pretrain_worlds", "world_seed", "seed", "demo_world_offset"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         for name in ("lr", "grad_clip", "initializer_range"):
@@ -148,7 +155,8 @@ class SFTConfig:
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
         values = to_dict(self)
-        for name in ("noise_knobs", "closed_book"):  # models built before the field existed keep their key
+        # models built before a field existed keep their key
+        for name in ("noise_knobs", "closed_book", "demo_world_offset"):
             if not getattr(self, name):
                 del values[name]
         if self.closed_book is None:
@@ -171,17 +179,19 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
 
     from agents.noisy_team import NoisyTeam
     from envs.retrieval.bm25 import BM25Retriever
+    from envs.synthwiki.closed_book import closed_book
     from envs.synthwiki.demos import demonstrations
     from envs.synthwiki.world import build_world, load_default_world
 
     rows = []
     for index in range(config.demo_worlds):
-        seed = config.world_seed + index
-        world = load_default_world(seed, config.world_size) if index == 0 else build_world(seed, config.world_size)
+        seed = config.world_seed + config.demo_world_offset + index
+        world = load_default_world(seed, config.world_size) if seed == config.world_seed else build_world(seed, config.world_size)
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
+        book = closed_book(world.corpus, config.closed_book) if config.closed_book is not None else None
         for workflow in config.workflows:
-            team = NoisyTeam(config.noise_config(), config.seed + index)
+            team = NoisyTeam(config.noise_config(), config.seed + index, book)
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
     return rows

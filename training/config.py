@@ -264,14 +264,13 @@ STAGE_SETTINGS: dict[str, dict[str, Any]] = {
 # Table 3 and the Prompted Critic baseline: only the Searcher path changes.
 VARIANT_SETTINGS: dict[str, dict[str, Any]] = {
     "full": {},
-    # Searchers get Eq. 1 on R_EM; there is no Teacher, hence no KL reference either.
-    "outcome_searcher_rl": {
-        "advantage.searcher_signal": "grpo_final_em",
-        "teacher.source": "none",
-        "advantage.kl_in_reward_coef": 0.0,
-    },
+    # Searchers get Eq. 1 on R_EM instead of OPD; the Leader and Answerer keep their objectives,
+    # KL-in-reward toward the Stage-I π_T included (Table 3: "All variants retain the Leader and
+    # Answerer objectives"), so the Teacher stays, scoring Leader and Answerer rows only.
+    "outcome_searcher_rl": {"advantage.searcher_signal": "grpo_final_em"},
     "base_model_teacher": {"teacher.source": "base_model"},
-    # Searcher policy/entropy/KL losses are zero; their tokens stay in the loss denominator.
+    # Searcher policy/entropy/KL losses are zero; their tokens stay in the loss denominator, and
+    # PPO-ptx (an option) leaves Searcher calls out: no term gives Searcher tokens gradient.
     "no_searcher_supervision": {
         "advantage.searcher_signal": "none",
         "ppo.role_loss_weights": {"searcher": 0.0},

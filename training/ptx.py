@@ -58,12 +58,18 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 class PtxData:
-    """The examples of ``ptx.data``; ``sample`` draws ``batch_size`` of them with the caller's generator."""
+    """The examples of ``ptx.data``; ``sample`` draws ``batch_size`` of them with the caller's generator.
 
-    def __init__(self, path: str | Path, tokenizer, seq_len: int, batch_size: int):
+    Calls of the roles in ``skip_roles`` are left out: the trainer passes the roles whose PPO loss
+    weight is 0 ("w/o direct Searcher supervision"), so no term gives such a role's tokens gradient.
+    """
+
+    def __init__(self, path: str | Path, tokenizer, seq_len: int, batch_size: int,
+                 skip_roles: Sequence[str] = ()):
         rows = read_rows(path)
         texts = [row["text"] for row in rows if "text" in row]
-        chats = [encode_call(tokenizer, row["messages"], row.get("role", "")) for row in rows if "messages" in row]
+        chats = [encode_call(tokenizer, row["messages"], row.get("role", "")) for row in rows
+                 if "messages" in row and row.get("role") not in skip_roles]
         self.examples = language_model_windows(texts, tokenizer, seq_len) + [c for c in chats if len(c) <= seq_len]
         if not self.examples:
             raise ConfigError(f"ptx.data: {path} gives no example of at most ptx.seq_len = {seq_len} tokens")

@@ -295,7 +295,8 @@ class Trainer:
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
         self.collector = TeamRolloutCollector(self.make_env, self.policy)
         ptx = config.ptx
-        self.ptx = PtxData(ptx.data, self.tokenizer, ptx.seq_len, ptx.batch_size) if ptx.coef > 0 else None
+        unweighted = [role for role, weight in config.ppo.role_loss_weights.items() if weight == 0]
+        self.ptx = PtxData(ptx.data, self.tokenizer, ptx.seq_len, ptx.batch_size, unweighted) if ptx.coef > 0 else None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
             weight_decay=config.optim.weight_decay,

@@ -24,8 +24,8 @@ import zlib
 from dataclasses import dataclass
 
 from envs.retrieval.corpus import Corpus
-from envs.synthwiki.grammar import fact_sentence
-from envs.synthwiki.knowledge import Knowledge
+from envs.synthwiki.grammar import Chain, Comparison, fact_sentence
+from envs.synthwiki.knowledge import Knowledge, Step, resolve
 from maopd.config import ConfigError
 
 
@@ -74,6 +74,22 @@ class ClosedBook:
         if right or not wrong:
             return truth
         return wrong[int(_draw(self.config.seed, "guess", subject, predicate) * len(wrong))]
+
+    def recall_steps(self, plan: Chain | Comparison, known: Knowledge | None = None) -> list[Step]:
+        """The steps of ``plan`` that ``known`` (facts already found; none by default) lacks, as
+        recalled from memory, stopping at a step the world lacks. A chain follows its own recalls:
+        a wrong recalled hop leads the next hop astray, as it does for a model."""
+        resolved, missing = resolve(plan, known or Knowledge())
+        if isinstance(plan, Comparison):
+            return [Step(step.predicate, step.subject, self.recall(step.subject, step.predicate)) for step in missing]
+        steps, subject = [], missing[0].subject if missing else None
+        for predicate in plan.steps[len(resolved):]:
+            value = self.recall(subject, predicate)
+            steps.append(Step(predicate, subject, value))
+            if value is None:
+                break
+            subject = value
+        return steps
 
     def memorised_sentences(self) -> list[str]:
         """The known facts as the model states them (wrong ones included): what it was pretrained on."""
