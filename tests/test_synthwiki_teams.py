@@ -145,7 +145,7 @@ def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(sma
     from envs.synthwiki.grammar import Chain, parse_question
     from envs.synthwiki.knowledge import final_answer
 
-    world, retriever = small
+    world, _ = small
     perfect = ClosedBook(world.corpus, ClosedBookConfig(known_fraction=1.0, recall_accuracy=1.0))
     chains = [q for q in world.splits["dev"] if isinstance(parse_question(q.question), Chain)
               and len(parse_question(q.question).steps) >= 2][:5]
