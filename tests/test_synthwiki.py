@@ -139,3 +139,23 @@ def test_templates_parse_back():
         for template in attribute.facts:
             [fact] = parse_facts(template.format(s="Kelvar", v="1,250"))
             assert (fact.predicate, fact.value) == (attribute.name, "1,250")
+
+
+def test_the_test_split_is_fresh_and_train_dev_are_unchanged():
+    """TEST_SPLIT_VERSION 2: no question of the version-1 test split, whose figures were seen; the
+    corpus, train and dev splits are version 1's."""
+    import random
+
+    from envs.synthwiki.generator import SPLITS, generate_graph
+    from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
+    from envs.synthwiki.world import SIZES
+
+    world = build_world(0, "tiny")
+    entities = generate_graph(0, SIZES["tiny"].graph)
+    rng = random.Random("0:questions")
+    first = {split: QuestionWriter(entities, split, rng).write(SIZES["tiny"].questions[split], DEFAULT_HOP_MIX)
+             for split in SPLITS}
+    for split in ("train", "dev"):
+        assert [q.to_dict() for q in world.splits[split]] == [q.to_dict() for q in first[split]]
+    assert not {q.question for q in world.splits["test"]} & {q.question for q in first["test"]}
+    assert len(world.splits["test"]) == len(first["test"]) and world.manifest["test_split_version"] == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from envs.datasets import Question
 from envs.synthwiki.generator import Entity, mention
@@ -84,15 +85,16 @@ class QuestionWriter:
         self.shapes = {hops: chain_shapes(hops) for hops in (1, 2, 3)}
         self.comparable = [(a, t) for a in sorted(ATTRIBUTES) for t in ATTRIBUTES[a].subject_types]
 
-    def write(self, count: int, hop_mix: Mapping[str, float]) -> list[Question]:
-        """``count`` distinct questions, as many of each kind as ``hop_mix`` says (largest remainder)."""
+    def write(self, count: int, hop_mix: Mapping[str, float], exclude: AbstractSet[str] = frozenset()) -> list[Question]:
+        """``count`` distinct questions, none of them in ``exclude``, as many of each kind as
+        ``hop_mix`` says (largest remainder)."""
         questions: dict[str, Question] = {}
         for kind, quota in quotas(count, hop_mix).items():
             made, attempts = 0, 0
             while made < quota and attempts < 50 * quota:
                 attempts += 1
                 question = self._comparison() if kind == "comparison" else self._chain(int(kind[0]))
-                if question is not None and question.question not in questions:
+                if question is not None and question.question not in questions and question.question not in exclude:
                     questions[question.question] = question
                     made += 1
             if made < quota:

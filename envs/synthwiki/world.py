@@ -29,7 +29,12 @@ from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.paths import build_directory_atomically
 
 # Bump when generated content changes, so that stale caches are rebuilt.
-FORMAT_VERSION = 1
+# 2: a fresh test split (TEST_SPLIT_VERSION); corpus, train and dev are those of version 1.
+FORMAT_VERSION = 2
+# The test split is drawn from its own stream, disjoint from every earlier version's test
+# questions: once figures on a test split have been seen and the testbed changes, the reported
+# figures come from questions no earlier figure came from. Train and dev never change with it.
+TEST_SPLIT_VERSION = 2
 DEFAULT_SEED = 0
 DEFAULT_SIZE = "small"
 
@@ -98,14 +103,19 @@ def _write_questions(questions: list[Question], path: Path) -> None:
 def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
     preset = _preset(size)
     entities = generate_graph(seed, preset.graph)
+    mix = hop_mix or DEFAULT_HOP_MIX
     rng = random.Random(f"{seed}:questions")
-    splits = {
-        split: QuestionWriter(entities, split, rng).write(preset.questions[split], hop_mix or DEFAULT_HOP_MIX)
-        for split in SPLITS
-    }
+    # train, dev and the first test split from one stream, as version 1 wrote them
+    splits = {split: QuestionWriter(entities, split, rng).write(preset.questions[split], mix) for split in SPLITS}
+    seen = {q.question for q in splits["test"]}
+    for version in range(2, TEST_SPLIT_VERSION + 1):
+        fresh = QuestionWriter(entities, "test", random.Random(f"{seed}:test-v{version}"))
+        splits["test"] = fresh.write(preset.questions["test"], mix, exclude=seen)
+        seen |= {q.question for q in splits["test"]}
     manifest = {
         "generator": "synthwiki",
         "format_version": FORMAT_VERSION,
+        "test_split_version": TEST_SPLIT_VERSION,
         "seed": seed,
         "size": size,
         "hop_mix": dict(hop_mix or DEFAULT_HOP_MIX),
