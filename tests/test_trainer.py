@@ -343,3 +343,18 @@ def test_config_errors_name_the_field(models, tmp_path):
         build_config({"stage": "stage1", "rollout": {"first_question": -1}})
     with pytest.raises(ConfigError, match="rollout.dynamic_sampling_rounds"):
         build_config({"stage": "stage1", "rollout": {"dynamic_sampling_rounds": -1}})
+
+
+def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scripted_batch):
+    """benchmarks/opd_beta_calibration.py relies on the Searcher's surrogate gradient at π_old being
+    β times its gradient at β = 1, and the Leader/Answerer gradient not depending on β."""
+    from benchmarks.opd_beta_calibration import role_gradient_norms
+
+    norms = []
+    for beta in (1.0, 2.5):
+        trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch,
+                                         **{"advantage.opd_beta": beta, "ppo.entropy_coef": 0.0})
+        norms.append(role_gradient_norms(trainer, ppo_batch))
+    assert norms[0]["searcher"] > 0 and norms[0]["leader_answerer"] > 0
+    assert norms[1]["searcher"] == pytest.approx(2.5 * norms[0]["searcher"], rel=1e-4)
+    assert norms[1]["leader_answerer"] == pytest.approx(norms[0]["leader_answerer"], rel=1e-5)
