@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.provenance import git_commit
 from maopd.config import ConfigError
 from maopd.pipeline import load_preset, stage_config, stage_dir
 from training.base_model import load_or_build_base_model
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     beta = statistics.median(usable) if usable else None
     result = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": git_commit(short=True),
         "seed": args.seed, "batches": rows, "usable_batches": len(usable),
         "beta_equal_norms": beta,
         "beta_range_0.3_to_3x": [0.3 * beta, 3 * beta] if beta else None,
