@@ -14,12 +14,12 @@ The Searcher receives the question and acts ReAct-style: each step it writes
 ``<report>…</report>``. The Answerer then answers from the report with ``<answer>…</answer>``,
 one text per candidate (``num_candidates``: 5 in training, 1 in evaluation).
 
-Budget rule: the Searcher may act in steps 1 … ``max_steps``-1, and in step ``max_steps``-1 it
-may only report (its observation says so and ``action_kinds`` masks ``search``). A Searcher that
-has not reported by then gets the forced report ``(no report)`` and a format failure. The
+Budget rule: the Searcher may act in steps 1 … ``max_steps``-1; if it has not reported by then,
+the episode ends without an Answerer call (``counters["no_answer"]``, the paper's failure). The
 Answerer acts in the step after the report, at the latest in step ``max_steps``; the episode
-ends after it. With ``force_finish=False`` the Searcher may search in its last step too, and if it
-has not reported by then the episode ends without an Answerer call (``counters["no_answer"]``).
+ends after it. With ``force_finish=True`` the Searcher may only report in step ``max_steps``-1
+(its observation says so and ``action_kinds`` masks ``search``), and a Searcher that has not
+reported then gets the forced report ``(no report)`` and a format failure.
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
 R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j, and any role with

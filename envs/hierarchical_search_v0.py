@@ -20,14 +20,13 @@ Budget rule (B = ``max_steps``): the last two steps are reserved for the Leader'
 the Answerer.
 * The Leader may delegate in step s only while s ≤ B-3 and fewer than ``max_rounds`` waves ran;
   otherwise ``action_kinds`` allows only ``select``.
-* Searchers may act until step B-2, where they may only report; a Searcher without a report then
-  gets the forced report ``(no report)`` and a format failure.
-* A Leader format failure costs it the step and it gets feedback; if it fails in step B-1 (or any
-  step after which no Leader step is left), all reports go to the Answerer (forced finish).
+* Searchers may act until step B-2; a call without a report then ends with none.
+* A Leader format failure costs it the step and it gets feedback; a Leader that fails its last
+  step ends the episode without an Answerer call (``counters["no_answer"]``, the paper's failure).
 * The Answerer acts in the step after the selection, at the latest step B. The episode then ends.
-* ``force_finish=False`` (the paper): Searchers may search in step B-2 too, and a call without a
-  report then ends with none; a Leader that fails its last step ends the episode without an
-  Answerer call (``counters["no_answer"]``).
+* ``force_finish=True`` (an option): Searchers may only report in step B-2, a Searcher without a
+  report gets the forced report ``(no report)`` and a format failure, and a Leader that fails its
+  last step hands all reports to the Answerer (forced finish).
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): Leader R_L = 0.9·R_EM +
 0.1·min(C_tool, 6)/6 (Eq. 6); Answerer the mean over candidates of R_A,j = c_j; each Searcher slot
