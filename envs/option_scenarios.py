@@ -13,6 +13,7 @@ setting gets a new version (``_v1``), so results that name a scenario stay compa
 | Workflow | hierarchical: Leader → waves of 3 Searchers → Answerer, the workflow's budget of 12 environment steps |
 | Actions | ``Discrete(8)`` menus (``envs.option_mode``), no expert-hint feature |
 | Closed book | none: every fact must be searched |
+| Budget exhaustion | forced finish (``force_finish=True``): Searchers must report in their last step and a Leader that fails its last step hands every report over, so every workflow gets an answer |
 | Rewards | the text environment's: R_EM, Leader R_L (Eq. 6), Answerer R_A, each Searcher assignment R_S |
 
 Searching is the only way to an answer, so no Searcher is tempted to stop searching.
@@ -56,6 +57,9 @@ class OptionScenario:
     closed_book: ClosedBookConfig | None = None
     world_seed: int = 0
     world_size: str = "small"
+    # the v0 scenarios were defined with the forced finish; the text environments' default is now
+    # the paper's (no forced answer), so the scenarios state theirs
+    force_finish: bool = True
 
     def make_env(self, split: str = "train", workflow: str | None = None, **overrides: Any) -> OptionWrapper:
         """An option-mode environment of this scenario; ``workflow`` overrides it (a Teacher's cascade),
@@ -64,7 +68,7 @@ class OptionScenario:
         knowledge = closed_book(world.corpus, self.closed_book) if self.closed_book is not None else None
         # One BM25 index and one result cache per world: a query is searched once per process.
         options: dict[str, Any] = {"retriever": _cached_retriever(world.corpus), "corpus": world.corpus,
-                                   "questions": world.splits[split]}
+                                   "questions": world.splits[split], "force_finish": self.force_finish}
         if workflow in (None, self.workflow):  # another workflow (a Teacher's cascade) keeps its own budget
             workflow, options["max_steps"] = self.workflow, self.max_steps
         if workflow == "hierarchical":
@@ -75,7 +79,7 @@ class OptionScenario:
         """The scenario's settings, as saved with results."""
         return {"name": self.name, "workflow": self.workflow, "max_steps": self.max_steps,
                 "num_searchers": self.num_searchers, "hints": self.hints, "world_seed": self.world_seed,
-                "world_size": self.world_size,
+                "world_size": self.world_size, "force_finish": self.force_finish,
                 "closed_book": None if self.closed_book is None else vars(self.closed_book)}
 
 
