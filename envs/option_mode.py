@@ -127,7 +127,9 @@ def _words(text: str) -> frozenset[str]:
 def overlap(a: str, b: str) -> float:
     """Jaccard overlap of the lowercased word sets of ``a`` and ``b``."""
     x, y = _words(a), _words(b)
-    return len(x & y) / len(x | y) if x | y else 0.0
+    common = len(x & y)
+    union = len(x) + len(y) - common
+    return common / union if union else 0.0
 
 
 def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
