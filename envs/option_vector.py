@@ -86,10 +86,10 @@ class OptionVectorEnv:
             raise ValueError(f"num_envs={num_envs!r} is invalid: must be at least 1")
         self.num_envs = num_envs
         self._make_env = make_env
-        # A slot's text environment is built on its first cache miss: once transitions are cached,
-        # most slots never need one, and building one costs about a millisecond.
-        self.envs: list[OptionWrapper | None] = [None] * num_envs
-        self.questions: Sequence[Any] = make_env().unwrapped.questions
+        # A slot's text environment is built on its first cache miss (slot 0's now, for the question
+        # set): once transitions are cached most slots never need one, and each costs about a millisecond.
+        self.envs: list[OptionWrapper | None] = [make_env()] + [None] * (num_envs - 1)
+        self.questions: Sequence[Any] = self.envs[0].unwrapped.questions
         self.cache = cache if cache is not None else TransitionCache()
         self._live: list[Key | None] = [None] * num_envs  # the prefix each live text env is at
         self.keys: list[Key | None] = [None] * num_envs  # the prefix each slot's episode is at
