@@ -35,6 +35,7 @@ menus still work (entity mentions, whole-question delegation) but carry no hints
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import zlib
@@ -106,14 +107,28 @@ class Option:
 
 def mentions(text: str) -> list[str]:
     """Entity names and values written in ``text``, in order, without repeats."""
+    return list(_mentions(text))
+
+
+# Menus re-read the same tasks, questions and passages at every step of every episode: the two
+# text scans below are memoized (pure functions of the text).
+@functools.lru_cache(maxsize=1 << 16)
+def _mentions(text: str) -> tuple[str, ...]:
     found = (m.group(0) for m in _MENTION.finditer(_RANK.sub("", text)))
-    return list(dict.fromkeys(m for m in found if m not in _TEMPLATE_WORDS))
+    return tuple(dict.fromkeys(m for m in found if m not in _TEMPLATE_WORDS))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
 
 
 def overlap(a: str, b: str) -> float:
     """Jaccard overlap of the lowercased word sets of ``a`` and ``b``."""
-    x, y = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
-    return len(x & y) / len(x | y) if x | y else 0.0
+    x, y = _words(a), _words(b)
+    common = len(x & y)
+    union = len(x) + len(y) - common
+    return common / union if union else 0.0
 
 
 def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
@@ -164,8 +179,9 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     task = strip_label(turn.task, "Task:")
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
+    passages = passage_texts(turn)
     missing: list[Step] = []
-    known = Knowledge(passage_texts(turn))
+    known = Knowledge(passages)
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
@@ -188,7 +204,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
                        from_evidence=bool(resolved), size=len(resolved) / hops, fallback=not resolved))
     # Every fact the passages state about an entity the task names: useful for entity-only tasks.
     named = set(mentions(task))
-    facts = [f for text in passage_texts(turn) for f in parse_facts(text) if f.subject in named]
+    facts = [f for text in passages for f in parse_facts(text) if f.subject in named]
     if facts:
         digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
         menu.append(Option("report", f"<report>{digest}</report>", digest, from_evidence=True,
@@ -295,8 +311,9 @@ class OptionWrapper(BaseWrapper):
         return text if candidates == 1 else [text] * candidates
 
     def step(self, action: Any) -> None:
-        agent = self.agent_selection
-        if self.terminations[agent] or self.truncations[agent]:
+        raw = self.env.unwrapped  # read directly: each read through the wrappers costs two __getattr__ calls
+        agent = raw.agent_selection
+        if raw.terminations[agent] or raw.truncations[agent]:
             self.env.step(None)
             return
         self.env.step(self.render_action(agent, action))
@@ -320,14 +337,14 @@ def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_
         len(menu) / menu_size,
         *(float(kind in allowed) for kind in ACTION_KINDS),
     ]
-    items = np.zeros((menu_size, ITEM_FEATURES), np.float32)
-    for slot, option in enumerate(menu):
-        items[slot] = option.features()
+    # One flat list turned into an array at once: filling a numpy array slot by slot cost more.
+    items = [value for option in menu for value in option.features()]
+    items += [0.0] * (menu_size * ITEM_FEATURES - len(items))
     if not hints:
-        items[:, HINT_FEATURE] = 0.0
+        items[HINT_FEATURE::ITEM_FEATURES] = [0.0] * menu_size
     mask = np.zeros(menu_size, np.int8)
     mask[: len(menu)] = 1.0
-    features = np.concatenate([np.asarray(global_features, np.float32), items.ravel()])
+    features = np.array(global_features + items, np.float32)
     return {"observations": np.clip(features, 0.0, 1.0), "action_mask": mask}
 
 

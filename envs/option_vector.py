@@ -60,17 +60,20 @@ class TransitionCache:
         self.misses = 0
 
 
+# Both read the state from the unwrapped environment: through PettingZoo's wrappers every attribute
+# read is two ``__getattr__`` calls, a measurable share of a transition. Steps go through the wrappers.
 def _settle(env: OptionWrapper) -> None:
     """Step finished agents out (``step(None)``), as every AEC loop does, until one must act."""
-    while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+    raw = env.unwrapped
+    while raw.agents and (raw.terminations[raw.agent_selection] or raw.truncations[raw.agent_selection]):
         env.step(None)
 
 
 def _node(env: OptionWrapper) -> Node:
-    if not env.agents:
-        return Node(record=env.unwrapped.record)
     raw = env.unwrapped
-    agent = env.agent_selection
+    if not raw.agents:
+        return Node(record=raw.record)
+    agent = raw.agent_selection
     role = raw.role_of(agent)
     call = raw.searcher_calls.index(raw.active[agent]) if role == "searcher" else None
     observation = env.observe(agent)
@@ -81,18 +84,15 @@ class OptionVectorEnv:
     def __init__(self, make_env: Callable[[], OptionWrapper], num_envs: int, cache: TransitionCache | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} is invalid: must be at least 1")
-        self.envs = [make_env() for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self._make_env = make_env
+        # A slot's text environment is built on its first cache miss (slot 0's now, for the question
+        # set): once transitions are cached most slots never need one, and each costs about a millisecond.
+        self.envs: list[OptionWrapper | None] = [make_env()] + [None] * (num_envs - 1)
+        self.questions: Sequence[Any] = self.envs[0].unwrapped.questions
         self.cache = cache if cache is not None else TransitionCache()
         self._live: list[Key | None] = [None] * num_envs  # the prefix each live text env is at
         self.keys: list[Key | None] = [None] * num_envs  # the prefix each slot's episode is at
-
-    @property
-    def num_envs(self) -> int:
-        return len(self.envs)
-
-    @property
-    def questions(self) -> Sequence[Any]:
-        return self.envs[0].unwrapped.questions
 
     def reset(self, question_indices: Sequence[int]) -> None:
         """Start one episode per given question in slots 0..len-1; other slots stay idle."""
@@ -114,6 +114,8 @@ class OptionVectorEnv:
         return node
 
     def _bring_to(self, slot: int, key: Key) -> OptionWrapper:
+        if self.envs[slot] is None:
+            self.envs[slot] = self._make_env()
         env, live = self.envs[slot], self._live[slot]
         question, actions = key
         if live is None or live[0] != question or live[1] != actions[: len(live[1])]:

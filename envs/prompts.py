@@ -8,6 +8,7 @@ that rule-based policies use to read those messages back sit beside their writer
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -116,7 +117,12 @@ def user_texts(turn: AgentTurn, prefix: str) -> list[str]:
 
 def parse_passages(content: str) -> list[tuple[str, str]]:
     """(title, text) of every passage line of one ``format_passages`` message."""
-    return [(m["title"], m["text"]) for m in map(_PASSAGE_LINE.match, content.splitlines()) if m]
+    return list(_parse_passages(content))
+
+
+@functools.lru_cache(maxsize=1 << 14)  # a Searcher's menu re-reads every message of its call at each step
+def _parse_passages(content: str) -> tuple[tuple[str, str], ...]:
+    return tuple((m["title"], m["text"]) for m in map(_PASSAGE_LINE.match, content.splitlines()) if m)
 
 
 def passage_texts(turn: AgentTurn) -> list[str]:

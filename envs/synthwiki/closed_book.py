@@ -19,6 +19,7 @@ and the memorised sentences a base model is pretrained on (``SFTConfig.closed_bo
 
 from __future__ import annotations
 
+import bisect
 import functools
 import zlib
 from dataclasses import dataclass
@@ -70,10 +71,15 @@ class ClosedBook:
             return None
         subject = self.canonical(subject)
         right = self.known(subject, predicate) and _draw(self.config.seed, "right", subject, predicate) < self.config.recall_accuracy
-        wrong = [value for value in self._values[predicate] if value != truth]
+        # The guess is a draw from the predicate's sorted values other than the truth, indexed
+        # around the truth's run instead of copying the list (thousands of values; menus ask often).
+        values = self._values[predicate]
+        low, high = bisect.bisect_left(values, truth), bisect.bisect_right(values, truth)
+        wrong = len(values) - (high - low)
         if right or not wrong:
             return truth
-        return wrong[int(_draw(self.config.seed, "guess", subject, predicate) * len(wrong))]
+        index = int(_draw(self.config.seed, "guess", subject, predicate) * wrong)
+        return values[index if index < low else index + high - low]
 
     def recall_steps(self, plan: Chain | Comparison, known: Knowledge | None = None) -> list[Step]:
         """The steps of ``plan`` that ``known`` (facts already found; none by default) lacks, as

@@ -135,6 +135,7 @@ def _parse_phrase(phrase: str) -> Chain | None:
     return Chain(phrase, tuple(steps))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # option menus parse the same tasks at every step; plans are frozen
 def parse_question(text: str) -> Chain | Comparison | None:
     """The plan of a SynthWiki question or sub-question; None if it is not one."""
     text = text.strip()

@@ -45,7 +45,9 @@ class MenuPolicy(MenuScorer):
         return self.slot_values(observations).masked_fill(masks <= 0, -1e9)
 
     def distribution(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.distributions.Categorical:
-        return torch.distributions.Categorical(logits=self.logits(observations, masks))
+        # No argument validation: the masked logits are finite by construction, and checking them
+        # costs more than the forward pass of a small batch.
+        return torch.distributions.Categorical(logits=self.logits(observations, masks), validate_args=False)
 
 
 @dataclass
@@ -124,7 +126,7 @@ def play_batch(venv: OptionVectorEnv, policy: MenuPolicy, question_indices: Sequ
             masks = torch.as_tensor(np.stack([node.mask for _, node in pending]))
             with torch.no_grad():
                 logits = policy.logits(observations, masks)
-            chosen = logits.argmax(dim=-1) if greedy_play else torch.distributions.Categorical(logits=logits).sample()
+            chosen = logits.argmax(dim=-1) if greedy_play else torch.distributions.Categorical(logits=logits, validate_args=False).sample()
             logprobs = torch.log_softmax(logits, dim=-1)
             actions = {}
             for row, (slot, node) in enumerate(pending):
