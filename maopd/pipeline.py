@@ -163,6 +163,9 @@ def _has_key(data: dict[str, Any], dotted: str) -> bool:
 # run directory, so π_0, Stage I, the full method and their evaluation are reused, not rerun.
 EXPERIMENTS: dict[str, list[str]] = {
     "table3": [f"variants={list(VARIANT_METHODS)}"],
+    # the default job cut to a first look in minutes, in a run directory of its own
+    "quick": ["run_dir=runs/quick", "stage1.steps=10", "stage2.steps=10", "eval.questions_per_type=10",
+              "eval.attempts=2"],
 }
 
 
