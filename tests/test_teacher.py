@@ -156,13 +156,13 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
 
 
 def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):
-    """The eager attention takes the tree mask as additive floats; scores match the sdpa ones."""
+    """Token trees under the eager attention score what they score under sdpa."""
     ids, masks, _ = zip(*searcher_calls)
     batch = pad_batch(ids, masks, tokenizer.pad_token_id)
     sdpa = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     eager = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     eager.config._attn_implementation = "eager"
-    assert Teacher(eager).float_mask and not Teacher(sdpa).float_mask
+    assert Teacher(eager).share_prefixes and Teacher(sdpa).share_prefixes
     assert torch.allclose(Teacher(eager).score(batch).logprobs, Teacher(sdpa).score(batch).logprobs, atol=1e-5, rtol=0)
 
 

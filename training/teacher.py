@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agents.sampling import default_forward_tokens
+from agents.sampling import additive_mask, default_forward_tokens
 from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
@@ -85,7 +85,6 @@ class Teacher:
         self.share_prefixes = share_prefixes and attention in TREE_ATTENTION
         self.pack_tokens = min(break_even_pack_tokens(model.config), self.max_batch_tokens) \
             if pack_tokens is None else pack_tokens
-        self.float_mask = attention == "eager"
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
@@ -166,10 +165,7 @@ class Teacher:
                 where_node.append(predictors)
                 out_rows.append(torch.full_like(columns, row))
                 out_cols.append(columns)
-        mask = allowed[:, None].to(device)
-        if self.float_mask:
-            dtype = next(model.parameters()).dtype
-            mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+        mask = additive_mask(allowed[:, None].to(device), next(model.parameters()).dtype)
         hidden = model.base_model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions.to(device),
                                   use_cache=False).last_hidden_state
         out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
