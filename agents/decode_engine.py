@@ -169,11 +169,14 @@ class PrefixStore:
         self.lengths.clear()
         self.bytes = 0
 
-    def check_weights(self, model: torch.nn.Module) -> None:
+    def check_weights(self, model: torch.nn.Module) -> bool:
+        """Empty the store if ``model``'s weights changed since the last check; say whether they did."""
         weights = tuple((p.data_ptr(), p._version) for p in model.parameters())
-        if weights != self.weights:
+        changed = weights != self.weights
+        if changed:
             self.clear()
             self.weights = weights
+        return changed
 
     def find(self, prompt: Sequence[int]) -> tuple[tuple, int] | None:
         """The longest stored prefix of ``prompt``: its keys/values and how many of its columns to
@@ -249,14 +252,18 @@ class DecodeEngine:
         self._cache: SlotKVCache | None = None
 
     def cache_for(self, slots: int, capacity: int) -> SlotKVCache:
-        """A cache for one run. Compiled, the engine keeps it and hands it out again while it fits,
-        so CUDA graphs see the same static buffers on every call (``release`` frees it, e.g.
-        before a training update); eager, each run gets its own, freed when the run ends."""
-        if not self.compile:
-            return SlotKVCache(slots, capacity)
+        """A cache for one run. The engine keeps it and hands it out again while it fits
+        (``release`` frees it, e.g. before a training update): compiled, so CUDA graphs see the
+        same static buffers on every call; eager, because allocating and zeroing a cache per call
+        cost ~4% of a CPU rollout. An eager cache grows to the largest run seen (an eager run uses
+        only its first ``slots`` slots); what earlier runs left in it is never attended to."""
         cache = self._cache
-        if cache is None or cache.slots != slots or cache.capacity < capacity:
-            self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
+        if self.compile:
+            if cache is None or cache.slots != slots or cache.capacity < capacity:
+                self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
+        elif cache is None or cache.slots < slots or cache.capacity < capacity:
+            self._cache = cache = SlotKVCache(max(slots, cache.slots if cache else 0),
+                                              max(capacity, cache.capacity if cache else 0))
         return cache
 
     def release(self) -> None:
@@ -300,7 +307,12 @@ class DecodeEngine:
         results, runnable = admit_rows(prompts, seeds, sampling)
         if not runnable:
             return results
-        _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()
+        try:
+            _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()
+        except FloatingPointError:
+            if not self.compile:  # non-finite keys may be in the kept cache: the next run starts a new one
+                self._cache = None
+            raise
         return results
 
 
@@ -313,7 +325,10 @@ class _Run:
         self.device = next(engine.model.parameters()).device
         self.compiled = bool(engine.compile)
         self.slots = engine.slots if self.compiled else min(engine.slots, len(runnable))
-        engine.prefixes.check_weights(engine.model)
+        if engine.prefixes.check_weights(engine.model) and not self.compiled:
+            # A kept eager cache starts over with new weights: nothing an earlier model left in
+            # it (non-finite values after a diverged step included) can reach a masked column.
+            engine._cache = None
         self.reuse = {}  # row -> (stored keys/values, columns reused) for prompts continuing a stored row
         for row in runnable:
             hit = engine.prefixes.find(prompts[row])

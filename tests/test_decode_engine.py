@@ -155,6 +155,28 @@ def test_prefix_store_budget_evicts_the_oldest_entries():
     assert store.find([3, 7]) is None and store.bytes == 3 * 4 * 8
 
 
+def test_eager_engine_keeps_its_cache_until_weights_change_or_a_run_fails(tokenizer):
+    model = build_tiny_model(tokenizer)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=4)
+    prompts = random_prompts(tokenizer, 5, seed=6)
+    policy.generate(prompts)
+    kept = policy.decoder._cache
+    policy.generate(prompts[:2])
+    assert kept is not None and policy.decoder._cache is kept
+    with torch.no_grad():
+        next(model.parameters()).mul_(1.0)
+    policy.generate(prompts[:2])
+    assert policy.decoder._cache is not kept
+    handle = boost(model, [5], float("nan"))
+    try:
+        with pytest.raises(FloatingPointError):
+            policy.generate(prompts[:2])
+    finally:
+        handle.remove()
+    assert policy.decoder._cache is None
+
+
 def test_bad_engine_settings_are_clear_errors(model, tokenizer):
     with pytest.raises(ValueError, match="engine"):
         HFPolicy(model, tokenizer, engine="paged")
