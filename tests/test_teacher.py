@@ -117,7 +117,8 @@ def test_bad_masks_are_clear_errors(model, tokenizer):
 def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_calls, side):
     """Answerer-like rows (n continuations of one prompt), multi-turn rows, rows that are prefixes
     of other rows, a repeated row and rows that share only their system prompt: token trees score
-    what whole-row forwards score (to 1e-5), in one tree or in many, with or without share keys."""
+    what whole-row forwards score (to 1e-5), in one tree or in many, in blocks of any size, with or
+    without share keys."""
     sampler = HFPolicy(model, tokenizer, SamplingConfig(temperature=1.0, max_new_tokens=10), seed=9)
     sequences, masks = [list(ids) for ids, _, _ in searcher_calls], [list(m) for _, m, _ in searcher_calls]
     for task in ("capital of France", "a much longer task about the author of Hamlet and the year"):
@@ -136,8 +137,8 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     teacher = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
     keys = [row % 2 for row in range(len(sequences))]
-    for options, share_keys in (({}, None), ({"max_batch_tokens": 200, "pack_tokens": 100}, None),
-                                ({"pack_tokens": 150}, keys)):
+    for options, share_keys in (({}, None), ({"tree_block": 7}, None),
+                                ({"max_batch_tokens": 200, "pack_tokens": 100}, None), ({"pack_tokens": 150}, keys)):
         shared_teacher = Teacher(teacher, **options)
         packs, _ = _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
         assert packs and sum(len(p.ids) for p in packs) < sum(len(sequences[r]) for p in packs for r in p.paths)

@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import Cache
 
-from agents.sampling import additive_mask, default_forward_tokens
+from agents.sampling import _cache_keyword, additive_mask, default_forward_tokens
 from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
@@ -69,12 +70,13 @@ class Teacher:
     call over a whole ``TeamBatch`` (short Answerer calls next to long Leader histories) then costs
     about its real tokens, not rows × longest row. ``share_prefixes`` (default, for models with the
     sdpa or eager attention) scores rows as token trees of at most ``pack_tokens`` tokens (default:
-    ``break_even_pack_tokens`` of the model, at most ``max_batch_tokens``).
+    ``break_even_pack_tokens`` of the model, at most ``max_batch_tokens``), run in blocks of
+    ``tree_block`` queries.
     """
 
     def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
                  max_batch_tokens: int | None = None, share_prefixes: bool = True,
-                 pack_tokens: int | None = None):
+                 pack_tokens: int | None = None, tree_block: int = 128):
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
@@ -85,6 +87,8 @@ class Teacher:
         self.share_prefixes = share_prefixes and attention in TREE_ATTENTION
         self.pack_tokens = min(break_even_pack_tokens(model.config), self.max_batch_tokens) \
             if pack_tokens is None else pack_tokens
+        self.tree_block = tree_block
+        self.cache_keyword = _cache_keyword(model.base_model)
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
@@ -165,9 +169,28 @@ class Teacher:
                 where_node.append(predictors)
                 out_rows.append(torch.full_like(columns, row))
                 out_cols.append(columns)
-        mask = additive_mask(allowed[:, None].to(device), next(model.parameters()).dtype)
-        hidden = model.base_model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-                                  use_cache=False).last_hidden_state
+        # In depth-first order a node's prefix lies before it, so the trees run in blocks of
+        # queries, each over the keys of its own nodes' prefixes only (gathered from the columns
+        # before it): a tree's attention then costs about what its rows' own attention would,
+        # not the dense square of the tree (on the small rollout benchmark's batch, blocks of 128
+        # scored in ~0.9x the time of one dense forward per tree, 256 in ~0.95x).
+        dtype = next(model.parameters()).dtype
+        ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
+        cache = _TreeCache(width)
+        hidden = []
+        for start in range(0, width, self.tree_block):
+            block = slice(start, min(start + self.tree_block, width))
+            rows_allowed = allowed[:, block, :block.stop]
+            needed = rows_allowed.any(dim=1)
+            count = int(needed.sum(dim=1).max())
+            cache.block = block
+            # The needed columns first (in order); the rest, masked out, pads rows to one width.
+            cache.gather = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
+            mask = rows_allowed.gather(2, cache.gather[:, None, :].expand(-1, rows_allowed.shape[1], -1))
+            hidden.append(model.base_model(
+                input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=additive_mask(mask[:, None], dtype),
+                use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
+        hidden = torch.cat(hidden, dim=1)
         out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
         predictors = hidden[torch.cat(where_batch).to(device), torch.cat(where_node).to(device)]
         targets = batch.input_ids[out_rows, out_cols].to(device)
@@ -181,6 +204,34 @@ class Teacher:
         logprobs.index_put_((out_rows, out_cols), torch.cat(values).cpu())
         if entropy is not None:
             entropy.index_put_((out_rows, out_cols), torch.cat(entropies).cpu())
+
+
+class _TreeCache(Cache):
+    """Keys and values of a batch of token trees run block by block: ``update`` writes a block's
+    keys at its columns and returns, per tree, the columns ``gather`` (its queries' prefixes)."""
+
+    def __init__(self, width: int):
+        # Not Cache.__init__, as in agents.decode_engine.SlotKVCache: no layer machinery needed.
+        self.layers, self.layer_class_to_replicate, self.offloading = [], None, False
+        self.width = width
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.block = slice(0, 0)
+        self.gather: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx == len(self.keys):
+            shape = (key_states.shape[0], key_states.shape[1], self.width, key_states.shape[3])
+            self.keys.append(key_states.new_zeros(shape))
+            self.values.append(value_states.new_zeros(shape))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[:, :, self.block] = key_states
+        values[:, :, self.block] = value_states
+        index = self.gather[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        return keys.gather(2, index), values.gather(2, index)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions are always passed explicitly
 
 
 class _TokenTree:
