@@ -10,6 +10,11 @@ written into their slots; each slot then carries its own first valid column, nex
 and next position id, so rows at different positions share one decode step through a per-row 4D
 attention mask (HF's ``StaticCache`` writes every row at the same column, which cannot do this).
 
+A finished row's keys and values (prompt and generated ids) are kept in a ``PrefixStore``; a later
+prompt that starts with them (a multi-turn call's next turn: previous prompt + generated ids +
+inserted ids, token-exactly) is admitted by ``extend``: the stored columns are copied into its slot
+and only the rest of the prompt is prefilled, attending over the copied prefix.
+
 Records are those of ``sample_rows``: each row draws its uniforms from its own generator (so a
 row's tokens do not depend on which rows share its step or which slot it got), the same inverse-CDF
 sampler, log-probs at the generated tokens, the same stops, ``max_input_tokens`` and
@@ -30,8 +35,10 @@ and accept a 4D mask (Llama, Qwen, Mistral families) with the ``sdpa`` or ``eage
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import torch
 from transformers import Cache
 
@@ -40,6 +47,7 @@ from agents.sampling import (
     SamplingConfig,
     StopMatcher,
     _cache_keyword,
+    additive_mask,
     admit_rows,
     default_forward_tokens,
     row_uniforms,
@@ -54,7 +62,9 @@ class SlotKVCache(Cache):
 
     Before each forward the engine sets ``mode``: ``"prefill"`` writes the keys of batch row
     ``owners[i]`` into columns ``[0, width)`` of slot ``rows[i]`` (rows with the same prompt share one
-    prefill row) and attends over the batch itself; ``"decode"`` writes the
+    prefill row) and attends over the batch itself; ``"extend"`` first copies stored prefixes into
+    their slots, writes batch row ``owners[i]`` at its ``columns`` of slot ``rows[i]`` and attends
+    over the first ``width`` columns of the slots ``readers``; ``"decode"`` writes the
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
     columns of the first batch slots.
     """
@@ -72,6 +82,8 @@ class SlotKVCache(Cache):
         self.rows: torch.Tensor | None = None
         self.owners: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None
+        self.reused: list = []  # extend mode: (slot, ``read``'s copies, length) to put in first
+        self.readers: torch.Tensor | None = None
         self.width = 0
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -88,6 +100,17 @@ class SlotKVCache(Cache):
             keys[self.rows, :, :width] = key_states[self.owners]
             values[self.rows, :, :width] = value_states[self.owners]
             return key_states, value_states
+        if self.mode == "extend":
+            # Slot rows[i] gets its reused prefix's keys in columns [0, length), then batch row
+            # owners[i]'s keys at columns[owners[i]] (right after the prefix); batch row b attends
+            # over the slot readers[b].
+            for slot, (stored_keys, stored_values), length in self.reused:
+                keys[slot, :, :length] = stored_keys[layer_idx][:, :length]
+                values[slot, :, :length] = stored_values[layer_idx][:, :length]
+            columns = self.columns[self.owners]
+            keys[self.rows[:, None], :, columns] = key_states[self.owners].transpose(1, 2)
+            values[self.rows[:, None], :, columns] = value_states[self.owners].transpose(1, 2)
+            return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         batch = key_states.shape[0]
         slots = torch.arange(batch, device=key_states.device)
         keys[slots, :, self.columns] = key_states[:, :, 0]
@@ -102,12 +125,93 @@ class SlotKVCache(Cache):
             for buffer in store:
                 buffer[target, :, columns] = buffer[source, :, columns]
 
+    def read(self, slot: int, columns: slice) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of the keys and of the values of ``slot`` at ``columns``, one per layer."""
+        return [k[slot, :, columns].clone() for k in self.keys], [v[slot, :, columns].clone() for v in self.values]
+
 
 def _power_of_two_at_least(value: int, floor: int) -> int:
     width = floor
     while width < value:
         width *= 2
     return width
+
+
+_HASH_BASE = np.uint64(0x100000001B3)  # FNV-64's prime; uint64 arithmetic wraps modulo 2**64
+
+
+def _prefix_hashes(tokens: Sequence[int]) -> np.ndarray:
+    """``hashes[L]``: a 64-bit hash of ``tokens[:L]``, for every L (a hit is checked token by token)."""
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(len(tokens), _HASH_BASE, dtype=np.uint64))
+        terms = (np.asarray(tokens, dtype=np.uint64) + np.uint64(1)) * powers
+        return np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(terms, dtype=np.uint64)])
+
+
+class PrefixStore:
+    """The keys and values of finished rows (prompt + generated ids, all but the last id, which was
+    sampled but never run), for later prompts that start with them: a multi-turn call's next prompt
+    is its previous prompt + generated ids + inserted ids, token-exactly (``agents.chat_tokens``),
+    so only the inserted ids need a prefill. At most ``budget_bytes``; the least recently used
+    entries go first. Cleared when the model's weights change (a parameter's storage or in-place
+    version counter differs), so a stored prefix never outlives the weights that computed it.
+    """
+
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = budget_bytes
+        self.entries: OrderedDict[tuple[int, int], tuple[list[int], tuple, int]] = OrderedDict()
+        self.lengths: dict[int, int] = {}  # stored length -> entries of that length
+        self.bytes = 0
+        self.weights: tuple | None = None
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.lengths.clear()
+        self.bytes = 0
+
+    def check_weights(self, model: torch.nn.Module) -> bool:
+        """Empty the store if ``model``'s weights changed since the last check; say whether they did."""
+        weights = tuple((p.data_ptr(), p._version) for p in model.parameters())
+        changed = weights != self.weights
+        if changed:
+            self.clear()
+            self.weights = weights
+        return changed
+
+    def find(self, prompt: Sequence[int]) -> tuple[tuple, int] | None:
+        """The longest stored prefix of ``prompt``: its keys/values and how many of its columns to
+        reuse (at most all but the prompt's last token, which must run to give the first logits)."""
+        if not self.entries:
+            return None
+        hashes = _prefix_hashes(prompt)
+        for length in sorted(self.lengths, reverse=True):
+            if length > len(prompt):
+                continue
+            key = (length, int(hashes[length]))
+            entry = self.entries.get(key)
+            if entry is not None and entry[0] == list(prompt[:length]):
+                self.entries.move_to_end(key)
+                reused = min(length, len(prompt) - 1)
+                return (entry[1], reused) if reused > 0 else None
+        return None
+
+    def add(self, tokens: list[int], stored: tuple) -> None:
+        size = sum(t.numel() * t.element_size() for part in stored for t in part)
+        key = (len(tokens), int(_prefix_hashes(tokens)[-1]))
+        if size > self.budget_bytes or key in self.entries:
+            return
+        while self.bytes + size > self.budget_bytes:
+            (length, _), (_, _, old) = self.entries.popitem(last=False)
+            self._count(length, -1)
+            self.bytes -= old
+        self.entries[key] = (tokens, stored, size)
+        self._count(len(tokens), 1)
+        self.bytes += size
+
+    def _count(self, length: int, change: int) -> None:
+        self.lengths[length] = self.lengths.get(length, 0) + change
+        if not self.lengths[length]:
+            del self.lengths[length]
 
 
 class DecodeEngine:
@@ -120,7 +224,8 @@ class DecodeEngine:
     """
 
     def __init__(self, model: torch.nn.Module, slots: int = 64, compile: str | None = None,
-                 max_prefill_tokens: int | None = None, refill_fraction: float = 0.125):
+                 max_prefill_tokens: int | None = None, refill_fraction: float = 0.125,
+                 prefix_store_bytes: int = 1 << 30):
         if slots < 1:
             raise ValueError("DecodeEngine needs at least one slot")
         attention = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -135,11 +240,11 @@ class DecodeEngine:
         # CPU: 4,096-token prefills measured ~10% faster rollouts than 16,384, with less padding.
         self.max_prefill_tokens = default_forward_tokens(model) if max_prefill_tokens is None else max_prefill_tokens
         self.refill_fraction = refill_fraction
-        self.bool_mask = attention == "sdpa"
         self.cache_keyword = _cache_keyword(model)
         # Totals over the engine's runs: decode steps, occupied slots summed over those steps
-        # (their ratio is the mean live batch), prefill forwards and their padded tokens.
-        self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0}
+        # (their ratio is the mean live batch), forwards and their padded tokens, and the prompt tokens taken from the prefix store.
+        self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0}
+        self.prefixes = PrefixStore(prefix_store_bytes)
         self.compile_error: str | None = None  # why the compiled step was given up, if it was
         self._compiled = None
         if compile:
@@ -147,19 +252,24 @@ class DecodeEngine:
         self._cache: SlotKVCache | None = None
 
     def cache_for(self, slots: int, capacity: int) -> SlotKVCache:
-        """A cache for one run. Compiled, the engine keeps it and hands it out again while it fits,
-        so CUDA graphs see the same static buffers on every call (``release`` frees it, e.g.
-        before a training update); eager, each run gets its own, freed when the run ends."""
-        if not self.compile:
-            return SlotKVCache(slots, capacity)
+        """A cache for one run. The engine keeps it and hands it out again while it fits
+        (``release`` frees it, e.g. before a training update): compiled, so CUDA graphs see the
+        same static buffers on every call; eager, because allocating and zeroing a cache per call
+        cost ~4% of a CPU rollout. An eager cache grows to the largest run seen (an eager run uses
+        only its first ``slots`` slots); what earlier runs left in it is never attended to."""
         cache = self._cache
-        if cache is None or cache.slots != slots or cache.capacity < capacity:
-            self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
+        if self.compile:
+            if cache is None or cache.slots != slots or cache.capacity < capacity:
+                self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
+        elif cache is None or cache.slots < slots or cache.capacity < capacity:
+            self._cache = cache = SlotKVCache(max(slots, cache.slots if cache else 0),
+                                              max(capacity, cache.capacity if cache else 0))
         return cache
 
     def release(self) -> None:
-        """Free the kept KV cache (compiled engines keep it between calls)."""
+        """Free the kept KV cache (compiled engines keep it between calls) and the prefix store."""
         self._cache = None
+        self.prefixes.clear()
 
     def _step(self, *args):
         """The decode forward: compiled if asked for, falling back to eager (with a warning and
@@ -177,11 +287,7 @@ class DecodeEngine:
         return self._forward(*args)
 
     def _mask(self, allowed: torch.Tensor) -> torch.Tensor:
-        if self.bool_mask:
-            return allowed
-        dtype = next(self.model.parameters()).dtype
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min)
+        return additive_mask(allowed, next(self.model.parameters()).dtype)
 
     def _forward(self, input_ids, attention_mask, position_ids, cache):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -197,11 +303,16 @@ class DecodeEngine:
         eos_ids: Iterable[int],
         pad_id: int,
     ) -> list[Candidate]:
-        """One candidate per (prompt, seed) row; rows are admitted in the order given."""
+        """One candidate per (prompt, seed) row; rows are admitted shortest prefill first."""
         results, runnable = admit_rows(prompts, seeds, sampling)
         if not runnable:
             return results
-        _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()
+        try:
+            _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()
+        except FloatingPointError:
+            if not self.compile:  # non-finite keys may be in the kept cache: the next run starts a new one
+                self._cache = None
+            raise
         return results
 
 
@@ -214,14 +325,28 @@ class _Run:
         self.device = next(engine.model.parameters()).device
         self.compiled = bool(engine.compile)
         self.slots = engine.slots if self.compiled else min(engine.slots, len(runnable))
+        if engine.prefixes.check_weights(engine.model) and not self.compiled:
+            # A kept eager cache starts over with new weights: nothing an earlier model left in
+            # it (non-finite values after a diverged step included) can reach a masked column.
+            engine._cache = None
+        self.reuse = {}  # row -> (stored keys/values, columns reused) for prompts continuing a stored row
+        for row in runnable:
+            hit = engine.prefixes.find(prompts[row])
+            if hit is not None:
+                self.reuse[row] = hit
         longest = max(len(prompts[r]) for r in runnable)
-        needed = longest + sampling.max_new_tokens
+        # A reusing row's prefill may write padding up to its longest new part past its prompt.
+        extension = max((len(prompts[r]) - hit[1] for r, hit in self.reuse.items()), default=0)
+        needed = longest + sampling.max_new_tokens + extension
         self.capacity = _power_of_two_at_least(needed, 256) if self.compiled else -(-needed // 64) * 64
         self.cache = engine.cache_for(self.slots, self.capacity)
         self.capacity = self.cache.capacity
         self.uniform_row = {row: i for i, row in enumerate(runnable)}
         self.uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(self.device)
-        self.waiting = list(reversed(runnable))  # pop() takes the next row
+        # pop() takes the next row: the shortest prefill first (a reusing row's prefill is its
+        # prompt past the stored prefix), so that each prefill pads little; rows of equal length
+        # keep their order, so an Answerer call's candidates stay together and share a prefill.
+        self.waiting = sorted(runnable, key=self.prefill_length, reverse=True)
         # Per slot: the row it holds (-1: free), first valid cache column, next write column,
         # next position id, the token to feed next.
         self.row = [-1] * self.slots
@@ -231,6 +356,9 @@ class _Run:
         self.token = torch.full((self.slots,), pad_id, dtype=torch.long)
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def prefill_length(self, row: int) -> int:
+        return len(self.prompts[row]) - (self.reuse[row][1] if row in self.reuse else 0)
+
     def record(self, slots: list[int], logits: torch.Tensor) -> None:
         """Sample the next token of each of ``slots`` from its row of ``logits``; free finished slots."""
         rows = [self.row[s] for s in slots]
@@ -251,6 +379,9 @@ class _Run:
                 self.token[slot] = token
                 continue
             self.row[slot] = -1
+            # Columns [start, column) hold the prompt and every generated id but this last one.
+            self.engine.prefixes.add(list(self.prompts[row]) + candidate.token_ids[:-1],
+                                     self.cache.read(slot, slice(int(self.start[slot]), int(self.column[slot]))))
 
     def free_slots(self) -> list[int]:
         return [s for s, row in enumerate(self.row) if row < 0]
@@ -267,12 +398,17 @@ class _Run:
             chosen: list[int] = []
             width = 0
             while self.waiting and len(chosen) < len(free):
-                length = len(self.prompts[self.waiting[-1]])
+                length = self.prefill_length(self.waiting[-1])
                 if chosen and max(width, length) * (len(chosen) + 1) > self.engine.max_prefill_tokens:
                     break
                 width = max(width, length)
                 chosen.append(self.waiting.pop())
-            self.prefill(free[: len(chosen)], chosen, width)
+            fresh = [r for r in chosen if r not in self.reuse]
+            continuing = [r for r in chosen if r in self.reuse]
+            if fresh:
+                self.prefill(free[: len(fresh)], fresh, max(len(self.prompts[r]) for r in fresh))
+            if continuing:
+                self.extend(free[len(fresh): len(chosen)], continuing)
 
     def prefill(self, slots: list[int], rows: list[int], width: int) -> None:
         """Prefill ``rows`` into ``slots``; rows with identical prompts (an Answerer call's n
@@ -301,6 +437,48 @@ class _Run:
         for slot, row, owner in zip(slots, rows, owners):
             self.row[slot] = row
             self.start[slot], self.column[slot], self.position[slot] = int(first[owner]), width, int(lengths[owner])
+        self.record(slots, logits[owners])
+
+    def extend(self, slots: list[int], rows: list[int]) -> None:
+        """Admit rows whose prompts continue a stored prefix: the prefix's keys and values go into
+        columns [0, reused) of the slot and only the rest of the prompt runs, left-padded, its
+        tokens written right after the prefix (padding goes past the prompt, where decoding
+        overwrites it). Rows with identical prompts share one batch row, as in ``prefill``."""
+        unique: dict[tuple[int, ...], int] = {}
+        owners = [unique.setdefault(tuple(self.prompts[r]), len(unique)) for r in rows]
+        readers = [slots[owners.index(u)] for u in range(len(unique))]
+        reused = torch.tensor([self.reuse[rows[owners.index(u)]][1] for u in range(len(unique))])
+        lengths = torch.tensor([len(p) for p in unique]) - reused
+        width = int(lengths.max())
+        pads = width - lengths
+        ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
+        for u, prompt in enumerate(unique):
+            ids[u, int(pads[u]):] = torch.tensor(prompt[int(reused[u]):], dtype=torch.long)
+        offsets = torch.arange(width)[None, :] - pads[:, None]  # index within the new tokens
+        real = offsets >= 0
+        columns = torch.where(real, reused[:, None] + offsets, reused[:, None] + lengths[:, None] - offsets - 1)
+        positions = columns * real
+        attended = int(columns.max()) + 1
+        span = torch.arange(attended)
+        # A real token attends to the prefix and the new tokens up to itself, a padding one to itself.
+        allowed = torch.where(real[:, :, None], span[None, None, :] <= columns[:, :, None],
+                              span[None, None, :] == columns[:, :, None])
+        self.engine.stats["prefills"] += 1
+        self.engine.stats["prefill_tokens"] += len(unique) * width
+        self.engine.stats["reused_tokens"] += int(reused.sum())
+        self.cache.mode, self.cache.width = "extend", attended
+        self.cache.rows = torch.tensor(slots, device=self.device)
+        self.cache.owners = torch.tensor(owners, device=self.device)
+        self.cache.readers = torch.tensor(readers, device=self.device)
+        self.cache.columns = columns.to(self.device)
+        self.cache.reused = [(slot, *self.reuse[row]) for slot, row in zip(slots, rows)]
+        logits = self.engine._forward(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
+                                      positions.to(self.device), self.cache)
+        self.cache.reused = []
+        for slot, row in zip(slots, rows):
+            self.row[slot] = row
+            self.start[slot] = 0
+            self.column[slot] = self.position[slot] = len(self.prompts[row])
         self.record(slots, logits[owners])
 
     # -- decode --------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ for the rollout collector's token-exact multi-turn calls (``agents.chat_tokens``
 Engines: ``engine="continuous"`` (default) sends all rows of a call through one
 ``agents.decode_engine.DecodeEngine``: ``max_batch_size`` KV-cache slots, a finished row's slot
 refilled at once with the next waiting row, the decode step optionally under ``torch.compile``
-(``compile="reduce-overhead"`` on GPU: CUDA graphs). ``engine="chunked"`` is the previous path:
+(``compile="reduce-overhead"`` on GPU: CUDA graphs); a prompt that continues an earlier row of the
+policy (a multi-turn call's next turn) reuses that row's stored keys and values. ``engine="chunked"`` is the previous path:
 ``agents.sampling.sample_rows`` over fixed chunks of ``max_batch_size`` rows that shrink as rows
 finish. Both give the same records up to ~1e-6 in the log-probs (tested).
 
@@ -114,7 +115,8 @@ class HFPolicy(TokenPolicy):
         return [[results[(p, j)] for j in range(count)] for p, count in enumerate(counts)]
 
     def release_cache(self) -> None:
-        """Free the decode engine's kept KV cache (only a compiled engine keeps one between calls)."""
+        """Free the decode engine's kept KV cache (only a compiled engine keeps one between calls)
+        and its stored prefixes."""
         if self.decoder is not None:
             self.decoder.release()
 

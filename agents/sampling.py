@@ -139,6 +139,13 @@ def default_forward_tokens(model: torch.nn.Module) -> int:
     return CPU_FORWARD_TOKENS if on_cpu else GPU_FORWARD_TOKENS
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True: attend) as the additive mask HF models also accept: 0 where
+    allowed, the dtype's minimum elsewhere. The eager attention needs it; CPU sdpa is also faster
+    with it than with the boolean mask (measured 15-35% on prefill and decode shapes)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 def admit_rows(prompts: Sequence[Sequence[int]], seeds: Sequence[int],
                sampling: SamplingConfig) -> tuple[list[Candidate], list[int]]:
     """One empty ``Candidate`` per row, and the rows to run: a prompt over ``max_input_tokens`` is

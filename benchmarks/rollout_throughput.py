@@ -18,8 +18,8 @@ compare figures within a run):
   warm-up and is not timed). These are the best decode this library stack does on the machine.
 * **teacher scoring**: ``Teacher.score`` over the collector's ``TeamBatch`` as the trainer calls it
   (the rows a default Stage II step's losses read, which with the default KL-in-reward are all of
-  them; shared prompts scored once), as a fraction of the continuous collector's time; and, for
-  reference, the previous scoring (every row, whole-row forwards of 16,384 tokens), whole-row
+  them; each distinct prefix scored once, in token trees), as a fraction of the continuous
+  collector's time; and, for reference, the previous scoring (every row, whole-row forwards of 16,384 tokens), whole-row
   forwards at the current batch size, and the Searcher rows only (OPD without KL-in-reward).
 * **naive**: PettingZoo's ``agent_iter`` with one ``policy.act`` call per agent turn, on
   ``--naive-questions`` questions (it is slow; tokens/s is comparable across sizes).

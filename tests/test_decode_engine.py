@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents.chat_tokens import encode_text
-from agents.decode_engine import DecodeEngine
+from agents.decode_engine import DecodeEngine, PrefixStore
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig, StopMatcher
 from agents.tiny_model import build_tiny_model
@@ -102,7 +102,78 @@ def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
     # A second call reuses the kept cache (same static buffers for CUDA graphs); release frees it.
     assert_same(chunked[:5], policy.generate(prompts[:5], n=1, seeds=seeds[:5]), atol=1e-4)
     assert policy.decoder._cache is kept
+    # Continued prompts start from stored prefixes, then decode in the compiled step.
+    continued = [p + c.token_ids + [5, 6] for p, (c,) in zip(prompts[:5], chunked)]
+    expected = generate(model, tokenizer, continued, 1, "chunked", 4, sampling)
+    reused = policy.decoder.stats["reused_tokens"]
+    assert_same(expected, policy.generate(continued, n=1, seeds=seeds[:5]), atol=1e-4)
+    assert policy.decoder.stats["reused_tokens"] > reused and policy.decoder.compile_error is None
     policy.release_cache()
+    assert policy.decoder._cache is None
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer, attention):
+    """A multi-turn call's next prompt (prompt + generated ids + inserted ids) reuses the finished
+    row's keys and values, so only the inserted ids run; the records equal the chunked path's.
+    Changed weights empty the store."""
+    model = build_tiny_model(tokenizer)
+    model.config._attn_implementation = attention
+    prompts = random_prompts(tokenizer, 8, seed=4)
+    sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=12)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=3)
+    first = policy.generate(prompts, n=1, seeds=list(range(100, 108)))
+    rng = random.Random(5)
+    continued = [p + c.token_ids + [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(1, 20))]
+                 for p, (c,) in zip(prompts, first)]
+    continued.append(list(continued[0]))  # identical prompts share one prefill row, as in prefill
+    counts, seeds = [1] * 8 + [2], list(range(200, 209))
+    chunked = HFPolicy(model, tokenizer, sampling, engine="chunked").generate(continued, n=counts, seeds=seeds)
+    policy.decoder.stats["reused_tokens"] = 0
+    assert_same(chunked, policy.generate(continued, n=counts, seeds=seeds))
+    # Every stored prefix is reused (row 0's prompt again for the repeated prompt's candidates
+    # that do not share its prefill: 3 slots admit them apart).
+    stored = sum(len(p) + len(c.token_ids) - 1 for p, (c,) in zip(prompts, first))
+    reused = policy.decoder.stats["reused_tokens"]
+    assert stored <= reused <= stored + 2 * (len(prompts[0]) + len(first[0][0].token_ids) - 1)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.0)  # an in-place update, as an optimizer step makes
+    assert_same(chunked, policy.generate(continued, n=counts, seeds=seeds))
+    assert policy.decoder.stats["reused_tokens"] == reused
+    policy.release_cache()
+    assert not policy.decoder.prefixes.entries
+
+
+def test_prefix_store_budget_evicts_the_oldest_entries():
+    store = PrefixStore(budget_bytes=3 * 4 * 8)  # three entries of 2 x 4 floats
+    def kv():
+        return [torch.zeros(1, 4)], [torch.zeros(1, 4)]
+    for first in range(4):
+        store.add([first, 7, 8], kv())
+    assert store.find([0, 7, 8, 9]) is None and store.find([3, 7, 8, 9])[1] == 3
+    assert store.find([3, 7, 8])[1] == 2  # the prompt's last token always runs
+    assert store.find([3, 7]) is None and store.bytes == 3 * 4 * 8
+
+
+def test_eager_engine_keeps_its_cache_until_weights_change_or_a_run_fails(tokenizer):
+    model = build_tiny_model(tokenizer)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=4)
+    prompts = random_prompts(tokenizer, 5, seed=6)
+    policy.generate(prompts)
+    kept = policy.decoder._cache
+    policy.generate(prompts[:2])
+    assert kept is not None and policy.decoder._cache is kept
+    with torch.no_grad():
+        next(model.parameters()).mul_(1.0)
+    policy.generate(prompts[:2])
+    assert policy.decoder._cache is not kept
+    handle = boost(model, [5], float("nan"))
+    try:
+        with pytest.raises(FloatingPointError):
+            policy.generate(prompts[:2])
+    finally:
+        handle.remove()
     assert policy.decoder._cache is None
 
 

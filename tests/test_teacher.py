@@ -6,7 +6,7 @@ from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from envs.prompts import system_message, task_message
-from training.teacher import Teacher
+from training.teacher import Teacher, _token_trees
 from training.token_scoring import pad_batch, score_tokens
 
 INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
@@ -48,9 +48,11 @@ def reference_scores(model, ids, mask, temperature=1.0):
 def test_identical_teacher_gives_zero_log_ratio(model, tokenizer, searcher_calls, side):
     ids, masks, recorded = zip(*searcher_calls)
     batch = pad_batch(ids, masks, tokenizer.pad_token_id, side=side)
-    teacher_scores = Teacher(build_tiny_model(tokenizer), temperature=1.0).score(batch)
+    whole_rows = Teacher(build_tiny_model(tokenizer), temperature=1.0, share_prefixes=False).score(batch)
+    teacher_scores = Teacher(build_tiny_model(tokenizer), temperature=1.0).score(batch)  # the rows share their system prompt
     student_scores = score_tokens(model, batch, temperature=1.0)
-    assert torch.equal(teacher_scores.logprobs, student_scores.logprobs.detach())
+    assert torch.equal(whole_rows.logprobs, student_scores.logprobs.detach())
+    assert torch.allclose(teacher_scores.logprobs, student_scores.logprobs.detach(), atol=1e-5, rtol=0)
     for row, (sequence_mask, sampled) in enumerate(zip(masks, recorded)):
         response = batch.response_mask[row]
         assert response.sum() == sum(sequence_mask) > 0
@@ -112,9 +114,11 @@ def test_bad_masks_are_clear_errors(model, tokenizer):
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_shared_prompt_scoring_equals_whole_row_scoring(model, tokenizer, searcher_calls, side):
-    """Answerer-like rows (n continuations of one prompt, some multi-turn) next to single rows: one
-    prefill per prompt plus continuations scores what whole-row forwards score (to 1e-5)."""
+def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_calls, side):
+    """Answerer-like rows (n continuations of one prompt), multi-turn rows, rows that are prefixes
+    of other rows, a repeated row and rows that share only their system prompt: token trees score
+    what whole-row forwards score (to 1e-5), in one tree or in many, in blocks of any size, with or
+    without share keys."""
     sampler = HFPolicy(model, tokenizer, SamplingConfig(temperature=1.0, max_new_tokens=10), seed=9)
     sequences, masks = [list(ids) for ids, _, _ in searcher_calls], [list(m) for _, m, _ in searcher_calls]
     for task in ("capital of France", "a much longer task about the author of Hamlet and the year"):
@@ -122,26 +126,45 @@ def test_shared_prompt_scoring_equals_whole_row_scoring(model, tokenizer, search
         for candidate in sampler.generate([prompt], n=4)[0]:
             sequences.append(prompt + candidate.token_ids)
             masks.append([0] * len(prompt) + [1] * len(candidate.token_ids))
-    sequences.append(sequences[3] + [5, 6, 7] + sequences[3][len(sequences[3]) - 2:])  # a multi-turn row
+    sequences.append(sequences[3] + [5, 6, 7] + sequences[3][len(sequences[3]) - 2:])  # row 3 is its prefix
     masks.append(masks[3] + [0, 0, 0, 1, 1])
+    sequences.append(list(sequences[4]))  # a repeated row
+    masks.append(list(masks[4]))
+    turn = searcher_calls[0][1].index(0, searcher_calls[0][1].index(1))  # row 0 after its first turn
+    sequences.append(sequences[0][:turn])
+    masks.append(masks[0][:turn])
     batch = pad_batch(sequences, masks, tokenizer.pad_token_id, side=side)
     teacher = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
-    # every group shared, in several group batches
-    shared_teacher = Teacher(teacher, max_batch_tokens=200, share_min_prefix_ratio=0.0)
-    shared = shared_teacher.score(batch, with_entropy=True)
-    assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
-    default = Teacher(teacher).score(batch, with_entropy=True)  # only groups with long prompts shared
-    assert torch.allclose(default.logprobs, whole.logprobs, atol=1e-5, rtol=0)
-    assert torch.allclose(shared.entropy, whole.entropy, atol=1e-5, rtol=0)
-    assert (shared.logprobs[~batch.response_mask] == 0).all()
+    keys = [row % 2 for row in range(len(sequences))]
+    for options, share_keys in (({}, None), ({"tree_block": 7}, None),
+                                ({"max_batch_tokens": 200, "pack_tokens": 100}, None), ({"pack_tokens": 150}, keys)):
+        shared_teacher = Teacher(teacher, **options)
+        packs, _ = _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
+        assert packs and sum(len(p.ids) for p in packs) < sum(len(sequences[r]) for p in packs for r in p.paths)
+        shared = shared_teacher.score(batch, with_entropy=True, share_keys=share_keys)
+        assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+        assert torch.allclose(shared.entropy, whole.entropy, atol=1e-5, rtol=0)
+        assert (shared.logprobs[~batch.response_mask] == 0).all()
 
-    chosen = torch.tensor([1, 4, 5, 11])
+    shared_teacher = Teacher(teacher, pack_tokens=100)
+    chosen = torch.tensor([1, 4, 5, 11, 12])
     partial = shared_teacher.score(batch, rows=chosen)
     assert torch.allclose(partial.logprobs[chosen], whole.logprobs[chosen], atol=1e-5, rtol=0)
     others = torch.ones(len(sequences), dtype=torch.bool)
     others[chosen] = False
     assert (partial.logprobs[others] == 0).all()
+
+
+def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):
+    """Token trees under the eager attention score what they score under sdpa."""
+    ids, masks, _ = zip(*searcher_calls)
+    batch = pad_batch(ids, masks, tokenizer.pad_token_id)
+    sdpa = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
+    eager = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
+    eager.config._attn_implementation = "eager"
+    assert Teacher(eager).share_prefixes and Teacher(sdpa).share_prefixes
+    assert torch.allclose(Teacher(eager).score(batch).logprobs, Teacher(sdpa).score(batch).logprobs, atol=1e-5, rtol=0)
 
 
 def test_teacher_rows_are_the_rows_the_losses_read():

@@ -6,14 +6,20 @@ over the student's recorded token ids; the response mask selects the generated t
 excludes the retriever's passages, the chat-template tokens and padding (the mask M_t).
 
 Use the temperature at which the student's log-probs (π_old) were recorded, so that a Teacher
-identical to the student gives a log-ratio of exactly zero (tested).
+identical to the student gives a log-ratio of zero (exactly with whole-row scoring, to float
+rounding with shared prefixes; tested).
 
 Cost: ``score`` runs only the rows it is asked for (``rows``; ``teacher_rows`` says which rows a
-training step's losses read), and rows that start with the same prompt (the n candidates of an
-Answerer call, the G trajectories' first Leader call of a question) share one prefill of that
-prompt: the prompt is run once into a KV cache, which is repeated for each row, and only the rows'
-continuations are run over it. Scores equal those of one forward per row up to float rounding
-(~1e-6, tested to 1e-5).
+training step's losses read), and runs each distinct prefix once. A team batch repeats a lot: the
+G trajectories of a question start with the same Leader prompt, an Answerer call's n candidates
+share their prompt, role prompts share their system message, and a row can be a prefix of another
+(~40 k recorded tokens of a small CPU batch hold ~9 k distinct prefixes). Rows with the same share
+key are sorted by their tokens and packed into *token trees*: a packed sequence that holds each
+distinct prefix once, in which a token attends to exactly its own prefix (a 4D attention mask) at
+the position it has in its row. A causal LM's hidden state at a token depends only on its prefix,
+so a row's scores are read from the tree at its tokens and equal those of one forward per row up
+to float rounding (~1e-6, tested to 1e-5). A row that shares nothing with the rows packed next to
+it is scored by a plain whole-row forward.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache
 
-from agents.sampling import _cache_keyword, default_forward_tokens
+from agents.sampling import _cache_keyword, additive_mask, default_forward_tokens
 from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
+
+TREE_ATTENTION = ("sdpa", "eager")  # attention implementations that take an arbitrary 4D mask
 
 
 def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
@@ -41,32 +49,46 @@ def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool,
     return needed
 
 
+def break_even_pack_tokens(config) -> int:
+    """The tree size at which a token's attention over a whole tree (the mask hides most of it but
+    the dense kernels still compute it) costs as much as its linear layers: larger trees share more
+    but waste more attention. 768 for the shipped tiny model (measured best of 256-2,048 on CPU),
+    ~30 k for a 7 B model, whose linear layers dominate."""
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    linear = hidden * (2 * heads + 2 * kv_heads) * head_dim + 3 * hidden * config.intermediate_size
+    return linear // (2 * heads * head_dim)
+
+
 class Teacher:
     """A frozen causal LM that scores recorded token sequences; it never samples or trains.
 
-    Rows are scored in groups of similar length, each group cut to its own columns, at most
-    ``max_batch_tokens`` padded positions per forward (default 4,096 on CPU, 16,384 elsewhere): one call over a whole ``TeamBatch`` (short
-    Answerer calls next to long Leader histories) then costs about its real tokens, not
-    rows × longest row. ``share_prefixes`` (default) scores rows that share their prompt as one
-    prefill of the prompt plus the rows' continuations, where the prompt is at least
-    ``share_min_prefix_ratio`` of the longest continuation.
+    Whole rows are scored in groups of similar length, each group cut to its own columns, at most
+    ``max_batch_tokens`` padded positions per forward (default 4,096 on CPU, 16,384 elsewhere): one
+    call over a whole ``TeamBatch`` (short Answerer calls next to long Leader histories) then costs
+    about its real tokens, not rows × longest row. ``share_prefixes`` (default, for models with the
+    sdpa or eager attention) scores rows as token trees of at most ``pack_tokens`` tokens (default:
+    ``break_even_pack_tokens`` of the model, at most ``max_batch_tokens``), run in blocks of
+    ``tree_block`` queries.
     """
 
     def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
                  max_batch_tokens: int | None = None, share_prefixes: bool = True,
-                 share_min_prefix_ratio: float = 0.5):
+                 pack_tokens: int | None = None, tree_block: int = 128):
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
         # CPU: 4,096-token forwards score a TeamBatch ~1.6x faster than 16,384-token ones (their
         # attention tensors stay in cache).
         self.max_batch_tokens = default_forward_tokens(model) if max_batch_tokens is None else max_batch_tokens
-        self.share_prefixes = share_prefixes
-        # A group shares its prompt's prefill only if the prompt is at least this fraction of its
-        # longest continuation: the cached continuation pass costs more per token than a
-        # whole-row forward (measured on CPU: sharing every group was no faster than none; this
-        # rule, 0.5, scored a TeamBatch in ~0.65x the time of either).
-        self.share_min_prefix_ratio = share_min_prefix_ratio
+        attention = getattr(model.config, "_attn_implementation", None) or "eager"
+        self.share_prefixes = share_prefixes and attention in TREE_ATTENTION
+        self.pack_tokens = min(break_even_pack_tokens(model.config), self.max_batch_tokens) \
+            if pack_tokens is None else pack_tokens
+        self.tree_block = tree_block
+        self.cache_keyword = _cache_keyword(model.base_model)
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
@@ -75,10 +97,10 @@ class Teacher:
         """log π_T at every response-masked token of ``batch`` (0 elsewhere), optionally entropy.
 
         ``rows`` (indices or a boolean mask) limits the scoring to those rows; the others hold 0.
-        ``share_keys`` (one per row of the batch): only rows with equal keys share a prompt's
-        prefill. The trainer passes the question, so whether a row is scored through a shared
-        prefill does not depend on which other questions are in the batch (a rank's share or the
-        whole batch): the scores then match across data-parallel layouts as whole-row scores do.
+        ``share_keys`` (one per row of the batch): only rows with equal keys share prefixes. The
+        trainer passes the question, so how a row is scored does not depend on which other
+        questions are in the batch (a rank's share or the whole batch): the scores then match
+        across data-parallel layouts as whole-row scores do.
         """
         _check(batch)
         logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
@@ -91,11 +113,8 @@ class Teacher:
         selected = selected[batch.response_mask[selected].any(dim=-1)]  # rows with nothing to score cost nothing
         singles = selected.tolist()
         if self.share_prefixes:
-            groups, singles = _prefix_groups(batch, singles, share_keys)
-            worth = [g for g in groups if g.prefix_length >= self.share_min_prefix_ratio * g.longest_continuation]
-            singles += [row for g in groups if g not in worth for row in g.rows]
-            groups = worth
-            self._score_shared(batch, groups, logprobs, entropy)
+            packs, singles = _token_trees(batch, singles, share_keys, self.pack_tokens)
+            self._score_trees(batch, packs, logprobs, entropy)
         self._score_rows(batch, torch.tensor(singles, dtype=torch.long), logprobs, entropy)
         return TokenScores(logprobs=logprobs, mask=batch.response_mask.bool(), entropy=entropy)
 
@@ -118,67 +137,63 @@ class Teacher:
                 entropy[rows, span] = scores.entropy.cpu()
             start += count
 
-    def _score_shared(self, batch, groups, logprobs, entropy) -> None:
-        """Each group: one prefill of the shared prompt, its cache repeated for the group's rows."""
-        groups = sorted(groups, key=lambda g: -(g.prefix_length + g.longest_continuation))
+    def _score_trees(self, batch, packs, logprobs, entropy) -> None:
+        """Token trees, in forwards of at most ``max_batch_tokens`` padded tokens."""
+        packs = sorted(packs, key=lambda p: -len(p.ids))
         start = 0
-        while start < len(groups):
-            chosen = [groups[start]]
-            while start + len(chosen) < len(groups):
-                candidate = chosen + [groups[start + len(chosen)]]
-                cost = len(candidate) * max(g.prefix_length for g in candidate) + sum(
-                    len(g.rows) for g in candidate) * max(g.longest_continuation for g in candidate)
-                if cost > self.max_batch_tokens:
-                    break
-                chosen = candidate
-            self._score_group_batch(batch, chosen, logprobs, entropy)
-            start += len(chosen)
+        while start < len(packs):
+            count = max(1, self.max_batch_tokens // len(packs[start].ids))
+            self._score_tree_batch(batch, packs[start:start + count], logprobs, entropy)
+            start += count
 
-    def _score_group_batch(self, batch, groups, logprobs, entropy) -> None:
+    def _score_tree_batch(self, batch, packs, logprobs, entropy) -> None:
         model = self.model
         device = next(model.parameters()).device
         if getattr(model.config, "final_logit_softcapping", None):
             raise NotImplementedError("models with logit soft-capping are not supported")
         scale = self.temperature if self.temperature > 0 else 1.0
-        # The shared prompts, left-padded: the last column is every prompt's last token.
-        width = max(g.prefix_length for g in groups)
-        prefix_ids = torch.zeros((len(groups), width), dtype=torch.long)
-        prefix_mask = torch.zeros((len(groups), width), dtype=torch.long)
-        for i, g in enumerate(groups):
-            prefix_ids[i, width - g.prefix_length:] = torch.tensor(g.prompt, dtype=torch.long)
-            prefix_mask[i, width - g.prefix_length:] = 1
-        positions = (prefix_mask.cumsum(dim=-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=model.config)
-        keyword = _cache_keyword(model.base_model)
-        hidden = model.base_model(input_ids=prefix_ids.to(device), attention_mask=prefix_mask.to(device),
-                                  position_ids=positions.to(device), use_cache=True, **{keyword: cache}).last_hidden_state
-        last_prefix_hidden = hidden[:, -1]
-        # Each row continues its group's prompt: repeat the prompt's cache once per row.
-        owner = torch.tensor([i for i, g in enumerate(groups) for _ in g.rows])
-        rows = [r for g in groups for r in g.rows]
-        cache.batch_select_indices(owner.to(device))
-        cont_width = max(g.longest_continuation for g in groups)
-        cont_ids = torch.zeros((len(rows), cont_width), dtype=torch.long)
-        cont_mask = torch.zeros((len(rows), cont_width), dtype=torch.long)
-        cont_response = torch.zeros((len(rows), cont_width), dtype=torch.bool)
-        begins = [b for g in groups for b in g.begins]
-        ends = [e for g in groups for e in g.ends]
-        for k, (row, begin, end) in enumerate(zip(rows, begins, ends)):
-            cont_ids[k, :end - begin] = batch.input_ids[row, begin:end]
-            cont_mask[k, :end - begin] = 1
-            cont_response[k, :end - begin] = batch.response_mask[row, begin:end].bool()
-        prefix_lengths = torch.tensor([g.prefix_length for g in groups])[owner]
-        cont_positions = prefix_lengths[:, None] + torch.arange(cont_width)[None, :]
-        full_mask = torch.cat([prefix_mask[owner], cont_mask], dim=1)
-        cont_hidden = model.base_model(input_ids=cont_ids.to(device), attention_mask=full_mask.to(device),
-                                       position_ids=cont_positions.to(device), use_cache=True,
-                                       **{keyword: cache}).last_hidden_state
-        # Continuation token t is predicted by the hidden state before it: the prompt's last one
-        # for t = 0, the continuation's t - 1 otherwise.
-        predictors_all = torch.cat([last_prefix_hidden[owner.to(device)][:, None], cont_hidden[:, :-1]], dim=1)
-        k_index, t_index = cont_response.nonzero(as_tuple=True)
-        predictors = predictors_all[k_index.to(device), t_index.to(device)]
-        targets = cont_ids[k_index, t_index].to(device)
+        width = max(len(p.ids) for p in packs)
+        ids = torch.zeros((len(packs), width), dtype=torch.long)
+        positions = torch.zeros_like(ids)
+        allowed = torch.empty((len(packs), width, width), dtype=torch.bool)
+        where_batch, where_node, out_rows, out_cols = [], [], [], []
+        for i, pack in enumerate(packs):
+            ids[i, :len(pack.ids)] = torch.tensor(pack.ids)
+            positions[i, :len(pack.ids)] = torch.tensor(pack.positions)
+            allowed[i] = pack.allowed(width)
+            for row, path in pack.paths.items():
+                columns = batch.response_mask[row].nonzero().squeeze(1)
+                # Token t of the row is predicted by the hidden state of its token t - 1.
+                predictors = torch.tensor(path)[columns - pack.first_column[row] - 1]
+                where_batch.append(torch.full_like(columns, i))
+                where_node.append(predictors)
+                out_rows.append(torch.full_like(columns, row))
+                out_cols.append(columns)
+        # In depth-first order a node's prefix lies before it, so the trees run in blocks of
+        # queries, each over the keys of its own nodes' prefixes only (gathered from the columns
+        # before it): a tree's attention then costs about what its rows' own attention would,
+        # not the dense square of the tree (on the small rollout benchmark's batch, blocks of 128
+        # scored in ~0.9x the time of one dense forward per tree, 256 in ~0.95x).
+        dtype = next(model.parameters()).dtype
+        ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
+        cache = _TreeCache(width)
+        hidden = []
+        for start in range(0, width, self.tree_block):
+            block = slice(start, min(start + self.tree_block, width))
+            rows_allowed = allowed[:, block, :block.stop]
+            needed = rows_allowed.any(dim=1)
+            count = int(needed.sum(dim=1).max())
+            cache.block = block
+            # The needed columns first (in order); the rest, masked out, pads rows to one width.
+            cache.gather = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
+            mask = rows_allowed.gather(2, cache.gather[:, None, :].expand(-1, rows_allowed.shape[1], -1))
+            hidden.append(model.base_model(
+                input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=additive_mask(mask[:, None], dtype),
+                use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
+        hidden = torch.cat(hidden, dim=1)
+        out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
+        predictors = hidden[torch.cat(where_batch).to(device), torch.cat(where_node).to(device)]
+        targets = batch.input_ids[out_rows, out_cols].to(device)
         head = model.get_output_embeddings()
         values, entropies = [], []
         for start in range(0, len(targets), self.chunk_tokens):
@@ -186,46 +201,106 @@ class Teacher:
             values.append(chunk_logprobs.gather(1, targets[start:start + self.chunk_tokens, None]).squeeze(1))
             if entropy is not None:
                 entropies.append(-(chunk_logprobs.exp() * chunk_logprobs).sum(dim=-1))
-        out_rows = torch.tensor(rows)[k_index]
-        out_cols = torch.tensor(begins)[k_index] + t_index
         logprobs.index_put_((out_rows, out_cols), torch.cat(values).cpu())
         if entropy is not None:
             entropy.index_put_((out_rows, out_cols), torch.cat(entropies).cpu())
 
 
-class _Group:
-    """Rows that share their prompt (the tokens before their first response token)."""
+class _TreeCache(Cache):
+    """Keys and values of a batch of token trees run block by block: ``update`` writes a block's
+    keys at its columns and returns, per tree, the columns ``gather`` (its queries' prefixes)."""
 
-    __slots__ = ("begins", "ends", "prompt", "rows")
+    def __init__(self, width: int):
+        # Not Cache.__init__, as in agents.decode_engine.SlotKVCache: no layer machinery needed.
+        self.layers, self.layer_class_to_replicate, self.offloading = [], None, False
+        self.width = width
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.block = slice(0, 0)
+        self.gather: torch.Tensor | None = None
 
-    def __init__(self, prompt: list[int], rows: list[int], begins: list[int], ends: list[int]):
-        self.prompt, self.rows, self.begins, self.ends = prompt, rows, begins, ends
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx == len(self.keys):
+            shape = (key_states.shape[0], key_states.shape[1], self.width, key_states.shape[3])
+            self.keys.append(key_states.new_zeros(shape))
+            self.values.append(value_states.new_zeros(shape))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[:, :, self.block] = key_states
+        values[:, :, self.block] = value_states
+        index = self.gather[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        return keys.gather(2, index), values.gather(2, index)
 
-    @property
-    def prefix_length(self) -> int:
-        return len(self.prompt)
-
-    @property
-    def longest_continuation(self) -> int:
-        return max(e - b for b, e in zip(self.begins, self.ends))
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions are always passed explicitly
 
 
-def _prefix_groups(batch: TokenBatch, rows: list[int],
-                   keys: Sequence[int] | None = None) -> tuple[list[_Group], list[int]]:
-    """Groups of 2+ rows (with equal ``keys``, if given) whose tokens before their first response
-    token are identical, and the other rows. A row's real tokens must be contiguous (``pad_batch``
-    pads on one side)."""
-    by_prompt: dict[tuple, list[tuple[int, int, int]]] = {}
+class _TokenTree:
+    """Rows packed as a tree: ``ids``/``positions`` hold each distinct prefix's last token once, in
+    depth-first order; ``paths[row][t]`` is the node of the row's token t."""
+
+    __slots__ = ("first_column", "ids", "paths", "positions", "shared")
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.positions: list[int] = []
+        self.paths: dict[int, list[int]] = {}
+        self.shared: dict[int, int] = {}  # tokens of the row already in the tree when it was added
+        self.first_column: dict[int, int] = {}  # the row's first real column in the batch
+
+    def add(self, row: int, first_column: int, tokens: list[int], shared: int, previous_path: list[int]) -> list[int]:
+        path = previous_path[:shared] + list(range(len(self.ids), len(self.ids) + len(tokens) - shared))
+        self.ids += tokens[shared:]
+        self.positions += range(shared, len(tokens))
+        self.paths[row], self.shared[row], self.first_column[row] = path, shared, first_column
+        return path
+
+    def allowed(self, width: int) -> torch.Tensor:
+        """[width, width]: node i attends to node j iff j is on i's path (padding: to itself)."""
+        allowed = torch.eye(width, dtype=torch.bool)
+        for row, path in self.paths.items():
+            shared = self.shared[row]
+            if shared < len(path):  # the row's new nodes attend to their path up to themselves
+                nodes = torch.tensor(path)
+                allowed[nodes[shared:, None], nodes[None, :]] = torch.ones(
+                    len(path) - shared, len(path), dtype=torch.bool).tril(shared)
+        return allowed
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
+                 pack_tokens: int) -> tuple[list[_TokenTree], list[int]]:
+    """Token trees of 2+ rows (with equal ``keys``, if given) of at most ``pack_tokens`` nodes (a
+    longer row is a tree of its own), and the rows that share no prefix with their neighbours. A row's real tokens must be contiguous
+    (``pad_batch`` pads on one side)."""
+    by_key: dict[object, list[tuple[list[int], int, int]]] = {}
     for row in rows:
         real = batch.attention_mask[row].nonzero().squeeze(1)
         first, end = int(real.min()), int(real.max()) + 1
-        begin = int(batch.response_mask[row].nonzero().min())
-        prompt = tuple(batch.input_ids[row, first:begin].tolist())
-        by_prompt.setdefault((keys[row] if keys is not None else None, prompt), []).append((row, begin, end))
-    groups, singles = [], []
-    for (_, prompt), members in by_prompt.items():
-        if len(members) < 2:
-            singles += [row for row, _, _ in members]
-        else:
-            groups.append(_Group(list(prompt), *(list(column) for column in zip(*members))))
-    return groups, singles
+        by_key.setdefault(keys[row] if keys is not None else None, []).append(
+            (batch.input_ids[row, first:end].tolist(), row, first))
+    trees = []
+    for members in by_key.values():
+        # Sorted by tokens, a row's longest common prefix with any earlier row is the one with the
+        # row just before it, so each row adds exactly its tokens not yet in the tree.
+        members.sort()
+        tree, previous, path = None, [], []
+        for tokens, row, first in members:
+            shared = _common_prefix(tokens, previous) if tree is not None else 0
+            if tree is not None and (shared == 0 or len(tree.ids) + len(tokens) - shared > pack_tokens):
+                trees.append(tree)
+                tree, shared = None, 0
+            if tree is None:
+                tree = _TokenTree()
+            path = tree.add(row, first, tokens, shared, path)
+            previous = tokens
+        trees.append(tree)
+    # A tree of one row is a whole row: scored by a plain causal forward instead.
+    singles = [row for tree in trees if len(tree.paths) == 1 for row in tree.paths]
+    return [tree for tree in trees if len(tree.paths) > 1], singles

@@ -370,7 +370,7 @@ class Trainer:
             found += int(self.dist.sum(len(rounds[-1].informative_groups())))
             if found >= rollout.batch_size:
                 break
-        self.policy.release_cache()  # a compiled decode engine's KV cache is not needed during the update
+        self.policy.release_cache()  # the decode engine's KV cache and stored prefixes are not needed during the update
         batch = concat_batches(rounds)
         informative = batch.informative_groups()
         em = [r["rewards"]["em"] for row in batch.records for r in row]
