@@ -35,6 +35,38 @@ ROLE_PROMPTS = {"leader": LEADER_PROMPT, "searcher": SEARCHER_PROMPT, "answerer"
 
 NO_FACTS = "No relevant information found."  # the report of a Searcher that found nothing
 
+# The Prompted Critic's judge (training/critic.py): a user message to the shared model, which
+# answers <judge>yes</judge> or <judge>no</judge>. The paper's Appendix C.4 template is not in our
+# excerpts; this one is ours, with the same three slots.
+CRITIC_PROMPT = (
+    "You are a strict critic of a search assistant's report.\n"
+    "Original question: {question}\n"
+    "Sub-question given to the search assistant: {sub_query}\n"
+    "Report: {summary}\n"
+    "Does the report give specific, relevant facts that help answer the sub-question? "
+    "Reply with <judge>yes</judge> or <judge>no</judge>."
+)
+_JUDGE = re.compile(r"<judge>\s*(yes|no)\s*</judge>", re.IGNORECASE)
+
+
+def critic_message(question: str, sub_query: str, summary: str) -> dict[str, str]:
+    return {"role": "user", "content": CRITIC_PROMPT.format(question=question, sub_query=sub_query, summary=summary)}
+
+
+def judgement_text(useful: bool) -> str:
+    return f"<judge>{'yes' if useful else 'no'}</judge>"
+
+
+def parse_judgement(text: str) -> float:
+    """1.0 when the last ``<judge>`` tag says yes; anything else (no, missing, malformed) is 0."""
+    verdicts = _JUDGE.findall(text)
+    return float(bool(verdicts) and verdicts[-1].lower() == "yes")
+
+
+def has_verdict(text: str) -> bool:
+    """Whether a judge output holds a verdict ``parse_judgement`` can read."""
+    return bool(_JUDGE.search(text))
+
 LAST_TURN_NOTICE = {
     "searcher": "This is your last turn: write your <report> now.",
     "leader": "This is your last turn: <select> the reports for the Answerer now.",

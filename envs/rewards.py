@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from envs.actions import strict_answer
 
@@ -27,6 +27,12 @@ TOOL_STEP_CAP = 6
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)
+
+
+def report_has_gold(report: str, golden_answers: Sequence[str]) -> bool:
+    """Gold-correctness of a report: a normalized golden answer occurs in it as whole words."""
+    text = f" {normalize_answer(report)} "
+    return any(gold and f" {gold} " in text for gold in (normalize_answer(g) for g in golden_answers))
 
 
 def normalize_answer(text: str) -> str:

@@ -76,6 +76,10 @@ class SFTConfig:
     # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
     noise_knobs: dict[str, float] = field(default_factory=dict)
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
+    # Also demonstrate the Prompted Critic's judge (envs.prompts.CRITIC_PROMPT) on every report of
+    # the played episodes, failed ones included: yes exactly when the report states the answer to its
+    # sub-question. A base model that never saw a judge prompt answers it with noise.
+    critic_demos: bool = False
     # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
     # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
     # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
@@ -156,7 +160,7 @@ class SFTConfig:
         """A hash of the config and the build version: the cache key of the model it builds."""
         values = to_dict(self)
         # models built before a field existed keep their key
-        for name in ("noise_knobs", "closed_book", "demo_world_offset"):
+        for name in ("noise_knobs", "closed_book", "demo_world_offset", "critic_demos"):
             if not getattr(self, name):
                 del values[name]
         if self.closed_book is None:
@@ -181,6 +185,7 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.closed_book import closed_book
     from envs.synthwiki.demos import demonstrations
+    from envs.synthwiki.knowledge import Knowledge
     from envs.synthwiki.world import build_world, load_default_world
 
     rows = []
@@ -190,9 +195,10 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
         book = closed_book(world.corpus, config.closed_book) if config.closed_book is not None else None
+        facts = Knowledge(d.text for d in world.corpus.documents) if config.critic_demos else None
         for workflow in config.workflows:
             team = NoisyTeam(config.noise_config(), config.seed + index, book)
-            calls = demonstrations(workflow, team, retriever, questions, config.successful_only)
+            calls = demonstrations(workflow, team, retriever, questions, config.successful_only, facts)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
     return rows
 
@@ -255,7 +261,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
 
     from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
     from agents.tokenizer import train_tokenizer
-    from envs.prompts import NO_FACTS
+    from envs.prompts import CRITIC_PROMPT, NO_FACTS, judgement_text
     from envs.synthwiki.schema import template_texts
     from training.sft import TrainingSchedule, encode_call, train_sft
 
@@ -263,7 +269,9 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     rows = demonstration_chats(config, progress)
     if not rows:
         raise ValueError("the scripted team produced no demonstrations; raise demo_questions or set successful_only=false")
-    tokenizer = train_tokenizer([*template_texts(), NO_FACTS, *CHAT_ROLES], vocab_size=config.vocab_size)
+    critic = [CRITIC_PROMPT.format(question="", sub_query="", summary=""), judgement_text(True),
+              judgement_text(False)] if config.critic_demos else []
+    tokenizer = train_tokenizer([*template_texts(), NO_FACTS, *CHAT_ROLES, *critic], vocab_size=config.vocab_size)
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
 
@@ -291,7 +299,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     metrics = {
         "config_key": config.key(),
         "demonstrations": len(rows),
-        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in ROLES},
+        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in (*ROLES, "critic")},
         "calls_too_long": len(encoded) - len(examples),
         "training_tokens": sum(len(e) for e in examples),
         "assistant_tokens": sum(sum(e.loss_mask) for e in examples),

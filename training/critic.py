@@ -2,9 +2,9 @@
 
 Its Searchers are rewarded with 0.3·R_EM + 0.5·R_judge + 0.2·b_S (paper, "Prompted Critic"),
 where R_judge ∈ {0, 1} is the current policy's verdict on a report when it is prompted with a
-critic prompt that sees the question, the delegated sub-question and the report. The paper's
-Appendix C.4 template is not in our excerpts; ``CRITIC_PROMPT`` below is ours, with the same
-three slots ({question}, {sub_query}, {summary}). The judge decodes greedily, so R_judge is a
+critic prompt that sees the question, the delegated sub-question and the report
+(``envs.prompts.CRITIC_PROMPT``: ours, since the paper's Appendix C.4 template is not in our
+excerpts, with the same three slots). The judge decodes greedily, so R_judge is a
 deterministic function of the checkpoint and the report.
 
 A Searcher call with a format failure keeps the total reward −1 (the paper's format rule). The
@@ -27,7 +27,6 @@ The judge's figures, per batch (``last_metrics``, logged by the trainer each ste
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,35 +34,9 @@ import torch
 
 from agents.chat_tokens import prompt_ids
 from agents.hf_policy import HFPolicy
-from envs.rewards import FORMAT_PENALTY, normalize_answer
+from envs.prompts import critic_message, has_verdict, parse_judgement
+from envs.rewards import FORMAT_PENALTY, report_has_gold
 from training.config import CriticConfig
-
-CRITIC_PROMPT = (
-    "You are a strict critic of a search assistant's report.\n"
-    "Original question: {question}\n"
-    "Sub-question given to the search assistant: {sub_query}\n"
-    "Report: {summary}\n"
-    "Does the report give specific, relevant facts that help answer the sub-question? "
-    "Reply with <judge>yes</judge> or <judge>no</judge>."
-)
-_JUDGE = re.compile(r"<judge>\s*(yes|no)\s*</judge>", re.IGNORECASE)
-
-
-def parse_judgement(text: str) -> float:
-    """1.0 when the last ``<judge>`` tag says yes; anything else (no, missing, malformed) is 0."""
-    verdicts = _JUDGE.findall(text)
-    return float(bool(verdicts) and verdicts[-1].lower() == "yes")
-
-
-def has_verdict(text: str) -> bool:
-    """Whether a judge output holds a verdict ``parse_judgement`` can read."""
-    return bool(_JUDGE.search(text))
-
-
-def report_has_gold(report: str, golden_answers: Sequence[str]) -> bool:
-    """Gold-correctness of a report: a normalized golden answer occurs in it as whole words."""
-    text = f" {normalize_answer(report)} "
-    return any(gold and f" {gold} " in text for gold in (normalize_answer(g) for g in golden_answers))
 
 
 def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,8 +71,7 @@ class PromptedCritic:
             return []
         tokenizer = self.policy.tokenizer
         prompts = [
-            prompt_ids(tokenizer, [{"role": "user", "content": CRITIC_PROMPT.format(
-                question=question, sub_query=sub_query, summary=summary)}])
+            prompt_ids(tokenizer, [critic_message(question, sub_query, summary)])
             for question, sub_query, summary in items
         ]
         results = self.policy.generate(

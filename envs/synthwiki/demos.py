@@ -15,7 +15,11 @@ from typing import Any
 from envs.datasets import Question
 from envs.episode import run_episode
 from envs.policy import Policy
+from envs.prompts import critic_message, judgement_text, strip_label
 from envs.retrieval.base import Retriever
+from envs.rewards import report_has_gold
+from envs.synthwiki.grammar import parse_question
+from envs.synthwiki.knowledge import Knowledge, final_answer
 
 WORKFLOWS = ("hierarchical", "cascade")
 
@@ -38,13 +42,34 @@ def call_chat(call: dict[str, Any]) -> list[dict[str, str]]:
     return messages
 
 
+def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[str, Any]]:
+    """The Prompted Critic's judge on each report of ``record``, as it should answer: yes exactly
+    when the report states the answer to its sub-question (``knowledge`` holds the world's facts)."""
+    for report in record["reports"]:
+        plan = parse_question(strip_label(report["task"], "Task:"))
+        answer = final_answer(plan, knowledge) if plan is not None else None
+        useful = answer is not None and report_has_gold(report["text"], [answer])
+        yield {
+            "question_id": record["question_id"],
+            "workflow": record["workflow"],
+            "role": "critic",
+            "call_id": f"critic@{report['agent']}@w{report['wave']}",
+            "em": max(record["candidate_scores"], default=0.0),
+            "messages": [critic_message(record["question"], report["task"], report["text"]),
+                         {"role": "assistant", "content": judgement_text(useful)}],
+        }
+
+
 def demonstrations(workflow: str, policy: Policy, retriever: Retriever, questions: Sequence[Question],
-                   successful_only: bool = True) -> Iterator[dict[str, Any]]:
-    """Play every question once and yield one demonstration per model call."""
+                   successful_only: bool = True, judge_with: Knowledge | None = None) -> Iterator[dict[str, Any]]:
+    """Play every question once and yield one demonstration per model call; with ``judge_with`` (the
+    world's facts), also the critic's judgement of every report, of failed episodes too."""
     env = make_env(workflow, retriever, questions)
     for index in range(len(questions)):
         record = run_episode(env, policy, seed=index, options={"question_index": index})
         em = max(record["candidate_scores"], default=0.0)
+        if judge_with is not None:
+            yield from judgements(record, judge_with)
         if successful_only and em < 1.0:
             continue
         for call in record["calls"]:
