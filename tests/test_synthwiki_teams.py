@@ -8,11 +8,13 @@ from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher, exp
 from agents.noisy_team import NoiseConfig, NoisyTeam
 from envs import prompts
 from envs.actions import parse_action
+from envs.episode import run_episode
 from envs.policy import AgentTurn
 from envs.retrieval.base import Passage
 from envs.retrieval.bm25 import BM25Retriever
 from envs.synthwiki import build_world
-from envs.synthwiki.demos import demonstrations
+from envs.synthwiki.demos import demonstrations, make_env
+from envs.synthwiki.grammar import parse_question
 
 QUESTION = "Where was the founder of Vellora born?"
 VELLORA = Passage("1", "Vellora Records", "Vellora Records is a music company. Vellora Records is also known as "
@@ -160,3 +162,24 @@ def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(sma
         assert report == "<report>" + " ".join(s.sentence() for s in steps) + "</report>"
     without_book = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0)
     assert without_book.act([searcher_turn(QUESTION)])[0].texts[0].startswith("<search>")
+
+
+def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_question(small):
+    from envs.prompts import parse_judgement
+    from envs.rewards import report_has_gold
+    from envs.synthwiki.demos import judgements
+    from envs.synthwiki.knowledge import Knowledge, final_answer
+
+    world, retriever = small
+    facts = Knowledge(d.text for d in world.corpus.documents)
+    questions = world.splits["train"][:20]
+    rows = list(demonstrations("hierarchical", NoisyTeam(NoiseConfig.uniform(0.3), seed=0), retriever, questions,
+                               successful_only=True, judge_with=facts))
+    verdicts = [r for r in rows if r["role"] == "critic"]
+    assert {parse_judgement(r["messages"][-1]["content"]) for r in verdicts} == {0.0, 1.0}
+    # judged on every played episode, failed ones too
+    assert {r["question_id"] for r in verdicts} - {r["question_id"] for r in rows if r["role"] != "critic"}
+    record = run_episode(make_env("cascade", retriever, questions), expert_team(), options={"question_index": 0})
+    (row,) = judgements(record, facts)
+    answer = final_answer(parse_question(questions[0].question), facts)
+    assert parse_judgement(row["messages"][-1]["content"]) == report_has_gold(record["reports"][0]["text"], [answer]) == 1.0
