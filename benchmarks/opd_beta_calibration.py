@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     usable = [r["beta_equal_norms"] for r in rows if r["beta_equal_norms"] and r["leader_answerer"] > 0]
     beta = statistics.median(usable) if usable else None
     result = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python benchmarks/opd_beta_calibration.py", *(argv if argv is not None else sys.argv[1:])]),
         "commit": git_commit(short=True),
         "seed": args.seed, "batches": rows, "usable_batches": len(usable),
         "beta_equal_norms": beta,
