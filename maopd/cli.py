@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "maopd.commands.world",
     "maopd.commands.train",
     "maopd.commands.sft",
+    "maopd.commands.tune",
 ]
 
 
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.command_line = ["maopd", *(sys.argv[1:] if argv is None else argv)]  # saved with results
     try:
         return int(args.func(args) or 0)
     except Exception as exc:

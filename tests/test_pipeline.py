@@ -71,19 +71,16 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
     assert (run_dir / "eval" / "records.jsonl").read_text().splitlines() == records
     # the dev-split tools read a finished run: systems on dev, and the OPD β calibration
-    from benchmarks import dev_eval, opd_beta_calibration
-
     dev = tmp_path / "dev"
-    assert dev_eval.main(["--preset", "smoke", "--out", str(dev), "--questions-per-type", "1", "--attempts", "1",
-                          "--system", f"C-MAS base=cascade:{run_dir / 'stage1'}",
-                          "--system", f"H=hierarchical:{run_dir / 'stage2_full'}", "--compare", "H,C-MAS base"]) == 0
+    assert main(["tune", "eval", "--preset", "smoke", "--out", str(dev), "--questions-per-type", "1", "--attempts", "1",
+                 "--system", f"C-MAS base=cascade:{run_dir / 'stage1'}",
+                 "--system", f"H=hierarchical:{run_dir / 'stage2_full'}", "--compare", "H,C-MAS base"]) == 0
     figures = json.loads((dev / "dev_eval.json").read_text())
-    assert figures["split"] == "dev" and figures["questions"] == 4
-    assert set(figures["systems"]["H"]) >= {"searching_share", "searches_per_workflow", "no_answer_share"}
+    assert figures["split"] == "dev" and figures["questions"] == 4 and figures["command"].startswith("maopd tune eval")
+    assert set(figures["systems"]["H"]) >= {"searching_share", "searches_per_workflow", "no_answer_share", "avg@1"}
     dev_ids = {q.id for q in load_default_world().splits["dev"]}
     assert {json.loads(line)["question_id"] for line in (dev / "records.jsonl").read_text().splitlines()} <= dev_ids
-    assert dev_eval.main(["--out", str(dev), "--system", "bad"]) == 2
     calibration = tmp_path / "beta.json"
-    assert opd_beta_calibration.main(["--preset", "smoke", "--run-dir", str(run_dir), "--batches", "1",
-                                      "--out", str(calibration)]) == 0
+    assert main(["tune", "beta", "--preset", "smoke", "--run-dir", str(run_dir), "--batches", "1",
+                 "--out", str(calibration)]) == 0
     assert json.loads(calibration.read_text())["paper_beta"] == 0.01

@@ -346,9 +346,9 @@ def test_config_errors_name_the_field(models, tmp_path):
 
 
 def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scripted_batch):
-    """benchmarks/opd_beta_calibration.py relies on the Searcher's surrogate gradient at π_old being
-    β times its gradient at β = 1, and the Leader/Answerer gradient not depending on β."""
-    from benchmarks.opd_beta_calibration import role_gradient_norms
+    """`maopd tune beta` relies on the Searcher's surrogate gradient at π_old being β times its
+    gradient at β = 1, and the Leader/Answerer gradient not depending on β."""
+    from training.role_gradients import role_gradient_norms
 
     norms = []
     for beta in (1.0, 2.5):
