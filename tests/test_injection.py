@@ -67,7 +67,8 @@ def test_models_echoing_their_context_cannot_act(module):
     """Roles that copy everything they were shown (passages, subtasks, reports, prompts) into
     their output, with no action of their own, only get format failures."""
     policy = Rules(leader=context, searcher=context, answerer=context)
-    env = module.env(retriever=POISONED, questions=QUESTIONS)
+    # forced finish, so that the Answerer is reached and shown the echoed reports too
+    env = module.env(retriever=POISONED, questions=QUESTIONS, force_finish=True)
     record = run_episode(env, policy, options={"question": QUESTIONS[0]})
     assert record["extracted_answers"] == [None] and record["rewards"]["em"] == 0.0
     assert record["counters"]["format_failures"] == len(policy.turns) and record["counters"]["reports"] == 0

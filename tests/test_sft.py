@@ -262,9 +262,9 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
 
     from agents.hf_policy import HFPolicy
     from agents.sampling import SamplingConfig
+    from envs import hierarchical_search_v0
     from envs.episode import run_episode
     from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.demos import make_env
     from envs.synthwiki.world import load_default_world
     from maopd.config import load_yaml
 
@@ -277,7 +277,9 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
     assert metrics["demonstrations"] > 0 and metrics["assistant_tokens"] > 0
 
     world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
-    env = make_env("hierarchical", BM25Retriever(world.corpus), world.splits["dev"][:1])
+    # forced finish: the smoke model is too small to select in time, and the Answerer should play too
+    env = hierarchical_search_v0.env(retriever=BM25Retriever(world.corpus), questions=world.splits["dev"][:1],
+                                     force_finish=True)
     policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)
     record = run_episode(env, policy, seed=0, options={"question_index": 0})
     assert {"leader", "answerer"} <= {call["role"] for call in record["calls"]}

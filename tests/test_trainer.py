@@ -221,17 +221,19 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     assert torch.equal(none.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
     assert none.num_sequences == full.num_sequences  # Searcher rows stay in the batch
 
-    # w/ outcome-based Searcher RL: Eq. 1 on R_EM per trajectory; no Teacher, so no KL in rewards
+    # w/ outcome-based Searcher RL: Eq. 1 on R_EM per trajectory; the Leader and Answerer keep their
+    # objectives, KL-in-reward toward the Teacher included, so the Teacher scores their rows only
     trainer, outcome = _advantages(models, tmp_path, scripted_batch, variant="outcome_searcher_rl")
-    assert trainer.teacher is None and outcome.teacher_logprobs is None
+    assert trainer.teacher is not None
+    assert torch.all(outcome.teacher_logprobs[searcher] == 0)
+    torch.testing.assert_close(outcome.teacher_logprobs[leader | answerer], full.teacher_logprobs[leader | answerer])
     em_advantage = grpo_advantages(record_rewards(scripted_batch)["em"]).flatten()
     for row, sequence in enumerate(scripted_batch.sequences):
         if sequence.role == "searcher":
             mask = full.tokens.response_mask[row]
             expected = em_advantage[sequence.group * GROUP + sequence.trajectory]
             assert torch.all(outcome.advantages.token_advantages[row][mask] == expected)
-    assert torch.equal(outcome.advantages.token_advantages[leader | answerer],
-                       no_kl.advantages.token_advantages[leader | answerer])
+    assert torch.equal(outcome.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
 
     # w/ base-model teacher: the Teacher is π_0, which sampled this batch: OPD signal and KL ≈ 0
     _, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher")
