@@ -28,7 +28,8 @@ def test_env_runner_samples_complete_episodes(api, workflow):
     module = RLModuleSpec(module_class=ActionMaskingTorchRLModule, model_config={"head_fcnet_hiddens": (16,)})
     config = (
         PPOConfig()
-        .environment(ENV_NAMES[api], env_config={"workflow": workflow, "split": "test"})
+        # forced finish: a random policy never reports in time, and the Answerer should act too
+        .environment(ENV_NAMES[api], env_config={"workflow": workflow, "split": "test", "force_finish": True})
         .multi_agent(policies={SHARED_POLICY}, policy_mapping_fn=shared_policy_mapping)
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={SHARED_POLICY: module}))
         .env_runners(num_env_runners=0)
