@@ -57,7 +57,7 @@ def stage2_data(models: Path, run_dir: Path, **distributed) -> dict:
         "stage": "stage2", "steps": 1, "run_dir": str(run_dir),
         "model": {"path": str(models / "pi0"), "device": "cpu"},
         "teacher": {"path": str(models / "teacher")},
-        "env": {"max_steps": 6, "num_searchers": 2, "num_candidates": 2},
+        "env": {"max_steps": 6, "num_searchers": 2, "num_candidates": 2, "force_finish": True},  # every role trains
         "rollout": {"batch_size": 4, "group_size": 2, "max_new_tokens": 8, "max_questions": 16},
         "optim": {"minibatches": 1, "micro_batch_size": 3, "lr": LR},
         "checkpoint": {"every": 1},
