@@ -166,6 +166,8 @@ EXPERIMENTS: dict[str, list[str]] = {
     # the default job cut to a first look in minutes, in a run directory of its own
     "quick": ["run_dir=runs/quick", "stage1.steps=10", "stage2.steps=10", "eval.questions_per_type=10",
               "eval.attempts=2"],
+    # the paper's OPD coefficient instead of the one chosen on dev, in a run directory of its own
+    "paper_beta": ["run_dir=runs/paper_beta", "stage2.advantage.opd_beta=0.01"],
 }
 
 

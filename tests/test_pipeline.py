@@ -1,12 +1,20 @@
 """The main job at smoke size: every stage runs, every output is written, and a rerun resumes."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from envs.synthwiki import load_default_world
 from maopd.cli import main
-from maopd.pipeline import held_out_manifest, load_preset, ptx_data_path, ptx_rows, stage_config
+from maopd.pipeline import (
+    held_out_manifest,
+    load_experiment,
+    load_preset,
+    ptx_data_path,
+    ptx_rows,
+    stage_config,
+)
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():
@@ -48,6 +56,16 @@ def test_ptx_source_picks_pi0s_demonstrations_or_its_pretraining_passages():
         load_preset("smoke", ["ptx_source=expert"])
 
 
+def test_derived_presets_change_only_what_they_name_and_write_elsewhere():
+    default = load_preset("default")
+    quick, paper_beta = load_experiment("quick"), load_experiment("paper_beta")
+    assert quick.run_dir != default.run_dir != paper_beta.run_dir  # never mixes with the main job's run
+    assert quick.base_model == paper_beta.base_model == default.base_model  # the shipped π_0
+    assert (quick.stage1["steps"], quick.stage2["steps"], quick.eval.questions_per_type) == (10, 10, 10)
+    beta = [stage_config(c, "stage2", "full", Path("<π_0>"), Path("<stage1>")).advantage.opd_beta for c in (default, paper_beta)]
+    assert beta[1] == 0.01 and beta[0] != 0.01
+
+
 def test_unknown_preset_is_named():
     with pytest.raises(ValueError, match="known presets"):
         load_preset("no-such-preset")
@@ -64,7 +82,7 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
         assert (run_dir / "eval" / name).is_file()
     assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()
-    assert (run_dir / "ptx_data.jsonl").is_file()  # the smoke preset, like the default, uses PPO-ptx
+    assert (run_dir / "ptx_data.jsonl").is_file()  # the smoke preset exercises PPO-ptx (an option; the default has none)
     assert "loss/ptx" in json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
     records = (run_dir / "eval" / "records.jsonl").read_text().splitlines()
     # a rerun resumes: no stage retrains, no record is run twice

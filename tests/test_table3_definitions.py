@@ -20,10 +20,9 @@ toward π_T (the paper keeps it in every Table 3 variant; it gives Searcher toke
 ``PAPER`` is the paper's definition (Stage II, "We update the student with the PPO clipped
 objective with the advantages of Eq. (7) and an entropy bonus"; "No additional KL penalty is added
 to their policy loss"; Table 3: "All variants retain the Leader and Answerer objectives"; issue
-20 item 1). ``DEPARTURES`` lists where today's variants and default preset differ; those paper
-assertions are ``xfail(strict=True)``, so the session that makes the variants faithful sees them
-pass and removes the entries (the committed Table 3 results were made with today's definitions).
-``test_today`` pins today's behaviour (PAPER with the departures flipped).
+20 item 1). ``DEPARTURES`` lists where the default preset's variants differ from it (none today);
+their paper assertions are ``xfail(strict=True)``. ``test_today`` pins today's behaviour (PAPER
+with the departures flipped).
 """
 
 from __future__ import annotations
@@ -51,12 +50,9 @@ PAPER: dict[str, dict[str, bool | None]] = {
     "prompted_critic": {**_ALL_OFF, "grpo": True, "entropy": True, "leader_answerer_kl_in_reward": None},
 }
 
-_PTX = "the default preset turns on PPO-ptx (ptx.coef 1.0), a term the paper does not have (issue 20 item 1)"
-_ENTROPY = "the default preset sets ppo.entropy_coef 0; the paper has an entropy bonus (issue 20 item 1)"
-DEPARTURES: dict[tuple[str, str], str] = {
-    **{(variant, "ptx"): _PTX for variant in VARIANT_METHODS if variant != "no_searcher_supervision"},
-    **{(variant, "entropy"): _ENTROPY for variant in VARIANT_METHODS if variant != "no_searcher_supervision"},
-}
+# Where the default preset's variants depart from the paper (none today); such an entry makes the
+# paper assertion an xfail(strict=True), so a change that fixes it must remove the entry.
+DEPARTURES: dict[tuple[str, str], str] = {}
 
 
 def today(variant: str, term: str) -> bool | None:
@@ -106,16 +102,18 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
     surrogate = searcher_grad(advantages, 0.0, 0.0)
     signal = config.advantage.searcher_signal
     # the Leader's advantage moves with the Teacher's log-probs exactly when KL enters its reward
+    # (two trajectories with equal rewards, so that the group normalisation cannot hide the penalty)
     kl_in_reward = False
     if has_teacher and config.advantage.kl_in_reward_coef > 0:
-        other = team_token_advantages(
-            role_ids=role_ids, traj_index=traj_index, candidate_index=candidate_index, response_mask=mask,
-            old_logprobs=old, teacher_logprobs=old - 3 * torch.rand(8, 4),
-            leader_rewards=torch.tensor([[1.0, 0.1]]), answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),
-            searcher_rewards=torch.tensor([[0.9, 0.1]]), final_em=torch.tensor([[1.0, 0.0]]),
-            candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool), config=config.advantage,
-        ).token_advantages
-        kl_in_reward = not torch.equal(other[role_ids == LEADER], advantages[role_ids == LEADER])
+        def leader_advantages(teacher_logprobs):
+            return team_token_advantages(
+                role_ids=role_ids, traj_index=traj_index, candidate_index=candidate_index, response_mask=mask,
+                old_logprobs=old, teacher_logprobs=teacher_logprobs,
+                leader_rewards=torch.tensor([[0.5, 0.5]]), answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),
+                searcher_rewards=torch.tensor([[0.9, 0.1]]), final_em=torch.tensor([[1.0, 0.0]]),
+                candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool), config=config.advantage,
+            ).token_advantages[role_ids == LEADER]
+        kl_in_reward = not torch.equal(leader_advantages(teacher), leader_advantages(old - 3 * torch.rand(8, 4)))
     zero = torch.zeros_like(advantages)
     _GRADIENTS[key] = {
         "opd": surrogate and signal == "opd",
