@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--config", help="YAML config of one stage, e.g. configs/tiny_cpu_stage1.yaml")
     train.add_argument("--preset", default="default",
-                       help="pipeline preset when no --config is given: default, smoke, quick (the default cut to minutes), table3, or a YAML path")
+                       help="pipeline preset when no --config is given: default, smoke, quick (the default cut to 10 RL steps per stage), table3, paper_beta, or a YAML path")
     train.add_argument("overrides", nargs="*", metavar="key=value",
                        help="overrides, e.g. steps=3 variant=prompted_critic (stage) or stage1.steps=5 (pipeline)")
     train.add_argument("--run-dir", help="write the run here (overrides run_dir)")
