@@ -1,5 +1,5 @@
-"""Bad input to ``maopd`` is one line naming the problem, exit status 2, never a stack trace
-(issue 24, item 9). Each case runs the real command line in a subprocess, as a user would."""
+"""Bad input to ``maopd`` is one line naming the problem, exit status 2, never a stack trace.
+Each case runs the real command line in a subprocess, as a user would."""
 
 from __future__ import annotations
 

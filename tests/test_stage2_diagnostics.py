@@ -1,4 +1,4 @@
-"""Stage II diagnostics (issue 20 items 2-4): the Teacher–student divergence metrics, the
+"""Stage II diagnostics: the Teacher–student divergence metrics, the
 zero-advantage control (``AdvantageConfig.zero_rl``) and the Prompted Critic's judge figures."""
 
 from __future__ import annotations

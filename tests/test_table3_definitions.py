@@ -19,8 +19,8 @@ toward π_T (the paper keeps it in every Table 3 variant; it gives Searcher toke
 
 ``PAPER`` is the paper's definition (Stage II, "We update the student with the PPO clipped
 objective with the advantages of Eq. (7) and an entropy bonus"; "No additional KL penalty is added
-to their policy loss"; Table 3: "All variants retain the Leader and Answerer objectives"; issue
-20 item 1). ``DEPARTURES`` lists where the default preset's variants differ from it (none today);
+to their policy loss"; Table 3: "All variants retain the Leader and Answerer objectives"; "w/o
+direct Searcher supervision" gives Searcher tokens no gradient from any term). ``DEPARTURES`` lists where the default preset's variants differ from it (none today);
 their paper assertions are ``xfail(strict=True)``. ``test_today`` pins today's behaviour (PAPER
 with the departures flipped).
 """
