@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model
 from agents.tokenizer import train_tokenizer
+from benchmarks.provenance import git_commit
 from envs import hierarchical_search_v0
 from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
@@ -155,14 +155,6 @@ def time_teacher(teacher: Teacher, tokens, rows=None, keys=None) -> float:
     return time.perf_counter() - start
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help=f"the CPU setting {SMALL} instead of the paper's {PAPER}")
@@ -209,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
     live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
     result = {
         "command": "python benchmarks/rollout_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": git_commit(),
+        "commit": git_commit(short=True),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
                     "device": str(next(model.parameters()).device),
                     "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,

@@ -195,7 +195,8 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
         book = closed_book(world.corpus, config.closed_book) if config.closed_book is not None else None
-        facts = Knowledge(d.text for d in world.corpus.documents) if config.critic_demos else None
+        # the world's facts, for the judge's labels: the closed book has parsed them already
+        facts = (book.knowledge if book else Knowledge(d.text for d in world.corpus.documents)) if config.critic_demos else None
         for workflow in config.workflows:
             team = NoisyTeam(config.noise_config(), config.seed + index, book)
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only, facts)

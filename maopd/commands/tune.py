@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from maopd.cli import UserError, bounded_int
+from maopd.cli import bounded_int
 
 
 def register(subparsers) -> None:
@@ -40,20 +40,17 @@ def register(subparsers) -> None:
 
 
 def _eval(args) -> int:
-    from maopd.config import ConfigError
+    from benchmarks.provenance import git_commit
     from maopd.pipeline import load_preset
     from maopd.tuning import dev_eval, parse_system
 
+    # a ConfigError is bad input: maopd.cli prints it as one line
     overrides = ["eval.split=dev", f"eval.attempts={args.attempts}"]
     if args.questions_per_type:
         overrides.append(f"eval.questions_per_type={args.questions_per_type}")
-    try:
-        systems = [parse_system(s) for s in args.system]
-        comparisons = [tuple(c.split(",", 1)) for c in args.compare]
-        result = dev_eval(load_preset(args.preset, overrides), systems, comparisons, Path(args.out))
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
-    from benchmarks.provenance import git_commit
+    systems = [parse_system(s) for s in args.system]
+    comparisons = [tuple(c.split(",", 1)) for c in args.compare]
+    result = dev_eval(load_preset(args.preset, overrides), systems, comparisons, Path(args.out))
 
     result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
     (Path(args.out) / "dev_eval.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -63,16 +60,12 @@ def _eval(args) -> int:
 
 def _beta(args) -> int:
     from benchmarks.provenance import git_commit
-    from maopd.config import ConfigError
     from maopd.pipeline import load_preset
     from maopd.tuning import calibrate_beta
 
     started = time.perf_counter()
-    try:
-        pipeline = load_preset(args.preset, [f"run_dir={args.run_dir}", *args.overrides])
-        result = calibrate_beta(pipeline, args.batches, args.seed, progress=lambda row: print(json.dumps(row), flush=True))
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    pipeline = load_preset(args.preset, [f"run_dir={args.run_dir}", *args.overrides])
+    result = calibrate_beta(pipeline, args.batches, args.seed, progress=lambda row: print(json.dumps(row), flush=True))
     result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result,
               "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps({k: v for k, v in result.items() if k != "batches"}, indent=1))
