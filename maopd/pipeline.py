@@ -334,6 +334,13 @@ def format_timings(timings: dict[str, float], machine: dict) -> str:
     return "\n".join(lines)
 
 
+def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
+    """The paired differences the job reports: the paper's directions, then the full method against
+    each Table 3 variant."""
+    comparisons = [("C-MAS + RL", "C-MAS base"), ("MultiAgent-OPD", "H-MAS base"), ("MultiAgent-OPD", "C-MAS + RL")]
+    return comparisons + [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
+
+
 def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
@@ -380,9 +387,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     for method, workflow, model_dir in systems:
         timed("evaluation", evaluate, config, method, workflow, model_dir, manifest, records)
 
-    comparisons = [("C-MAS + RL", "C-MAS base"), ("MultiAgent-OPD", "H-MAS base"), ("MultiAgent-OPD", "C-MAS + RL")]
-    comparisons += [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
-    comparisons = [pair for pair in comparisons if all(m in {s[0] for s in systems} for m in pair)]
+    comparisons = [pair for pair in pipeline_comparisons(config) if all(m in {s[0] for s in systems} for m in pair)]
     summary = score_records(load_records([records]), comparisons, run_dir / "eval")
     for stage_run in (stage1_run, *stage2_runs.values()):
         plot_run(stage_run)
@@ -400,3 +405,49 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     print(format_timings(timings, report["machine"]))
     print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
     return summary
+
+
+def seed_dir(config: PipelineConfig, seed: int) -> Path:
+    return Path(config.run_dir) / f"seed_{seed}"
+
+
+def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> dict:
+    """The job once per training seed, all seeds at once with one torch thread each (one process
+    per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``), then the report pooled over
+    them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from benchmarks.seed_report import write_report
+    from training.base_model import base_model_dir
+
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
+    configs = {seed: replace(config, seed=seed, run_dir=str(seed_dir(config, seed))) for seed in seeds}
+    for seed_config in configs.values():  # every seed's directory is checked before any work
+        check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
+    run_dir = Path(config.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_yaml(config, run_dir / "pipeline.yaml")
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    jobs = {}
+    for seed, seed_config in configs.items():
+        config_file = run_dir / f"seed_{seed}.yaml"
+        save_yaml(seed_config, config_file)
+        command = [sys.executable, "-m", "maopd.cli", "train", "--preset", str(config_file), *(["--fresh"] if fresh else [])]
+        log = (run_dir / f"seed_{seed}.log").open("w", encoding="utf-8")
+        jobs[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment), log)
+        print(f"seed {seed}: {' '.join(command)} > {run_dir / f'seed_{seed}.log'}")
+    failed = []
+    for seed, (process, log) in jobs.items():
+        if process.wait() != 0:
+            failed.append(seed)
+        log.close()
+    if failed:
+        logs = ", ".join(str(run_dir / f"seed_{s}.log") for s in failed)
+        raise RuntimeError(f"seed(s) {failed} failed; see {logs}")
+    labels = {"stage1": "Stage I: C-MAS + RL", **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS}}
+    report = write_report([seed_dir(config, s) for s in seeds], pipeline_comparisons(config), run_dir / "report", labels)
+    print(f"report over seeds {seeds} in {run_dir / 'report'}")
+    return report

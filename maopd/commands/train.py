@@ -7,6 +7,9 @@ import dataclasses
 
 from maopd.cli import UserError
 
+SEEDS_HELP = ("the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "
+              "then the report pooled over them (<run_dir>/report)")
+
 
 def _in_file(path: str, exc: Exception, label: str = "") -> str:
     """``exc``'s message, led by the config file (``label path``) unless it already names it."""
@@ -22,7 +25,10 @@ def _train(args: argparse.Namespace) -> int:
         if args.resume:
             raise UserError("--resume applies to one stage (--config FILE); the pipeline always resumes "
                             "what its run directory holds under the same config")
-        return _pipeline("train", args.preset, args.overrides, args.run_dir, args.fresh)
+        return _pipeline("train", args.preset, args.overrides, args.run_dir, args.fresh, args.seeds)
+    if args.seeds:
+        raise UserError("--seeds applies to the pipeline (no --config); to train one stage with another seed, "
+                        "pass seed=N")
     try:
         config = load_config(args.config, args.overrides)
         if args.run_dir is not None:
@@ -38,9 +44,10 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | None, fresh: bool = False) -> int:
+def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | None, fresh: bool = False,
+              seeds: list[int] | None = None) -> int:
     from maopd.config import ConfigError
-    from maopd.pipeline import load_experiment, run_pipeline
+    from maopd.pipeline import load_experiment, run_pipeline, run_seeds
     from training.trainer import TrainingStopped
 
     try:
@@ -49,6 +56,12 @@ def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | No
             config = dataclasses.replace(config, run_dir=run_dir)  # checked again, like the file's
     except ConfigError as exc:
         raise UserError(_in_file(preset, exc, "preset ")) from None
+    if seeds:
+        try:
+            run_seeds(config, seeds, fresh=fresh)
+        except RuntimeError as exc:  # a seed's job failed: its log says why
+            raise SystemExit(f"maopd {command}: {exc}") from exc
+        return 0
     try:
         run_pipeline(config, fresh=fresh)
     except TrainingStopped as exc:  # not bad input: the run diverged; one line, exit status 1
@@ -57,7 +70,7 @@ def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | No
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    return _pipeline("experiment", args.name, args.overrides, args.run_dir, args.fresh)
+    return _pipeline("experiment", args.name, args.overrides, args.run_dir, args.fresh, args.seeds)
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -90,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group.add_argument("--fresh", action="store_true",
                        help="one stage: refuse to continue a run that has checkpoints; the pipeline: start over "
                             "the stages (and what depends on them) that its run directory holds under another config")
+    train.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     train.set_defaults(func=_train)
 
     experiment = subparsers.add_parser(
@@ -100,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     experiment.add_argument("--run-dir", help="write the runs here (overrides run_dir)")
     experiment.add_argument("--fresh", action="store_true",
                             help="start over the stages (and what depends on them) made under another config")
+    experiment.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     experiment.set_defaults(func=_experiment)
 
     plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG, one per stage")

@@ -1,0 +1,208 @@
+"""The main job's report over several training seeds: Table 1 and Table 3 pooled, searches over
+training, the Teacher–student divergence and the Prompted Critic's judge.
+
+Input: the run directories of one pipeline config trained with different seeds (``maopd experiment
+NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation records
+(``eval/records.jsonl``) and its stages' ``metrics.jsonl``. Output (``out``):
+
+* ``pooled/``: every method scored on the records of all seeds at once. Seed s's attempt a
+  becomes attempt ``s_index·k + a``, so a question keeps its ``seeds × k`` workflows; the
+  question bootstrap then resamples questions with all of them, and the paired differences are
+  the issue's "paired CIs pooled over the seeds". The pooled avg is the mean over seeds of each
+  seed's avg@k; the pooled pass and k/k are over ``seeds × k`` attempts, not the paper's k.
+* ``per_seed.json``: each seed's macro avg@k per method, from that seed's own records.
+* ``searches_over_training.png`` and ``report.json["searches"]``: search actions per workflow at
+  each training step of every stage run (Stage I and each Stage II variant), mean over seeds with
+  the min–max band; for each run the change from the first to the last ``window`` steps, with a
+  bootstrap CI that resamples steps within each window and seed (the issue's "searches per
+  workflow over the last 10 training steps below the first 10").
+* ``report.json["divergence"]``: the Teacher–student figures Stage II logs
+  (``training.divergence``), mean over the first and last ``window`` steps, per seed.
+* ``report.json["judge"]``: the Prompted Critic's judge figures (``training.critic``), mean over
+  its steps, per seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, percentile_interval
+from benchmarks.eval.records import EvalRecord, load_records
+from benchmarks.eval.scoring import score_records
+from benchmarks.eval.summary import summarize
+from training.run_logging import read_metrics
+
+SEARCHES = "workflow/search_actions"
+DIVERGENCE = ("teacher/searcher_kl_k1", "teacher/searcher_kl_k3", "teacher/decision_log_ratio")
+JUDGE = ("critic/format_rate", "critic/agreement", "critic/gold_rate", "critic/judge_rate")
+RECORDS = Path("eval") / "records.jsonl"
+
+
+def seed_records(run_dirs: Sequence[Path]) -> list[list[EvalRecord]]:
+    """Each run directory's evaluation records; a missing file is named in the error."""
+    missing = [str(run / RECORDS) for run in run_dirs if not (run / RECORDS).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no evaluation records in {', '.join(missing)}: run the pipeline there first")
+    return [load_records([run / RECORDS]) for run in run_dirs]
+
+
+def pooled(per_seed: Sequence[Sequence[EvalRecord]]) -> list[EvalRecord]:
+    """All seeds' records as one evaluation whose attempts are the seeds' attempts side by side."""
+    out = []
+    for index, records in enumerate(per_seed):
+        k = 1 + max(r.attempt for r in records)
+        for record in records:
+            copy = EvalRecord(**{**record.__dict__, "attempt": index * k + record.attempt})
+            out.append(copy)
+    return out
+
+
+def stage_runs(run_dir: Path) -> list[Path]:
+    """The stage run directories of one pipeline run that logged metrics (stage1, stage2_*)."""
+    return sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("stage") and read_metrics(p))
+
+
+def metric_series(run_dir: Path, key: str) -> np.ndarray:
+    """``key`` at each logged step (NaN where the step did not log it)."""
+    return np.array([row.get(key, np.nan) for row in read_metrics(run_dir) if "error" not in row], dtype=float)
+
+
+def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS,
+                  seed: int = BOOTSTRAP_SEED) -> dict:
+    """Mean of the last ``window`` steps minus the first ``window``, pooled over seeds (each seed's
+    series weighted equally), with a bootstrap CI resampling steps within each window and seed."""
+    rng = np.random.default_rng(seed)
+    firsts = [s[:window][~np.isnan(s[:window])] for s in series]
+    lasts = [s[-window:][~np.isnan(s[-window:])] for s in series]
+    if any(len(f) == 0 or len(x) == 0 for f, x in zip(firsts, lasts)):
+        return {}
+    point = float(np.mean([x.mean() - f.mean() for f, x in zip(firsts, lasts)]))
+    samples = np.mean([
+        x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1) - f[rng.integers(0, len(f), (draws, len(f)))].mean(axis=1)
+        for f, x in zip(firsts, lasts)
+    ], axis=0)
+    return {"first": float(np.mean([f.mean() for f in firsts])), "last": float(np.mean([x.mean() for x in lasts])),
+            "change": point, "ci": list(percentile_interval(samples)), "window": window}
+
+
+def plot_searches(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    styles = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
+    for (name, series), style in zip(sorted(curves.items()), styles * 3):
+        length = min(len(s) for s in series)
+        values = np.stack([s[:length] for s in series])
+        steps = np.arange(1, length + 1)
+        line, = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, label=f"{labels.get(name, name)} ({len(series)} seeds)")
+        ax.fill_between(steps, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("search actions per workflow (count)")
+    ax.set_title("Searches per workflow over training (mean over seeds, min–max band)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _window_means(series: np.ndarray, window: int) -> dict:
+    first, last = series[:window], series[-window:]
+    mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else None
+    return {"first": mean(first), "last": mean(last)}
+
+
+def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
+    """``report.md``: the pooled accuracy per method with each seed's, the paired differences, the
+    searches over training, the divergence and the judge."""
+    pct = lambda v: f"{100 * v:.2f}"
+    ci = lambda e: f"{pct(e['macro'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]"
+    seeds = list(per_seed)
+    lines = ["## Accuracy (macro over question types, %)", "",
+             f"| method | pooled mean over {len(seeds)} seeds [95% CI] | " + " | ".join(seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for method, summary in sorted(pooled_summary["methods"].items()):
+        avg = next(v for k, v in summary["accuracy"].items() if k.startswith("avg@"))
+        cells = []
+        for seed in seeds:
+            values = per_seed[seed].get(method, {})
+            cells.append(next((pct(v) for k, v in values.items() if k.startswith("avg@")), "–"))
+        lines.append(f"| {method} | {ci(avg)} | " + " | ".join(cells) + " |")
+    lines += ["", "## Paired differences A − B, pooled over seeds (percentage points, 95% CI)", "",
+              "| A | B | difference |", "|---|---|---|"]
+    for c in report["comparisons"]:
+        diff = next(v for k, v in c.items() if k.startswith("avg@"))
+        lines.append(f"| {c['a']} | {c['b']} | {ci(diff)} |")
+    lines += ["", "## Search actions per workflow, first vs last training steps (mean over seeds)", "",
+              "| run | first | last | change [95% CI] |", "|---|---|---|---|"]
+    for name, change in report["searches"].items():
+        if change:
+            lines.append(f"| {report['labels'].get(name, name)} | {change['first']:.2f} | {change['last']:.2f} | "
+                         f"{change['change']:+.2f} [{change['ci'][0]:+.2f}, {change['ci'][1]:+.2f}] |")
+    for title, figures in (("Teacher–student divergence on Searcher tokens (Stage II, first / last steps)",
+                            report["divergence"]), ("The Prompted Critic's judge (mean over its steps)", report["judge"])):
+        if not figures:
+            continue
+        keys = list(next(iter(figures.values())))
+        lines += ["", f"## {title}", "", "| seed | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+        for seed, values in figures.items():
+            cells = [(f"{v['first']:.4f} / {v['last']:.4f}" if isinstance(v, dict) and v["first"] is not None
+                      else f"{v:.3f}" if isinstance(v, float) else "–") for v in values.values()]
+            lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str, str]], out: str | Path,
+                 labels: dict[str, str] | None = None, window: int = 10) -> dict:
+    """Write the report (module docstring) to ``out`` and return ``report.json``'s content.
+    ``labels`` names the stage runs (``stage1``, ``stage2_<variant>``) in the plot and tables."""
+    labels = labels or {}
+    run_dirs = [Path(r) for r in run_dirs]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_seed = seed_records(run_dirs)
+    methods = set.intersection(*({r.method for r in records} for records in per_seed))
+    comparisons = [pair for pair in comparisons if all(m in methods for m in pair)]
+    summary = score_records(pooled(per_seed), comparisons, out / "pooled")
+    seed_scores = {}
+    for run, records in zip(run_dirs, per_seed):
+        methods_of_seed = summarize(records, draws=1)["methods"]  # the point estimates only
+        seed_scores[run.name] = {m: {name: a["macro"] for name, a in s["accuracy"].items()}
+                                 for m, s in methods_of_seed.items()}
+    (out / "per_seed.json").write_text(json.dumps(seed_scores, indent=2) + "\n", encoding="utf-8")
+
+    curves: dict[str, list[np.ndarray]] = {}
+    divergence: dict[str, dict] = {}
+    judge: dict[str, dict] = {}
+    for run in run_dirs:
+        for stage in stage_runs(run):
+            curves.setdefault(stage.name, []).append(metric_series(stage, SEARCHES))
+            if stage.name == "stage2_full":
+                divergence[run.name] = {key: _window_means(metric_series(stage, key), window) for key in DIVERGENCE}
+            if stage.name == "stage2_prompted_critic":
+                judge[run.name] = {key: float(np.nanmean(s)) if np.isfinite(s).any() else None
+                                   for key in JUDGE for s in [metric_series(stage, key)]}
+    plot = plot_searches(curves, out / "searches_over_training.png", labels) if curves else None
+    report = {
+        "run_dirs": [str(r) for r in run_dirs],
+        "labels": labels,
+        # the pooled paired differences of the mean accuracy (the pooled avg over seeds × attempts)
+        "comparisons": [
+            {"a": c["a"], "b": c["b"], **{k: c["differences"][k] for k in c["differences"] if k.startswith("avg@")}}
+            for c in summary["comparisons"]
+        ],
+        "searches": {name: window_change(series, window) for name, series in sorted(curves.items())},
+        "divergence": divergence,
+        "judge": judge,
+        "plot": str(plot) if plot else None,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")
+    return report
