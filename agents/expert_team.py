@@ -8,6 +8,9 @@
   resolved hops as canonical fact sentences. Given a whole multi-hop question (the cascade
   workflow) it searches hop after hop.
 * Answerer: resolves the question's chain through the facts in the reports and answers.
+* Solver (the single agent of ``envs.single_search_v0``): searches hop after hop exactly as a
+  Searcher given the whole question does, then answers with the final value as the Answerer
+  does, from the passages instead of reports.
 
 The experts never read the world's graph: they parse questions, passages and reports with
 ``envs.synthwiki.grammar``, so their accuracy measures how solvable the world is by search.
@@ -49,23 +52,33 @@ class ExpertLeader(_Role):
         return "<select>all</select>"
 
 
+def next_search(turn: AgentTurn, task: str) -> tuple[str | None, list[Step]]:
+    """The expert's next query for ``task`` given the passages of ``turn`` (None when every hop is
+    resolved or every query was tried: the sub-question of the next unresolved hop, then its bare
+    entity name), and the hops resolved so far."""
+    plan = parse_question(task)
+    if plan is None:
+        queries, resolved = [task], []
+    else:
+        resolved, missing = resolve(plan, Knowledge(passage_texts(turn)))
+        queries = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
+    searched = set(action_contents(turn.messages, "search"))
+    fresh = [query for query in queries if query not in searched]
+    return (fresh[0] if fresh else None), resolved
+
+
+def answer_text(question: str, knowledge: Knowledge) -> str:
+    """The expert's answer to ``question`` from ``knowledge`` ('unknown' when it cannot resolve it)."""
+    plan = parse_question(question)
+    answer = final_answer(plan, knowledge) if plan is not None else None
+    return f"<answer>{answer or 'unknown'}</answer>"
+
+
 class ExpertSearcher(_Role):
     def decide(self, turn: AgentTurn) -> str:
-        task = strip_label(turn.task, "Task:")
-        plan = parse_question(task)
-        knowledge = Knowledge(passage_texts(turn))
-        if plan is None:
-            return self._search_or_report(turn, [task], [])
-        resolved, missing = resolve(plan, knowledge)
-        queries = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
-        return self._search_or_report(turn, queries, resolved)
-
-    @staticmethod
-    def _search_or_report(turn: AgentTurn, queries: list[str], resolved: list[Step]) -> str:
-        searched = set(action_contents(turn.messages, "search"))
-        fresh = [query for query in queries if query not in searched]
-        if fresh and "search" in turn.allowed:
-            return f"<search>{fresh[0]}</search>"
+        query, resolved = next_search(turn, strip_label(turn.task, "Task:"))
+        if query is not None and "search" in turn.allowed:
+            return f"<search>{query}</search>"
         text = " ".join(step.sentence() for step in resolved) or NO_FACTS
         return f"<report>{text}</report>"
 
@@ -73,12 +86,19 @@ class ExpertSearcher(_Role):
 class ExpertAnswerer(_Role):
     def decide(self, turn: AgentTurn) -> str:
         body = turn.messages[-1]["content"]
-        question = strip_label(body, "Question:")
-        plan = parse_question(question)
-        knowledge = Knowledge(text for _, _, text in parse_reports(body))
-        answer = final_answer(plan, knowledge) if plan is not None else None
-        return f"<answer>{answer or 'unknown'}</answer>"
+        return answer_text(strip_label(body, "Question:"), Knowledge(text for _, _, text in parse_reports(body)))
+
+
+class ExpertSolver(_Role):
+    def decide(self, turn: AgentTurn) -> str:
+        question = strip_label(turn.task, "Question:")
+        query, _ = next_search(turn, question)
+        if query is not None and "search" in turn.allowed:
+            return f"<search>{query}</search>"
+        return answer_text(question, Knowledge(passage_texts(turn)))
 
 
 def expert_team() -> RoleRouter:
-    return RoleRouter({"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer()})
+    """Every role, the single agent's solver included: one policy for every workflow."""
+    return RoleRouter({"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer(),
+                       "solver": ExpertSolver()})

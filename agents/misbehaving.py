@@ -39,6 +39,7 @@ VALID_OUTPUTS = {
     "leader": ("<delegate>\nsomething\n</delegate>", "<select>all</select>"),
     "searcher": ("<search>anything</search>", "<report>a report</report>"),
     "answerer": ("<answer>unknown</answer>",),
+    "solver": ("<search>anything</search>", "<answer>unknown</answer>"),
 }
 
 

@@ -7,6 +7,12 @@ the whole call; output-level mistakes (misformat, drop a report, answer from the
 are drawn per output. Draws come from one ``random.Random(seed)`` consumed in call order, so a
 run is reproducible from the seed. Accuracy falls smoothly as the knobs rise (see
 docs/synthwiki.md for measured figures).
+
+The single agent's solver (``envs.single_search_v0``) searches like a Searcher and answers like
+the Answerer, so it takes the Searcher's call-level mistakes (skip the search: answer at once;
+query the wrong entity: answer from what came back; answer after the first search; answer from
+the closed book) and the Answerer's output-level ones (answer with another fact's value), with
+the Searcher's misformat knob on its searches and the Answerer's on its answers.
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher
+from agents.expert_team import (
+    ExpertAnswerer,
+    ExpertLeader,
+    ExpertSearcher,
+    ExpertSolver,
+    answer_text,
+)
 from envs.actions import action_contents
 from envs.policy import AgentOutput, AgentTurn
 from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label
@@ -80,6 +92,7 @@ class NoisyTeam:
         self.closed_book = closed_book
         self.rng = random.Random(seed)
         self.leader, self.searcher, self.answerer = ExpertLeader(), ExpertSearcher(), ExpertAnswerer()
+        self.solver = ExpertSolver()
         self._call_mistakes: dict[tuple[str, str], str | None] = {}
 
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
@@ -94,6 +107,9 @@ class NoisyTeam:
             text = self._leader(turn)
         elif role == "searcher":
             text = self._searcher(turn)
+        elif role == "solver":
+            text = self._solver(turn)
+            role = "searcher" if text.startswith("<search>") else "answerer"  # whose misformat knob
         else:
             text = self._answerer(turn)
         if self._chance(getattr(self.noise, f"{role}_misformat")):
@@ -110,11 +126,15 @@ class NoisyTeam:
                 return "<select>" + ", ".join(map(str, kept)) + "</select>"
         return text
 
-    def _searcher(self, turn: AgentTurn) -> str:
+    def _call_mistake(self, turn: AgentTurn) -> str | None:
+        """The call-level mistake of ``turn``'s call, drawn at its first output."""
         key = (turn.call_id, turn.task)
         if not any(m["role"] == "assistant" for m in turn.messages):
             self._call_mistakes[key] = self._draw_call_mistake()
-        mistake = self._call_mistakes.get(key)
+        return self._call_mistakes.get(key)
+
+    def _searcher(self, turn: AgentTurn) -> str:
+        mistake = self._call_mistake(turn)
         searched = action_contents(turn.messages, "search")
         task = strip_label(turn.task, "Task:")
         if mistake == "skip_search":
@@ -127,7 +147,8 @@ class NoisyTeam:
             topic = named_entity(parse_question(task)) or task
             if not searched and "search" in turn.allowed:
                 return f"<search>{task.replace(topic, misspell(topic, self.rng))}</search>"
-            return self._report_top_passage(turn, task)
+            step = self._top_passage_step(turn, task)
+            return f"<report>{step.sentence() if step else NO_FACTS}</report>"
         if mistake == "early_report" and searched:
             passages = passage_texts(turn)
             first = passages[0].split(". ")[0].rstrip(".") + "." if passages else NO_FACTS
@@ -143,16 +164,41 @@ class NoisyTeam:
         return None
 
     @staticmethod
-    def _report_top_passage(turn: AgentTurn, task: str) -> str:
-        """Report the asked predicate from whatever passage came back, as if it were the task's subject."""
+    def _top_passage_step(turn: AgentTurn, task: str) -> Step | None:
+        """The asked predicate read from whatever passage came back, as if it were about the task's subject."""
         plan = parse_question(task)
         missing = resolve(plan, Knowledge())[1] if plan is not None else []
         for step in missing:
             for text in passage_texts(turn):
                 for fact in parse_facts(text):
                     if fact.predicate == step.predicate:
-                        return f"<report>{Step(step.predicate, step.subject, fact.value).sentence()}</report>"
-        return f"<report>{NO_FACTS}</report>"
+                        return Step(step.predicate, step.subject, fact.value)
+        return None
+
+    def _solver(self, turn: AgentTurn) -> str:
+        mistake = self._call_mistake(turn)
+        question = strip_label(turn.task, "Question:")
+        searched = action_contents(turn.messages, "search")
+        if mistake == "skip_search":
+            return answer_text(question, Knowledge())
+        if mistake == "memory_report":
+            plan = parse_question(question)
+            recalled = [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
+            return answer_text(question, Knowledge(step.sentence() for step in recalled))
+        if mistake == "wrong_entity":
+            topic = named_entity(parse_question(question)) or question
+            if not searched and "search" in turn.allowed:
+                return f"<search>{question.replace(topic, misspell(topic, self.rng))}</search>"
+            step = self._top_passage_step(turn, question)
+            return f"<answer>{step.value if step else 'unknown'}</answer>"
+        if mistake == "early_report" and searched:
+            return answer_text(question, Knowledge(passage_texts(turn)))
+        text = self.solver.decide(turn)
+        if text.startswith("<answer>") and self._chance(self.noise.answerer_wrong_report):
+            values = [fact.value for passage in passage_texts(turn) for fact in parse_facts(passage)]
+            if values:
+                return f"<answer>{self.rng.choice(values)}</answer>"
+        return text
 
     def _answerer(self, turn: AgentTurn) -> str:
         if self._chance(self.noise.answerer_wrong_report):

@@ -107,5 +107,22 @@ class ScriptedAnswerer:
         return f"<answer>{novel_span(question, fact)}</answer>"
 
 
+class ScriptedSolver:
+    """The single agent: the Searcher's one search of the question, then the Answerer's span of
+    the best passage sentence."""
+
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        return [AgentOutput([self.decide(turn)]) for turn in turns]
+
+    def decide(self, turn: AgentTurn) -> str:
+        question = strip_label(turn.task, "Question:")
+        searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
+        if not searched and "search" in turn.allowed:
+            return f"<search>{question}</search>"
+        fact = best_sentence(question, latest_passages(turn)) or ""
+        return f"<answer>{novel_span(question, fact)}</answer>"
+
+
 def scripted_team() -> RoleRouter:
-    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": ScriptedAnswerer()})
+    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": ScriptedAnswerer(),
+                       "solver": ScriptedSolver()})

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from envs.actions import ROLES
+from envs.actions import TEAM_ROLES
 from envs.option_mode import MENU_SIZE, OptionWrapper, option_env
 from envs.policy import Policy
 
@@ -32,7 +32,7 @@ class SingleRoleEnv(gymnasium.Env):
 
     def __init__(self, role: str = "searcher", workflow: str = "hierarchical", others: Policy | None = None,
                  menu_size: int = MENU_SIZE, **env_options: Any):
-        if role not in ROLES:
+        if role not in TEAM_ROLES:
             raise ValueError(f"role={role!r} is invalid; expected 'leader', 'searcher' or 'answerer'")
         if role == "leader" and workflow != "hierarchical":
             raise ValueError(f"role='leader' needs workflow='hierarchical', not {workflow!r}")

@@ -122,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.demos import WORKFLOWS
     from envs.synthwiki.world import load_default_world
     from maopd.config import load_yaml, to_dict
     from training.base_model import METRICS_FILE, SFTConfig, build_base_model
@@ -142,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         questions = world.splits[args.split][: args.questions]
         retriever = BM25Retriever(world.corpus)
         started = time.perf_counter()
-        expert = {w: team_figures(play_expert(w, retriever, questions)) for w in WORKFLOWS}
-        pi0_records = {w: play_model(w, retriever, questions, model_dir, args.seed) for w in WORKFLOWS}
+        # the workflows π_0 was shown (SFTConfig.workflows)
+        expert = {w: team_figures(play_expert(w, retriever, questions)) for w in config.workflows}
+        pi0_records = {w: play_model(w, retriever, questions, model_dir, args.seed) for w in config.workflows}
         pi0 = {w: team_figures(records) for w, records in pi0_records.items()}
         eval_seconds = round(time.perf_counter() - started, 1)
 

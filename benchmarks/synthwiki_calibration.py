@@ -30,9 +30,10 @@ from agents.noisy_team import NoiseConfig, NoisyTeam
 from envs.datasets import Question
 from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
-from envs.synthwiki.demos import WORKFLOWS, make_env
+from envs.synthwiki.demos import make_env
 from envs.synthwiki.questions import KINDS
 from envs.synthwiki.world import build_world
+from envs.workflows import WORKFLOWS
 
 TOPK = 3
 NOISE_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)

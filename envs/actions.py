@@ -11,6 +11,8 @@ searcher   ``<report>text</report>``                   finish the (sub)task with
 leader     ``<delegate>one subtask per line</delegate>``  start a wave, one Searcher a line
 leader     ``<select>1, 3</select>`` / ``<select>all</select>``  hand these reports to the Answerer
 answerer   ``<answer>text</answer>``                   the final answer
+solver     ``<search>query</search>``                  retrieve top-k passages (single agent)
+solver     ``<answer>text</answer>``                   the final answer (single agent)
 =========  ==========================================  ======================================
 
 Parsing rules (documented in docs/environments.md and tested):
@@ -35,12 +37,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-ROLES = ("leader", "searcher", "answerer")  # role ids in training batches follow this order
+# The roles of the paper's teams (cascade and hierarchy). The option mode's features and the
+# credit-assignment benchmark are about these three only.
+TEAM_ROLES = ("leader", "searcher", "answerer")
+# Every role; role ids in training batches follow this order, so a new role is appended: the
+# solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v0.py).
+ROLES = (*TEAM_ROLES, "solver")
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
 ROLE_ACTION_KINDS = {
     "searcher": ("search", "report"),
     "leader": ("delegate", "select"),
     "answerer": ("answer",),
+    "solver": ("search", "answer"),
 }
 STOP_STRINGS = tuple(f"</{kind}>" for kind in ACTION_KINDS)
 # Tags the environment itself writes around inserted text; escaped in inserted text too.

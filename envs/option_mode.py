@@ -47,7 +47,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils import BaseWrapper
 
-from envs.actions import ACTION_KINDS, ROLES, action_contents, parse_subtasks
+from envs.actions import ACTION_KINDS, TEAM_ROLES, action_contents, parse_subtasks
 from envs.parallel import SearchParallelEnv
 from envs.policy import AgentTurn
 from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
@@ -64,12 +64,13 @@ from envs.synthwiki.grammar import (
 )
 from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
 from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
+from envs.workflows import TEAM_WORKFLOWS, env_module
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8
 FINISHES_FEATURE = 1  # index of "finishes the call" in ``Option.features``
 HINT_FEATURE = 2  # index of ``hint`` in ``Option.features``
-GLOBAL_FEATURES = len(ROLES) + 5 + len(ACTION_KINDS)
+GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
 UNKNOWN = "unknown"
 _MENTION = re.compile(rf"\b(?:{VALUE}|{NAME})\b")
@@ -329,7 +330,7 @@ def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_
     rounds = getattr(env, "rounds", 0)
     max_reports = env.config.num_searchers * env.config.max_rounds
     global_features = [
-        *(float(role == r) for r in ROLES),
+        *(float(role == r) for r in TEAM_ROLES),
         env.env_step / env.max_steps,
         rounds / env.config.max_rounds,
         min(len(env.reports), max_reports) / max_reports,
@@ -375,12 +376,10 @@ def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SI
 
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:
-    from envs import cascade_search_v0, hierarchical_search_v0
-
-    modules = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
-    if workflow not in modules:
-        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(modules)}")
-    return modules[workflow].env(**kwargs)
+    # the option mode's menus and features are the team roles'; the single agent has none
+    if workflow not in TEAM_WORKFLOWS:
+        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(TEAM_WORKFLOWS)}")
+    return env_module(workflow).env(**kwargs)
 
 
 def expert_choice(menu: Sequence[Option]) -> int:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envs.actions import ROLES
+from envs.actions import TEAM_ROLES
 
 # The paper's evaluation sampling (Appendix B); every evaluation default in the project reads these.
 EVAL_TEMPERATURE = 0.6
@@ -97,15 +97,24 @@ class Policy(Protocol):
 
 
 class RoleRouter:
-    """A team policy that sends each turn to the policy of its role, batching per role."""
+    """A team policy that sends each turn to the policy of its role, batching per role.
 
-    def __init__(self, policies: Mapping[str, Policy]):
-        missing = set(ROLES) - set(policies)
+    ``roles`` are the roles it must be able to play, checked when it is built: by default the
+    team's (``TEAM_ROLES``, the cascade and the hierarchy), so a team router needs no solver;
+    ``envs.workflows.WORKFLOW_ROLES["single"]`` for the single agent alone. A turn of a role
+    without a policy is a ValueError naming the role.
+    """
+
+    def __init__(self, policies: Mapping[str, Policy], roles: Iterable[str] = TEAM_ROLES):
+        missing = set(roles) - set(policies)
         if missing:
-            raise ValueError(f"RoleRouter needs a policy for every role; missing {sorted(missing)}")
+            raise ValueError(f"RoleRouter needs a policy for every role it plays; missing {sorted(missing)}")
         self.policies = dict(policies)
 
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        unrouted = sorted({turn.role for turn in turns} - set(self.policies))
+        if unrouted:
+            raise ValueError(f"RoleRouter has no policy for role {unrouted[0]!r}; it plays {sorted(self.policies)}")
         outputs: list[AgentOutput | None] = [None] * len(turns)
         for role, policy in self.policies.items():
             indices = [i for i, turn in enumerate(turns) if turn.role == role]

@@ -31,7 +31,18 @@ ANSWERER_PROMPT = (
     "You are the Answerer. Answer the question using the reports. "
     "Write only the answer, as a short phrase, inside <answer></answer>."
 )
-ROLE_PROMPTS = {"leader": LEADER_PROMPT, "searcher": SEARCHER_PROMPT, "answerer": ANSWERER_PROMPT}
+# The single agent of the baseline (envs/single_search_v0.py): Search-R1's instruction, in our tags.
+SOLVER_PROMPT = (
+    "Answer the question. To search, write <search>query</search>; results appear inside "
+    "<information>. When you know the answer, write only the answer, as a short phrase, inside "
+    "<answer></answer>."
+)
+ROLE_PROMPTS = {
+    "leader": LEADER_PROMPT,
+    "searcher": SEARCHER_PROMPT,
+    "answerer": ANSWERER_PROMPT,
+    "solver": SOLVER_PROMPT,
+}
 
 NO_FACTS = "No relevant information found."  # the report of a Searcher that found nothing
 
@@ -70,6 +81,7 @@ def has_verdict(text: str) -> bool:
 LAST_TURN_NOTICE = {
     "searcher": "This is your last turn: write your <report> now.",
     "leader": "This is your last turn: <select> the reports for the Answerer now.",
+    "solver": "This is your last turn: write your <answer> now.",
 }
 
 
@@ -79,6 +91,10 @@ def system_message(role: str) -> dict[str, str]:
 
 def task_message(task: str) -> dict[str, str]:
     return {"role": "user", "content": f"Task: {neutralize_tags(task)}"}
+
+
+def solver_question_message(question: str) -> dict[str, str]:
+    return {"role": "user", "content": f"Question: {neutralize_tags(question)}"}
 
 
 def question_message(question: str, num_searchers: int, max_rounds: int) -> dict[str, str]:

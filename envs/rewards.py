@@ -8,6 +8,8 @@ R_EM,i = max_j c_ij is the team outcome, and each role r has its own reward R_r,
   with b_S,i = 0.5 after exactly one search step, 1 after two or more, 0 otherwise.
 * Leader (Eq. 6):                    R_L,i   = 0.9·R_EM,i + 0.1·min(C_tool,i, 6)/6
   where C_tool,i counts environment steps with at least one Searcher search action.
+* Solver (the single-agent baseline, Search-R1-style outcome reward):
+                                     R_solver,i = c_i, the exact match of its answer
 * Any role whose output had an invalid action format gets a **total** reward of ``FORMAT_PENALTY``
   (-1) instead of the formula: for the Answerer per candidate, for the Leader and each Searcher
   per trajectory. The team outcome R_EM is unaffected (a missing answer span simply scores 0).
@@ -104,3 +106,13 @@ def leader_reward(r_em: float, tool_steps: int, format_failed: bool) -> float:
 def answerer_reward(c_ij: float, format_failed: bool) -> float:
     """R_A,i,j = c_ij, or the format penalty for a candidate without a valid ``<answer>`` tag."""
     return FORMAT_PENALTY if format_failed else c_ij
+
+
+def solver_reward(c_i: float, format_failed: bool) -> float:
+    """R_solver,i = c_i (the exact match of the single agent's answer; 0 without an answer), or
+    the format penalty after any format failure in its call.
+
+    Search-R1 trains its single agent on the outcome alone; the -1 keeps the team roles'
+    format convention so that the baseline and the teams are rewarded alike.
+    """
+    return FORMAT_PENALTY if format_failed else c_i

@@ -1,4 +1,4 @@
-"""The machinery both search workflows share: a PettingZoo AEC environment over a retriever.
+"""The machinery the search workflows share: a PettingZoo AEC environment over a retriever.
 
 Vocabulary
 ----------
@@ -9,7 +9,8 @@ assignment is a new call (``searcher_0@w2``), the Answerer has one call.
 
 Workflows subclass ``SearchEnv`` and implement ``_schedule`` (who acts in the next step) and
 ``_resolve`` (apply the buffered actions of a finished step). Everything else, including the
-format-failure rule, rewards and the record, lives here so both workflows behave identically.
+format-failure rule, rewards and the record, lives here so the workflows behave identically (the
+single agent's ReAct loop reuses the Searcher's: ``SearcherCall``, ``_take_turn``, ``_run_searches``).
 
 Bad input
 ---------
@@ -122,7 +123,7 @@ class ActionText(UnicodeText):
 
 @dataclass
 class SearchEnvConfig:
-    """Construction options shared by both workflows; ``max_steps=None`` takes the workflow's budget."""
+    """Construction options shared by the workflows; ``max_steps=None`` takes the workflow's budget."""
 
     max_steps: int | None = None
     max_rounds: int = 5
@@ -546,19 +547,7 @@ class SearchEnv(AECEnv):
                     pass  # force_finish off: the call ends below without a report
                 else:
                     call.messages.append(prompts.feedback_message(parsed.error or "", allowed))
-        if queries:
-            self.counters.tool_steps += 1
-            results = self.retriever.search([q for _, q in queries], self.config.topk)
-            for (call, query), passages in zip(queries, results):
-                passages = passages[: self.config.topk]
-                call.search_steps += 1
-                self.counters.search_actions += 1
-                self.counters.searches_with_passages += bool(passages)
-                call.messages.append(prompts.information_message(passages, self.config.max_passage_chars))
-                self.searches.append(
-                    {"wave": call.wave, "agent": call.agent, "query": query, "passages": [p.to_dict() for p in passages]}
-                )
-                self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p.title for p in passages)}")
+        self._run_searches(queries)
         for agent in list(self.active):
             call = self.active[agent]
             if call.done:
@@ -573,6 +562,24 @@ class SearchEnv(AECEnv):
                 call.exhausted = True
                 self._log(f"  {agent}: budget exhausted before a report; no report")
                 del self.active[agent]
+
+    def _run_searches(self, queries: list[tuple[SearcherCall, str]]) -> None:
+        """Run one environment step's searches as one retriever batch; each call gets its passages
+        inside ``<information>``. Shared by the Searchers and the single agent's solver."""
+        if not queries:
+            return
+        self.counters.tool_steps += 1
+        results = self.retriever.search([q for _, q in queries], self.config.topk)
+        for (call, query), passages in zip(queries, results):
+            passages = passages[: self.config.topk]
+            call.search_steps += 1
+            self.counters.search_actions += 1
+            self.counters.searches_with_passages += bool(passages)
+            call.messages.append(prompts.information_message(passages, self.config.max_passage_chars))
+            self.searches.append(
+                {"wave": call.wave, "agent": call.agent, "query": query, "passages": [p.to_dict() for p in passages]}
+            )
+            self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p.title for p in passages)}")
 
     def _searcher_budget_left(self) -> bool:
         """Whether an active Searcher gets another step after the current one (``self.env_step``)."""
@@ -605,9 +612,13 @@ class SearchEnv(AECEnv):
             self._log(f"[step {self.env_step}] answerer candidate {j}: {_short(text)}")
 
     # ----- end of episode -----------------------------------------------------------------------
+    def _candidate_texts(self) -> list[str]:
+        """The raw outputs that hold the workflow's answer: the Answerer's candidates."""
+        return self.answer_turn.outputs if self.answer_turn else []
+
     def _finish(self) -> None:
         refs = self.question.golden_answers
-        candidates = self.answer_turn.outputs if self.answer_turn else []
+        candidates = self._candidate_texts()
         clipped = [c[: self.config.max_action_chars] for c in candidates]
         extracted = [strict_answer(c) for c in clipped]
         scores = [R.exact_match(a, refs) for a in extracted]
@@ -630,6 +641,7 @@ class SearchEnv(AECEnv):
             "searcher_calls": call_rewards,
             "search_bonus": call_bonus,
             "assign_bonus": R.assign_bonus(self.counters.tool_steps),
+            **self._workflow_rewards(scores),
         }
         self.counters.env_steps = self.env_step
         self.counters.task_assignments = len(self.subtasks)
@@ -665,6 +677,8 @@ class SearchEnv(AECEnv):
                 self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
             elif role == "answerer":
                 self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
+            elif role == "solver":
+                self.rewards[agent] = reward_parts["solver"]
             else:
                 self.rewards[agent] = reward_parts["searchers"].get(agent, 0.0)
             self.terminations[agent] = True
@@ -674,6 +688,10 @@ class SearchEnv(AECEnv):
 
     def _leader_reward(self, r_em: float) -> float | None:
         return None
+
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+        """Reward parts of roles only some workflows have (the single agent's ``solver``)."""
+        return {}
 
     def _calls(self) -> list[dict[str, Any]]:
         calls = []

@@ -27,10 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from envs.workflows import WORKFLOWS
 from maopd.config import ConfigError
 from maopd.pipeline import PipelineConfig, evaluate, held_out_manifest, stage_config, stage_dir
 
-WORKFLOWS = ("cascade", "hierarchical")
 PAPER_OPD_BETA = 0.01
 
 

@@ -192,8 +192,8 @@ def test_opd_signal_needs_teacher_logprobs():
 def test_assign_token_advantages_rejects_bad_input():
     with pytest.raises(ValueError, match="searcher_advantages must have shape"):
         assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), torch.zeros(2, 3))
-    with pytest.raises(ValueError, match="role_ids must be in"):
-        assign_token_advantages(torch.tensor([0, 3, 1]), RESPONSE, torch.zeros(3), torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="role_ids must be in"):  # 3 is the solver; 4 is no role
+        assign_token_advantages(torch.tensor([0, 4, 1]), RESPONSE, torch.zeros(3), torch.zeros(3, 3))
     with pytest.raises(ValueError, match="sequence_advantages must have shape"):
         assign_token_advantages(ROLES, RESPONSE, torch.zeros(2), torch.zeros(3, 3))
 

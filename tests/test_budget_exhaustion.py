@@ -11,8 +11,9 @@ from test_workflows import (  # the scripted-policy helpers of the workflow test
     n_searches,
 )
 
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.episode import run_episode
+from envs.prompts import LAST_TURN_NOTICE
 from envs.search_env import SearchEnvConfig
 from maopd.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
@@ -82,6 +83,36 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
     for key in ("reports", "candidates", "rewards", "counters", "searches"):
         assert free[key] == forced[key], key
+
+
+# ----- the single agent --------------------------------------------------------------------
+
+
+def test_single_agent_exhausted_budget_leaves_no_answer():
+    policy = Rules(solver=always(SEARCH))
+    record = run_episode(single_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    c = record["counters"]
+    # the paper's rule: the solver may search in its last step (5) too, and ends without an answer
+    assert c["search_actions"] == 5 and c["env_steps"] == 5 and c["no_answer"] == 1
+    assert record["candidates"] == [] and record["extracted_answers"] == [] and record["candidate_scores"] == []
+    assert record["rewards"]["em"] == 0.0 and record["rewards"]["solver"] == 0.0
+    assert all(t.allowed == ("search", "answer") for t in policy.turns)
+    assert "last turn" not in policy.turns[-1].messages[-1]["content"]
+
+
+def test_single_agent_forcing_allows_only_an_answer_in_the_last_step():
+    policy = Rules(solver=lambda t: SEARCH if "search" in t.allowed else ANSWER)
+    record = run_episode(single_search_v0.env(force_finish=True), policy, options=OPTIONS)
+    last = policy.turns[-1]
+    assert last.allowed == ("answer",) and last.messages[-1]["content"].endswith(LAST_TURN_NOTICE["solver"])
+    assert record["counters"]["search_actions"] == 4 and record["extracted_answers"] == ["Tarvel"]
+    assert "no_answer" not in record["counters"] and record["rewards"]["solver"] == 1.0
+    # the history keeps the notice the solver saw (token-exact rollouts continue from it)
+    assert record["calls"][0]["messages"][-2]["content"] == last.messages[-1]["content"]
+    # a solver that searches anyway fails the format; its output is the (empty) candidate
+    record = run_episode(single_search_v0.env(force_finish=True), Rules(solver=always(SEARCH)), options=OPTIONS)
+    assert record["candidates"] == [SEARCH] and record["extracted_answers"] == [None]
+    assert record["rewards"]["solver"] == -1.0 and record["counters"]["format_failures"] == 1
 
 
 # ----- the hierarchy -----------------------------------------------------------------------

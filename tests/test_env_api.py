@@ -1,11 +1,11 @@
-"""PettingZoo's own conformance tests on both environments (AEC, parallel, seeding)."""
+"""PettingZoo's own conformance tests on every environment (AEC, parallel, seeding)."""
 
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 
-MODULES = [cascade_search_v0, hierarchical_search_v0]
+MODULES = [cascade_search_v0, hierarchical_search_v0, single_search_v0]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -33,7 +33,7 @@ def test_parallel_seed(module):
     parallel_seed_test(module.parallel_env, num_cycles=100)
 
 
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0])
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_generic_aec_to_parallel_is_refused_and_the_native_parallel_env_is_used(module):
     """Only the scheduled agents act in a step, which PettingZoo's converter cannot express."""
     from pettingzoo.utils.conversions import aec_to_parallel

@@ -26,7 +26,7 @@ from test_fuzz_actions import (
     unicode_text,
 )
 
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.actions import ROLE_ACTION_KINDS, parse_action
 from envs.datasets import Question
 from envs.policy import AgentOutput
@@ -137,7 +137,8 @@ def check_invariants(env, policy, record):
     assert counters["delegation_rounds"] <= config.max_rounds
     assert max(Counter(s["wave"] for s in record["subtasks"]).values(), default=0) <= config.num_searchers
     assert all(len(search["passages"]) <= config.topk for search in record["searches"])
-    assert len(record["candidates"]) in (0, config.num_candidates)
+    # the single agent's answer is one candidate; num_candidates is the Answerer's
+    assert len(record["candidates"]) in (0, 1 if record["workflow"] == "single" else config.num_candidates)
     for call in record["calls"]:
         assert all(len(m["content"]) <= MAX_OBSERVATION_CHARS for m in call["messages"])
         assert all(len(m["content"]) <= config.max_action_chars for m in call["messages"] if m["role"] == "assistant")
@@ -164,6 +165,9 @@ def check_invariants(env, policy, record):
     searcher_ids = [call["call_id"] for call in record["calls"] if call["role"] == "searcher"]
     for call_id, reward in zip(searcher_ids, rewards["searcher_calls"], strict=True):
         assert (reward == -1.0) == (call_id in failed_calls) and -1.0 <= reward <= 1.0
+    if "solver" in rewards:
+        assert (rewards["solver"] == -1.0) == ("solver" in failed_calls) and -1.0 <= rewards["solver"] <= 1.0
+        assert rewards["solver"] in (-1.0, rewards["em"])
     if rewards["leader"] is not None:
         assert (rewards["leader"] == -1.0) == ("leader" in failed_calls) and -1.0 <= rewards["leader"] <= 1.0
     assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in env._cumulative_rewards.values())
@@ -174,7 +178,8 @@ def check_invariants(env, policy, record):
     assert json.loads(text) == record
 
 
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0, single_search_v0],
+                         ids=lambda m: m.__name__)
 @fuzz_settings(1500)
 @given(questions, st.data())
 def test_environment_survives_any_output(module, question, data):

@@ -144,6 +144,18 @@ def test_a_skip_search_knob_of_one_makes_every_searcher_demonstration_give_up():
         assert len(outputs) == 1 and outputs[0].startswith("<report>")
 
 
+def test_single_workflow_demonstrations_show_the_solver():
+    """SFTConfig.workflows accepts the single agent: π_0 then sees solver calls (search, answer)."""
+    from training.base_model import roles_shown
+
+    config = replace(SMOKE_CONFIG, demo_questions=5, workflows=["single"], noise=0.0)
+    rows = demonstration_chats(config, progress=False)
+    assert len(rows) == 5 and {row["role"] for row in rows} == {"solver"}
+    assert all(row["messages"][-1]["content"].startswith("<answer>") for row in rows)
+    assert roles_shown(config) == ("leader", "searcher", "answerer", "solver")
+    assert roles_shown(SFTConfig()) == ("leader", "searcher", "answerer")  # the default π_0's metrics keep their keys
+
+
 @pytest.fixture(scope="module")
 def smoke_model(tmp_path_factory):
     """π_0 of the smoke config, built through the CLI."""

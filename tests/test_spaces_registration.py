@@ -6,10 +6,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agents
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.actions import ROLE_ACTION_KINDS, parse_action
 
-MODULES = [cascade_search_v0, hierarchical_search_v0]
+MODULES = [cascade_search_v0, hierarchical_search_v0, single_search_v0]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -19,6 +19,7 @@ def test_every_legal_action_is_in_the_action_space(module):
         "searcher": ["<search>Zoroth River</search>", "<report>Ä is in Zürich, 1923.</report>"],
         "leader": ["<delegate>1. Who founded Zoroth?\n2. Where is it?</delegate>", "<select>1, 2</select>"],
         "answerer": ["<answer>Marie Curie-Skłodowska</answer>"],
+        "solver": ["<search>Zoroth River</search>", "<answer>Marie Curie-Skłodowska</answer>"],
     }
     for agent in env.possible_agents:
         for action in legal[env.role_of(agent)]:

@@ -116,6 +116,35 @@ def test_expert_team_reaches_95_percent_exact_match_with_bm25(small, workflow):
     assert _em(workflow, expert_team(), world, retriever, questions) >= 0.95
 
 
+def test_expert_solver_scores_like_the_expert_cascade(small):
+    """The single agent searches hop by hop as the cascade's Searcher does and answers as the
+    Answerer does, with one more step: it is at least as accurate on the same questions."""
+    world, retriever = small
+    questions = world.splits["test"][:150]
+    single = _em("single", expert_team(), world, retriever, questions)
+    assert single >= 0.95 and single >= _em("cascade", expert_team(), world, retriever, questions)
+
+
+def test_noise_lowers_the_single_agent(small):
+    world, retriever = small
+    questions = world.splits["dev"][:80]
+    accuracies = [_em("single", NoisyTeam(NoiseConfig.uniform(rate), seed=1), world, retriever, questions)
+                  for rate in (0.0, 0.1, 0.3)]
+    assert accuracies[0] >= 0.95 and accuracies[0] > accuracies[1] > accuracies[2]
+
+
+def test_single_agent_demonstrations_end_with_the_solvers_answer(small):
+    world, retriever = small
+    rows = list(demonstrations("single", expert_team(), retriever, world.splits["train"][:5]))
+    assert rows and {row["role"] for row in rows} == {"solver"} and {row["workflow"] for row in rows} == {"single"}
+    for row in rows:
+        chat = row["messages"]
+        assert chat[0]["content"] == prompts.SOLVER_PROMPT and chat[-1]["role"] == "assistant"
+        assert parse_action(chat[-1]["content"], "solver").kind == "answer"
+        # one chat per call: the answer is not repeated after the history that holds it
+        assert chat[-2]["role"] == "user"
+
+
 def test_noisy_team_accuracy_falls_as_noise_rises(small):
     world, retriever = small
     questions = world.splits["dev"][:80]
@@ -162,6 +191,13 @@ def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(sma
         assert report == "<report>" + " ".join(s.sentence() for s in steps) + "</report>"
     without_book = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0)
     assert without_book.act([searcher_turn(QUESTION)])[0].texts[0].startswith("<search>")
+
+    # the single agent answers from the same recall, without searching
+    env = make_env("single", small[1], chains)
+    for index, question in enumerate(chains):
+        team = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0, closed_book=perfect)
+        record = run_episode(env, team, options={"question_index": index})
+        assert record["counters"]["search_actions"] == 0 and record["rewards"]["em"] == 1.0
 
 
 def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_question(small):

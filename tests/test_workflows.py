@@ -7,10 +7,10 @@ from fixture import load_fixture
 
 from agents.misbehaving import MisbehavingPolicy
 from agents.scripted import scripted_team
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.datasets import Question
 from envs.episode import run_episode
-from envs.policy import AgentOutput
+from envs.policy import AgentOutput, RoleRouter
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
 
@@ -143,19 +143,87 @@ def test_wave_runs_searchers_concurrently_and_drops_extra_subtasks():
     assert "[Report 2]" in answerer_turn.messages[-1]["content"] and "[Report 1]" not in answerer_turn.messages[-1]["content"]
 
 
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0, single_search_v0], ids=lambda m: m.__name__)
 def test_misbehaving_policy_never_crashes(module):
     env = module.env(num_candidates=2)
     budget = env.max_steps
+    failures = []
     for seed in range(40):
         record = run_episode(env, MisbehavingPolicy(seed=seed), seed=seed)
         assert record["counters"]["env_steps"] <= budget
         assert record["counters"]["delegation_rounds"] <= 5
-        assert record["counters"]["format_failures"] == len(record["format_errors"]) > 0
+        assert record["counters"]["format_failures"] == len(record["format_errors"])
+        failures.append(record["counters"]["format_failures"])
         json.loads(json.dumps(record))
         rewards = record["rewards"]
         assert all(-1.0 <= r <= 1.0 for r in rewards["answerer"] + rewards["searcher_calls"])
         assert rewards["leader"] is None or -1.0 <= rewards["leader"] <= 1.0
+        assert rewards.get("solver", 0.0) in (-1.0, 0.0, 1.0)
+    assert sum(failures) > 0  # it misbehaves (a lone solver can answer well-formed at once)
+
+
+# ----- the single agent ------------------------------------------------------------------------
+
+
+def solver_searches_then(k, answer="<answer>Tarvel</answer>"):
+    return lambda t: "<search>Orlen Vask</search>" if n_searches(t) < k else answer
+
+
+@pytest.mark.parametrize("k", [0, 1, 4])
+def test_single_agent_searches_then_answers(k):
+    policy = Rules(solver=solver_searches_then(k))
+    record = run_episode(single_search_v0.env(), policy, options=OPTIONS)
+    assert record["workflow"] == "single" and record["counters"]["env_steps"] == k + 1
+    assert record["counters"]["search_actions"] == record["counters"]["tool_steps"] == k
+    assert record["candidates"] == ["<answer>Tarvel</answer>"] and record["extracted_answers"] == ["Tarvel"]
+    assert record["candidate_scores"] == [1.0] and record["rewards"]["em"] == 1.0
+    assert record["rewards"]["solver"] == 1.0  # R_solver = c: no search bonus, the outcome alone
+    assert record["rewards"]["answerer"] == [] and record["rewards"]["leader"] is None
+    assert record["rewards"]["searcher_calls"] == [] and record["reports"] == []
+    [call] = record["calls"]
+    assert (call["call_id"], call["role"]) == ("solver", "solver") and len(call["outputs"]) == k + 1
+    assert call["messages"][0]["content"].startswith("Answer the question.")
+    assert call["messages"][1]["content"] == "Question: Where was Orlen Vask born?"
+    # passages come back exactly as a Searcher's, one <information> message per search
+    assert sum(m["content"].startswith("<information>") for m in call["messages"]) == k
+    assert policy.turns[0].allowed == ("search", "answer") and policy.turns[0].call_id == "solver"
+
+
+def test_single_agent_wrong_answer_and_format_failure():
+    record = run_episode(single_search_v0.env(), Rules(solver=solver_searches_then(1, "<answer>Paris</answer>")),
+                         options=OPTIONS)
+    assert record["rewards"]["solver"] == 0.0 and record["rewards"]["em"] == 0.0
+    outputs = iter(["garbage", "<answer>Tarvel</answer>"])
+    policy = Rules(solver=lambda t: next(outputs))
+    record = run_episode(single_search_v0.env(), policy, options=OPTIONS)
+    # a format failure gets feedback and the episode goes on; the call's reward is -1, R_EM is not
+    assert "Invalid action" in policy.turns[1].messages[-1]["content"]
+    assert record["counters"]["format_failures"] == 1 and record["rewards"]["em"] == 1.0
+    assert record["rewards"]["solver"] == -1.0
+
+
+def test_single_agent_pettingzoo_reward_is_r_solver():
+    env = single_search_v0.env()
+    env.reset(options=OPTIONS)
+    env.step("<answer>Tarvel</answer>")
+    assert env.rewards["solver"] == 1.0 and env.terminations["solver"]
+    assert env.infos["solver"]["reward_parts"]["solver"] == 1.0
+
+
+def test_role_router_demands_the_roles_it_plays():
+    team = {"leader": None, "searcher": None, "answerer": None}
+    RoleRouter(team)  # the team's roles: no solver needed
+    with pytest.raises(ValueError, match="answerer"):
+        RoleRouter({"leader": None, "searcher": None})
+    with pytest.raises(ValueError, match="solver"):
+        RoleRouter(team, roles=("leader", "searcher", "answerer", "solver"))
+    env = single_search_v0.env()
+    env.reset(options=OPTIONS)
+    solo = RoleRouter({"solver": Rules(solver=ANSWER)}, roles=("solver",))
+    assert solo.act([env.turn("solver")])[0].text == "<answer>Tarvel</answer>"
+    # a turn of a role the router has no policy for is named, not silently dropped
+    with pytest.raises(ValueError, match="no policy for role 'solver'"):
+        RoleRouter(team).act([env.turn("solver")])
 
 
 def test_non_text_actions_are_format_failures():

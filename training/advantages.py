@@ -5,7 +5,7 @@ Shapes (see docs/algorithms.md for the full layout):
 * group rewards: [B, G] per trajectory-level role (B questions × G trajectories), and
   [B, G, n] for the Answerer (n candidates per answering request);
 * sequences: N model calls padded to T tokens; ``role_ids`` [N] (0 Leader, 1 Searcher,
-  2 Answerer), ``traj_index`` [N] the flat trajectory index b·G + g of each call,
+  2 Answerer, 3 the single agent's solver), ``traj_index`` [N] the flat trajectory index b·G + g of each call,
   ``candidate_index`` [N] the candidate j of each Answerer call (ignored for other roles);
 * token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs``.
 
@@ -36,6 +36,7 @@ from training.losses import (
     ANSWERER,
     LEADER,
     SEARCHER,
+    SOLVER,
     check_finite,
     check_role_ids,
     kl_estimate,
@@ -289,6 +290,7 @@ def team_token_advantages(
     answerer_rewards: torch.Tensor | None,
     searcher_rewards: torch.Tensor | None = None,
     final_em: torch.Tensor | None = None,
+    solver_rewards: torch.Tensor | None = None,
     trajectory_mask: torch.Tensor | None = None,
     candidate_mask: torch.Tensor | None = None,
     config: AdvantageConfig | None = None,
@@ -297,7 +299,9 @@ def team_token_advantages(
 
     ``leader_rewards`` [B, G] (R_L, Eq. 6), ``answerer_rewards`` [B, G, n] (c_ij),
     ``searcher_rewards`` [B, G] (R_S; for ``"grpo_rs"``), ``final_em`` [B, G] (R_EM; for
-    ``"grpo_final_em"``). A role's rewards may be None when the batch has no sequence of it
+    ``"grpo_final_em"``), ``solver_rewards`` [B, G] (R_solver of the single-agent baseline: its
+    tokens get Eq. 1 on it, as Search-R1 trains its agent with GRPO on the outcome, and no
+    KL-in-reward, since no Teacher exists for it). A role's rewards may be None when the batch has no sequence of it
     (e.g. no Leader in Stage I). ``trajectory_mask`` [B, G] / ``candidate_mask`` [B, G, n] drop
     entries from the GRPO statistics. ``candidate_index`` is read for Answerer sequences only.
     The KL penalty of trajectory i's Leader reward sums the KL of all its Leader calls; that of
@@ -320,10 +324,11 @@ def team_token_advantages(
             + candidate_index,
             candidate_mask,
         ),
+        "solver": (solver_rewards, traj_index, trajectory_mask),
     }
     if signal in SEARCHER_OUTCOMES:
         groups_in["searcher"] = (outcomes[SEARCHER_OUTCOMES[signal]], traj_index, trajectory_mask)
-    role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER}
+    role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER, "solver": SOLVER}
 
     use_kl = config.kl_in_reward_coef > 0 and bool(
         ((role_ids == LEADER) | (role_ids == ANSWERER)).any()
@@ -358,7 +363,7 @@ def team_token_advantages(
         if name == "answerer":
             _check_index("candidate_index", candidate_index[selected], rewards.shape[-1], name)
         rewards = rewards.float()
-        if seq_kl is not None and name != "searcher":
+        if seq_kl is not None and name in ("leader", "answerer"):  # the KL-in-reward is theirs only
             rewards = _kl_shaped_rewards(
                 rewards, seq_kl, selected, flat_index, config.kl_in_reward_coef
             )

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envs.actions import ROLES
+from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
+from envs.workflows import WORKFLOW_ROLES
 from maopd.config import ConfigError, save_yaml, to_dict
 from maopd.paths import build_directory_atomically
 
@@ -60,6 +61,7 @@ class SFTConfig:
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
     world_seed: int = 0
     world_size: str = "small"
+    # the workflows demonstrated (envs.workflows.WORKFLOWS); "single" adds the solver's
     workflows: list[str] = field(default_factory=lambda: ["hierarchical", "cascade"])
     demo_questions: int = 600  # first N train questions of each world, played once per workflow
     # Demonstrations come from this many independently generated worlds (seeds world_seed,
@@ -121,7 +123,7 @@ class SFTConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        from envs.synthwiki.demos import WORKFLOWS
+        from envs.workflows import WORKFLOWS
 
         unknown = [w for w in self.workflows if w not in WORKFLOWS]
         if not self.workflows or unknown:
@@ -175,6 +177,13 @@ SMOKE_CONFIG = SFTConfig(
     num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64, max_seq_len=512, batch_size=8,
     pretrain_worlds=1, pretrain_seq_len=128,
 )
+
+
+def roles_shown(config: SFTConfig) -> tuple[str, ...]:
+    """The roles of ``config.workflows``, in ``ROLES`` order (a π_0 of the team workflows only
+    keeps the metrics it had before the single agent existed)."""
+    played = {role for workflow in config.workflows for role in WORKFLOW_ROLES[workflow]}
+    return tuple(role for role in ROLES if role in played or role in TEAM_ROLES)
 
 
 def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
@@ -300,7 +309,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     metrics = {
         "config_key": config.key(),
         "demonstrations": len(rows),
-        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in (*ROLES, "critic")},
+        "calls_per_role": {role: sum(r["role"] == role for r in rows) for role in (*roles_shown(config), "critic")},
         "calls_too_long": len(encoded) - len(examples),
         "training_tokens": sum(len(e) for e in examples),
         "assistant_tokens": sum(sum(e.loss_mask) for e in examples),

@@ -27,6 +27,8 @@ from agents.tiny_model import TinyModelConfig
 from envs.cascade_search_v0 import raw_env as CascadeEnv
 from envs.hierarchical_search_v0 import raw_env as HierarchyEnv
 from envs.search_env import SearchEnvConfig
+from envs.single_search_v0 import raw_env as SingleEnv
+from envs.workflows import env_module
 from maopd.config import (
     ConfigError,
     apply_overrides,
@@ -42,7 +44,11 @@ from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
 from training.losses import PPOLossConfig
 
-Stage = Literal["stage1", "stage2"]
+# "single": not a stage of the paper's method but the Search-R1-style baseline it is compared
+# with, one solver trained with GRPO on its outcome (envs/single_search_v0.py); a stage name,
+# so that one layer of settings makes it and `maopd train --config` trains it like the others.
+Stage = Literal["stage1", "stage2", "single"]
+STAGE_WORKFLOWS = {"stage1": "cascade", "stage2": "hierarchical", "single": "single"}
 Variant = Literal[
     "full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision", "prompted_critic"
 ]
@@ -203,7 +209,8 @@ class TrainConfig:
 
     @property
     def workflow(self) -> str:
-        return "cascade" if self.stage == "stage1" else "hierarchical"
+        """The workflow the stage trains (``envs.workflows``)."""
+        return STAGE_WORKFLOWS[self.stage]
 
     def __post_init__(self) -> None:
         self.validate()
@@ -217,12 +224,14 @@ class TrainConfig:
             raise ConfigError("run_dir: is empty; name the directory the run writes to")
         if self.ptx.coef > 0 and not self.ptx.data:
             raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (training.ptx)")
-        min_steps = (CascadeEnv if self.workflow == "cascade" else HierarchyEnv).min_steps
+        min_steps = env_module(self.workflow).raw_env.min_steps
         if self.env.max_steps is not None and self.env.max_steps < min_steps:
             raise ConfigError(f"env.max_steps: must be at least {min_steps} for the {self.workflow} workflow, "
                               f"got {self.env.max_steps}")
         if self.stage == "stage1" and self.variant != "full":
             raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; Stage I has only 'full'")
+        if self.stage == "single":
+            self._validate_single()
         signal = self.advantage.searcher_signal
         has_teacher = self.teacher.source != "none"
         if signal == "opd" and not has_teacher:
@@ -235,6 +244,21 @@ class TrainConfig:
             raise ConfigError("teacher.path: teacher.source 'checkpoint' needs the Stage I run or model directory")
         if self.searcher_reward == "critic" and signal != "grpo_rs":
             raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
+
+
+    def _validate_single(self) -> None:
+        """The single agent trains on its outcome alone: no Teacher exists for it, and it has no
+        Searchers for a Searcher signal or critic to reach."""
+        if self.variant != "full":
+            raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; stage 'single' has only 'full'")
+        if self.teacher.source != "none":
+            raise ConfigError("teacher.source: stage 'single' has no Teacher (GRPO on the outcome only); set it to none")
+        if self.advantage.kl_in_reward_coef > 0:
+            raise ConfigError("advantage.kl_in_reward_coef: stage 'single' has no KL-in-reward (no Teacher); set it to 0")
+        if self.ppo.kl_loss_coef > 0:
+            raise ConfigError("ppo.kl_loss_coef: stage 'single' has no KL reference (no Teacher); set it to 0")
+        if self.searcher_reward != "env":
+            raise ConfigError("searcher_reward: stage 'single' has no Searchers to critique; set it to env")
 
 
 def _at_least(config: Any, **minimum: float) -> None:
@@ -258,6 +282,13 @@ STAGE_SETTINGS: dict[str, dict[str, Any]] = {
         "teacher.source": "checkpoint",  # the frozen Stage-I policy
         "env.max_steps": HierarchyEnv.default_max_steps,  # 12; env.max_rounds keeps its default, 5
         "env.num_candidates": 5,
+    },
+    "single": {
+        # no Searcher: the signal is never read; "none" needs no Teacher
+        "advantage.searcher_signal": "none",
+        "advantage.kl_in_reward_coef": 0.0,  # no Teacher
+        "teacher.source": "none",
+        "env.max_steps": SingleEnv.default_max_steps,  # 5, the cascade's: up to 4 searches, then an answer
     },
 }
 

@@ -42,13 +42,13 @@ class RolloutWorker:
 
         from agents.hf_policy import HFPolicy
         from agents.tiny_model import load_model
-        from envs import cascade_search_v0, hierarchical_search_v0
+        from envs.workflows import env_module
         from training.rollout import TeamRolloutCollector
 
         torch.set_num_threads(torch_threads)
         model, tokenizer = load_model(model_dir)
         self.policy = HFPolicy(model, tokenizer, sampling)
-        module = hierarchical_search_v0 if workflow == "hierarchical" else cascade_search_v0
+        module = env_module(workflow)
         self.collector = TeamRolloutCollector(lambda: module.env(**env_kwargs), self.policy)
 
     def collect(self, questions: list[Question], group_size: int, seed: int, group_keys: list[int]) -> TeamBatch:

@@ -33,7 +33,7 @@ from envs.actions import ROLES
 from maopd.config import ConfigError
 
 ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
-LEADER, SEARCHER, ANSWERER = (ROLE_IDS[name] for name in ("leader", "searcher", "answerer"))
+LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ("leader", "searcher", "answerer", "solver"))
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.

@@ -36,6 +36,7 @@ from agents.sampling import SamplingConfig
 from envs.actions import ROLES
 from envs.datasets import Question
 from envs.search_env import SearchEnv
+from envs.workflows import env_module
 from maopd.config import ConfigError, save_yaml, to_dict
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
@@ -185,9 +186,7 @@ class QuestionLoader:
 
 
 def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
-    from envs import cascade_search_v0, hierarchical_search_v0
-
-    module = cascade_search_v0 if config.stage == "stage1" else hierarchical_search_v0
+    module = env_module(config.workflow)
     return lambda: module.env(config=replace(config.env))
 
 
@@ -208,6 +207,7 @@ def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
             answerer[b, g, : len(r["answerer"])] = torch.tensor(r["answerer"], dtype=torch.float32)
             candidate_mask[b, g, : len(r["answerer"])] = True
     has_leader = all(r["leader"] is not None for row in rewards for r in row)
+    has_solver = all("solver" in r for row in rewards for r in row)  # the single workflow's records
     return {
         "em": torch.tensor([[r["em"] for r in row] for row in rewards]),
         "leader": torch.tensor([[r["leader"] for r in row] for row in rewards]) if has_leader else None,
@@ -216,6 +216,7 @@ def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
         # R_S of a trajectory: the mean over its Searcher calls (0 when it made none)
         "searcher": torch.tensor([[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0
                                    for r in row] for row in rewards]),
+        "solver": torch.tensor([[r["solver"] for r in row] for row in rewards]) if has_solver else None,
     }
 
 
@@ -231,6 +232,8 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
     }
     if rewards["leader"] is not None:
         metrics["reward/leader"] = float(rewards["leader"].mean())
+    if rewards.get("solver") is not None:
+        metrics["reward/solver"] = float(rewards["solver"].mean())
     for counter in ("search_actions", "searches_with_passages", "reports", "format_failures",
                     "delegation_rounds", "task_assignments", "tool_steps", "env_steps"):
         metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
@@ -421,6 +424,7 @@ class Trainer:
             answerer_rewards=rewards["answerer"],
             searcher_rewards=rewards["searcher"],
             final_em=rewards["em"],
+            solver_rewards=rewards["solver"],
             candidate_mask=rewards["candidate_mask"],
             config=self.config.advantage,
         )

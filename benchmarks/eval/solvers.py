@@ -14,8 +14,7 @@ from benchmarks.eval.runner import Solve
 from envs.datasets import Question
 from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P, Policy
 from envs.retrieval.corpus import Corpus
-
-WORKFLOWS = ("hierarchical", "cascade")
+from envs.workflows import env_module
 
 
 def debugging_policy(name: str, seed: int = 0) -> Policy:
@@ -23,24 +22,21 @@ def debugging_policy(name: str, seed: int = 0) -> Policy:
     (the scripted Leader and Searchers with a misbehaving Answerer, which exercises the failure
     taxonomy and the flexible extractor)."""
     from agents.misbehaving import MisbehavingPolicy
-    from agents.scripted import ScriptedAnswerer, ScriptedLeader, ScriptedSearcher
+    from agents.scripted import ScriptedAnswerer, ScriptedLeader, ScriptedSearcher, ScriptedSolver
     from envs.policy import RoleRouter
 
     answerers = {"scripted": ScriptedAnswerer(), "scripted-noisy-answerer": MisbehavingPolicy(seed, valid_rate=0.5)}
     if name not in answerers:
         raise ValueError(f"policy: unknown policy {name!r}; expected one of {sorted(answerers)}")
-    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": answerers[name]})
+    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": answerers[name],
+                       "solver": ScriptedSolver()})
 
 
 def team_solver(workflow: str, policy: Policy, corpus: Corpus | None, questions: Sequence[Question], **env_options: Any) -> Solve:
     """A ``solve`` over one environment (one retriever index) built for ``questions``."""
-    from envs import cascade_search_v0, hierarchical_search_v0
     from envs.episode import run_episode
 
-    if workflow not in WORKFLOWS:
-        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
-    module = hierarchical_search_v0 if workflow == "hierarchical" else cascade_search_v0
-    env = module.env(questions=list(questions), corpus=corpus, num_candidates=1, **env_options)
+    env = env_module(workflow).env(questions=list(questions), corpus=corpus, num_candidates=1, **env_options)
 
     def solve(batch: list[Question], seeds: list[int]) -> list[dict[str, Any]]:
         return [run_episode(env, policy, seed=seed, options={"question": q}) for q, seed in zip(batch, seeds)]
@@ -121,16 +117,13 @@ def checkpoint_solver(
     only (no token ids): its episodes run one by one through ``team_solver``. ``env_options``
     go to the environment, e.g. ``retriever=`` a retriever built from a ``RetrieverConfig``.
     """
-    from envs import cascade_search_v0, hierarchical_search_v0
     from training.rollout import TeamRolloutCollector
 
-    if workflow not in WORKFLOWS:
-        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
+    module = env_module(workflow)  # refuses an unknown workflow before a model is loaded
     policy = model_policy(model_dir, backend, temperature, top_p, max_new_tokens, max_input_tokens,
                           device, dtype, base_url=base_url, api_key_env=api_key_env)
     if backend == "openai":
         return team_solver(workflow, policy, corpus, questions, **env_options)
-    module = hierarchical_search_v0 if workflow == "hierarchical" else cascade_search_v0
     env_kwargs = {"questions": list(questions), "num_candidates": 1, **env_options}
     if corpus is not None:
         env_kwargs["corpus"] = corpus

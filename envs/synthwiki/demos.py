@@ -20,22 +20,17 @@ from envs.retrieval.base import Retriever
 from envs.rewards import report_has_gold
 from envs.synthwiki.grammar import parse_question
 from envs.synthwiki.knowledge import Knowledge, final_answer
-
-WORKFLOWS = ("hierarchical", "cascade")
+from envs.workflows import env_module
 
 
 def make_env(workflow: str, retriever: Retriever, questions: Sequence[Question]):
-    if workflow == "hierarchical":
-        from envs import hierarchical_search_v0 as module
-    elif workflow == "cascade":
-        from envs import cascade_search_v0 as module
-    else:
-        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
-    return module.env(retriever=retriever, questions=list(questions))
+    """``workflow``'s environment (one of ``envs.workflows.WORKFLOWS``) over ``retriever``."""
+    return env_module(workflow).env(retriever=retriever, questions=list(questions))
 
 
 def call_chat(call: dict[str, Any]) -> list[dict[str, str]]:
-    """The call's messages, ending with its last output (the Answerer's is not in its history)."""
+    """The call's messages, ending with its last output (the Answerer's is not in its history;
+    the solver's answer, like every Searcher output, is)."""
     messages = list(call["messages"])
     if call["outputs"] and (messages[-1]["role"] != "assistant" or messages[-1]["content"] != call["outputs"][-1]):
         messages.append({"role": "assistant", "content": call["outputs"][-1]})

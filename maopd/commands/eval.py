@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from envs.workflows import WORKFLOWS
 from maopd.cli import bounded_int, positive_int
 
 
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     run = commands.add_parser("run", help="run k workflows per manifest question and save scored records")
     run.add_argument("--manifest", required=True)
     run.add_argument("--corpus", help="corpus JSONL for the in-process retriever (BM25); default: the embedded world")
-    run.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
+    run.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
     run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer", "checkpoint"], default="scripted",
                      help="a rule-based team, or 'checkpoint': every role played by the model in --model")
     run.add_argument("--model", help="for --policy checkpoint: a Hugging Face hub id (e.g. Qwen/Qwen3-0.6B), a model "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from envs.search_env import MAX_SEARCHERS
+from envs.workflows import WORKFLOWS
 from maopd.cli import bounded_int
 
 
 def register(subparsers) -> None:
     play = subparsers.add_parser("play", help="run one episode with the scripted team and print the transcript")
-    play.add_argument("--workflow", choices=["hierarchical", "cascade"], default="hierarchical")
+    play.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
     play.add_argument("--seed", type=int, default=0, help="picks the question")
     play.add_argument("--question-index", type=bounded_int(0), default=None, help="play this question instead of a seeded one")
     play.add_argument("--num-searchers", type=bounded_int(1, MAX_SEARCHERS), default=3)
@@ -24,13 +25,12 @@ def register(subparsers) -> None:
 def _play(args) -> int:
     from agents.expert_team import expert_team
     from agents.scripted import scripted_team
-    from envs import cascade_search_v0, hierarchical_search_v0
     from envs.episode import run_episode
+    from envs.workflows import env_module
 
-    if args.workflow == "hierarchical":
-        env = hierarchical_search_v0.env(render_mode="ansi", num_searchers=args.num_searchers, split=args.split)
-    else:
-        env = cascade_search_v0.env(render_mode="ansi", split=args.split)
+    # only the hierarchy has Searcher slots
+    slots = {"num_searchers": args.num_searchers} if args.workflow == "hierarchical" else {}
+    env = env_module(args.workflow).env(render_mode="ansi", split=args.split, **slots)
     team = expert_team() if args.team == "expert" else scripted_team()
     options = None if args.question_index is None else {"question_index": args.question_index}
     record = run_episode(env, team, seed=args.seed, options=options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from envs.workflows import WORKFLOWS
+
 
 def register(subparsers) -> None:
     world = subparsers.add_parser("world", help="build the SynthWiki world or scripted-team demonstrations")
@@ -17,7 +19,7 @@ def register(subparsers) -> None:
     demos.add_argument("--seed", type=int, default=0)
     demos.add_argument("--size", default="small")
     demos.add_argument("--split", default="train", choices=["train", "dev", "test"])
-    demos.add_argument("--workflow", default="hierarchical", choices=["hierarchical", "cascade"])
+    demos.add_argument("--workflow", default="hierarchical", choices=WORKFLOWS)
     demos.add_argument("--team", default="expert", choices=["expert", "noisy"])
     demos.add_argument("--noise", type=float, default=0.1, help="every noisy-team knob, for --team noisy")
     demos.add_argument("--limit", type=int, default=None, help="use the first LIMIT questions of the split")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from envs.actions import ROLES
+from envs.actions import TEAM_ROLES
 from envs.option_mode import FINISHES_FEATURE, GLOBAL_FEATURES, ITEM_FEATURES
 from envs.option_vector import OptionVectorEnv
 from training.losses import lookup, registry_decorator
@@ -82,13 +82,13 @@ def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles
 @register("team")
 def team_reward(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     rewards = [np.full(len(ep.decisions), float(ep.parts["em"])) for ep in episodes]
-    return normalize_per_role(episodes, rewards, set(ROLES))
+    return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
 @register("role")
 def role_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     rewards = [np.array([role_reward(d, ep.parts) for d in ep.decisions]) for ep in episodes]
-    return normalize_per_role(episodes, rewards, set(ROLES))
+    return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
 def first_report(decision: Decision) -> int:
@@ -121,7 +121,7 @@ def difference_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.n
         em = float(ep.parts["em"])
         rewards.append(np.array([em - counterfactual[(e, d.call)] if d.role == "searcher" else role_reward(d, ep.parts)
                                  for d in ep.decisions]))
-    return normalize_per_role(episodes, rewards, set(ROLES))
+    return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
 COMA_EPOCHS = 4
@@ -156,7 +156,7 @@ def counterfactual_critic(episodes: list[Episode], ctx: CreditContext) -> list[n
     for ep in episodes:
         rewards.append(flat[start:start + len(ep.decisions)])
         start += len(ep.decisions)
-    return normalize_per_role(episodes, rewards, set(ROLES))
+    return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
 @register("opd")

@@ -1,0 +1,127 @@
+"""Single-agent search (the Search-R1-style baseline): one solver searches and answers.
+
+=====================  ==================================================================
+Import                 ``from envs import single_search_v0``
+Actions                Text
+Parallel API           Yes (``parallel_env``)
+Agents                 ``agents = ["solver"]``
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Budget                 5 environment steps (``max_steps``)
+=====================  ==================================================================
+
+The question a reader asks of a team first: does it beat one agent? The paper compares its teams
+with Search-R1, which trains a single agent with outcome rewards to interleave search calls and
+an answer. Here that agent is the role ``solver``, played by the same shared model as the teams:
+it receives the question and, each step, writes ``<search>query</search>`` (the top-``topk``
+passages come back inside ``<information>``, exactly as a Searcher's) or ``<answer>…</answer>``,
+which ends the episode. The budget is the cascade's: up to 4 searches, then an answer.
+
+Budget rule (B = ``max_steps``): the solver acts in steps 1 … B. With ``force_finish=False`` (the
+default, the paper's behaviour) it may search in step B too, and the workflow then ends without an
+answer (``counters["no_answer"] = 1``, ``candidates == []``). With ``force_finish=True`` step B
+allows only ``<answer>`` (its observation says so and ``action_kinds`` masks ``search``), and its
+output is the candidate even when it fails the format. A format failure gets feedback and the
+episode continues under the budget, as a Searcher's does.
+
+Rewards (at the end; parts in ``infos["solver"]["reward_parts"]``): R_solver = c, the exact match
+of its answer (0 without one), or -1 after any format failure in the call (``envs.rewards.
+solver_reward``). The record (envs/records.py) keeps the team records' fields: the answer is the
+one candidate, ``rewards`` holds ``em`` and ``solver`` beside the team roles' empty entries, and
+``calls`` holds one call of role ``solver``.
+
+``observation_space(agent).contains`` holds for any Unicode history. ``action_kinds`` orders
+``("search", "report", "delegate", "select", "answer")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pettingzoo.utils import wrappers
+
+from envs import prompts
+from envs import rewards as R
+from envs.parallel import parallel_wrapper_fn
+from envs.search_env import SearchEnv, SearcherCall, _call_dict, _short, with_notice
+
+SOLVER = "solver"
+
+
+class raw_env(SearchEnv):
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "single_search_v0"}
+    workflow = "single"
+    default_max_steps = 5
+    min_steps = 1  # an answer in the first step
+
+    def _agent_names(self) -> list[str]:
+        return [SOLVER]
+
+    def _start_episode(self) -> None:
+        # The solver's ReAct loop is a Searcher call's (passages, feedback, token counts) that
+        # ends in an answer instead of a report; it is not a Searcher call, so it earns no R_S.
+        messages = [prompts.system_message(SOLVER), prompts.solver_question_message(self.question.question)]
+        self.solver_call = SearcherCall(SOLVER, 1, self.question.question, messages)
+        self.solver_answer: str | None = None  # the output that holds the answer, once written
+
+    @property
+    def answered(self) -> bool:
+        return self.solver_answer is not None
+
+    def _schedule(self) -> list[str]:
+        if self.answered or self.solver_call.exhausted:
+            return []
+        return [SOLVER]
+
+    def _solver_allowed(self, step: int) -> tuple[str, ...]:
+        """Kinds the solver may use in environment step ``step`` (1-based): only an answer in the
+        last step under ``force_finish``; otherwise it may still search there."""
+        if step >= self.max_steps and self.config.force_finish:
+            return ("answer",)
+        return ("search", "answer")
+
+    def _allowed(self, agent: str) -> tuple[str, ...]:
+        return self._solver_allowed(self.env_step + 1)
+
+    def _messages(self, agent: str) -> list[dict[str, str]]:
+        messages = self.solver_call.messages
+        last_turn = agent in self.acting_agents() and self._allowed(agent) == ("answer",)
+        return with_notice(messages, SOLVER) if last_turn else list(messages)
+
+    def _resolve(self, actions: dict[str, Any]) -> None:
+        call = self.solver_call
+        allowed = self._solver_allowed(self.env_step)
+        if allowed == ("answer",):
+            call.messages = with_notice(call.messages, SOLVER)  # the history the solver saw
+        text, parsed = self._take_turn(SOLVER, call, actions[SOLVER], allowed)
+        self._log(f"[step {self.env_step}] solver: {_short(text)}")
+        if parsed.kind == "search":
+            self._run_searches([(call, parsed.content)])
+        elif parsed.kind == "answer":
+            self.solver_answer = text
+        else:
+            call.format_failed = True
+            if allowed == ("answer",):
+                self.solver_answer = text  # forced finish: its last output is the candidate, as an Answerer's
+            elif self.env_step < self.max_steps:
+                call.messages.append(prompts.feedback_message(parsed.error or "", allowed))
+        if not self.answered and self.env_step >= self.max_steps:
+            call.exhausted = True  # force_finish off: the budget ran out before an answer
+            self._log("  solver: budget exhausted before an answer; no answer")
+
+    def _candidate_texts(self) -> list[str]:
+        return [self.solver_answer] if self.solver_answer is not None else []
+
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+        return {SOLVER: R.solver_reward(R.team_outcome(candidate_scores), self.solver_call.format_failed)}
+
+    def _calls(self) -> list[dict[str, Any]]:
+        return [_call_dict(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
+
+
+def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
+    """The single-agent environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
+    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
+    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+
+parallel_env = parallel_wrapper_fn(raw_env)
