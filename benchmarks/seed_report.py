@@ -62,8 +62,8 @@ def pooled(per_seed: Sequence[Sequence[EvalRecord]]) -> list[EvalRecord]:
 
 
 def stage_runs(run_dir: Path) -> list[Path]:
-    """The stage run directories of one pipeline run that logged metrics (stage1, stage2_*)."""
-    return sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("stage") and read_metrics(p))
+    """The stage run directories of one pipeline run: those that logged metrics (stage1, stage2_*, single)."""
+    return sorted(p for p in run_dir.iterdir() if p.is_dir() and read_metrics(p))
 
 
 def metric_series(run_dir: Path, key: str) -> np.ndarray:

@@ -57,15 +57,17 @@ VARIANT_METHODS = {
     "no_searcher_supervision": "w/o direct Searcher supervision",
     "prompted_critic": "Prompted Critic",
 }
-STAGES = ("stage1", "stage2")
+STAGES = ("stage1", "stage2", "single")
+SINGLE_AGENT_BASE, SINGLE_AGENT_RL = "Single agent base", "Search-R1 (single agent + RL)"
 # Keys of a stage's TrainConfig that the pipeline sets itself, so a stage section may not set them.
 _PI0 = ("π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
         "your own, use `maopd train --config FILE model.path=DIR`")
 PIPELINE_KEYS = {
-    "stage": "the pipeline runs stage1 as Stage I and stage2 as Stage II",
+    "stage": "the pipeline runs stage1 as Stage I, stage2 as Stage II and single as the single-agent baseline",
     "variant": "Stage II's variants are the top-level `variants` list",
     "seed": "every stage takes the top-level `seed`",
-    "run_dir": "each stage writes under the top-level run_dir (<run_dir>/stage1, <run_dir>/stage2_<variant>)",
+    "run_dir": "each stage writes under the top-level run_dir (<run_dir>/stage1, <run_dir>/stage2_<variant>, "
+               "<run_dir>/single)",
     "model.path": _PI0,
     "model.tiny": _PI0,
     "model.tiny_vocab_size": _PI0,
@@ -112,6 +114,8 @@ class PipelineConfig:
     base_model: SFTConfig = field(default_factory=SFTConfig)
     stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
+    # the single-agent Search-R1-style baseline (stage "single": one solver, GRPO on its outcome)
+    single: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     variants: list[str] = field(default_factory=lambda: ["full"])
     eval: EvalConfig = field(default_factory=EvalConfig)
     # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
@@ -133,6 +137,12 @@ class PipelineConfig:
                 raise ConfigError(f"variants[{i}]: {variant!r} is not a variant; choose from {list(VARIANT_METHODS)}")
             if variant in self.variants[:i]:
                 raise ConfigError(f"variants[{i}]: {variant!r} is listed twice")
+        if "single" not in self.base_model.workflows:
+            raise ConfigError("base_model.workflows: the job trains and evaluates the single-agent baseline, so π_0 "
+                              "needs demonstrations of the single workflow; add 'single'")
+        if "prompted_critic" in self.variants and not self.base_model.critic_demos:
+            raise ConfigError("variants: prompted_critic needs a π_0 that has seen the judge prompt; "
+                              "set base_model.critic_demos: true")
         for stage in STAGES:
             section = check_partial(TrainConfig, getattr(self, stage), stage)
             for key, why in PIPELINE_KEYS.items():
@@ -149,7 +159,7 @@ class PipelineConfig:
 
     def stage_runs(self) -> list[tuple[str, str]]:
         """(stage, variant) of every stage run, in the order the pipeline trains them."""
-        return [("stage1", "full"), *(("stage2", variant) for variant in self.variants)]
+        return [("stage1", "full"), *(("stage2", variant) for variant in self.variants), ("single", "full")]
 
 
 def _has_key(data: dict[str, Any], dotted: str) -> bool:
@@ -164,7 +174,7 @@ def _has_key(data: dict[str, Any], dotted: str) -> bool:
 EXPERIMENTS: dict[str, list[str]] = {
     "table3": [f"variants={list(VARIANT_METHODS)}"],
     # the default job cut to a first look in minutes, in a run directory of its own
-    "quick": ["run_dir=runs/quick", "stage1.steps=10", "stage2.steps=10", "eval.questions_per_type=10",
+    "quick": ["run_dir=runs/quick", "stage1.steps=10", "stage2.steps=10", "single.steps=10", "eval.questions_per_type=10",
               "eval.attempts=2"],
     # the paper's OPD coefficient instead of the one chosen on dev, in a run directory of its own
     "paper_beta": ["run_dir=runs/paper_beta", "stage2.advantage.opd_beta=0.01"],
@@ -191,14 +201,14 @@ def load_preset(name_or_path: str, overrides: list[str] | None = None) -> Pipeli
 
 def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
     """Where one stage run of the pipeline writes."""
-    return Path(config.run_dir) / (stage if stage == "stage1" else f"stage2_{variant}")
+    return Path(config.run_dir) / (f"stage2_{variant}" if stage == "stage2" else stage)
 
 
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
     from training.config import build_config
 
-    settings = copy.deepcopy(config.stage1 if stage == "stage1" else config.stage2)
+    settings = copy.deepcopy(getattr(config, stage))
     pipeline = {"stage": stage, "variant": variant, "seed": config.seed,
                 "run_dir": str(stage_dir(config, stage, variant)), "model.path": str(base_model)}
     if teacher is not None:
@@ -337,7 +347,8 @@ def format_timings(timings: dict[str, float], machine: dict) -> str:
 def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
     """The paired differences the job reports: the paper's directions, then the full method against
     each Table 3 variant."""
-    comparisons = [("C-MAS + RL", "C-MAS base"), ("MultiAgent-OPD", "H-MAS base"), ("MultiAgent-OPD", "C-MAS + RL")]
+    comparisons = [("C-MAS + RL", "C-MAS base"), ("MultiAgent-OPD", "H-MAS base"), ("MultiAgent-OPD", "C-MAS + RL"),
+                   ("MultiAgent-OPD", SINGLE_AGENT_RL), (SINGLE_AGENT_RL, SINGLE_AGENT_BASE)]
     return comparisons + [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
 
 
@@ -367,7 +378,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's training data (see stage_config)
-    needs_ptx_data = any(_needs_ptx_data(s) for s in (config.stage1, config.stage2))
+    needs_ptx_data = any(_needs_ptx_data(getattr(config, stage)) for stage in STAGES)
     if needs_ptx_data and not ptx_data_path(config).is_file():
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
     # each stage's config was checked against what its directory holds (check_run_dir)
@@ -378,18 +389,20 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
                        stage_config(config, "stage2", variant, base_model, stage1_run), None, False)
         for variant in config.variants
     }
+    single_run = timed("single", train_stage, stage_config(config, "single", "full", base_model, None), None, False)
 
     manifest = held_out_manifest(config)
     records = run_dir / "eval" / "records.jsonl"
     systems = [("C-MAS base", "cascade", base_model), ("H-MAS base", "hierarchical", base_model),
                ("C-MAS + RL", "cascade", teacher)]
     systems += [(VARIANT_METHODS[v], "hierarchical", resolve_model_dir(r)) for v, r in stage2_runs.items()]
+    systems += [(SINGLE_AGENT_BASE, "single", base_model), (SINGLE_AGENT_RL, "single", resolve_model_dir(single_run))]
     for method, workflow, model_dir in systems:
         timed("evaluation", evaluate, config, method, workflow, model_dir, manifest, records)
 
     comparisons = [pair for pair in pipeline_comparisons(config) if all(m in {s[0] for s in systems} for m in pair)]
     summary = score_records(load_records([records]), comparisons, run_dir / "eval")
-    for stage_run in (stage1_run, *stage2_runs.values()):
+    for stage_run in (stage1_run, *stage2_runs.values(), single_run):
         plot_run(stage_run)
     timings["total"] = time.perf_counter() - started
     report = {
@@ -399,6 +412,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
         "base_model": str(base_model),
         "stage1_run": str(stage1_run),
         "stage2_runs": {v: str(r) for v, r in stage2_runs.items()},
+        "single_run": str(single_run),
         "eval": str(run_dir / "eval"),
     }
     (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -447,7 +461,8 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     if failed:
         logs = ", ".join(str(run_dir / f"seed_{s}.log") for s in failed)
         raise RuntimeError(f"seed(s) {failed} failed; see {logs}")
-    labels = {"stage1": "Stage I: C-MAS + RL", **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS}}
+    labels = {"stage1": "Stage I: C-MAS + RL", **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
+              "single": SINGLE_AGENT_RL}
     report = write_report([seed_dir(config, s) for s in seeds], pipeline_comparisons(config), run_dir / "report", labels)
     print(f"report over seeds {seeds} in {run_dir / 'report'}")
     return report

@@ -7,6 +7,7 @@ import pytest
 
 from envs.synthwiki import load_default_world
 from maopd.cli import main
+from maopd.config import ConfigError
 from maopd.pipeline import (
     held_out_manifest,
     load_experiment,
@@ -66,6 +67,14 @@ def test_derived_presets_change_only_what_they_name_and_write_elsewhere():
     assert beta[1] == 0.01 and beta[0] != 0.01
 
 
+def test_the_job_refuses_a_pi0_that_cannot_play_a_baseline_it_runs():
+    with pytest.raises(ConfigError, match="add 'single'"):
+        load_preset("smoke", ["base_model.workflows=[hierarchical,cascade]"])
+    with pytest.raises(ConfigError, match="critic_demos"):
+        load_preset("smoke", ["variants=[full,prompted_critic]"])
+    assert load_preset("smoke", ["variants=[full,prompted_critic]", "base_model.critic_demos=true"]).variants[1] == "prompted_critic"
+
+
 def test_unknown_preset_is_named():
     with pytest.raises(ValueError, match="known presets"):
         load_preset("no-such-preset")
@@ -76,9 +85,11 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
     report = json.loads((run_dir / "pipeline.json").read_text())
-    assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "evaluation", "total"}
+    assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "single", "evaluation", "total"}
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-    assert set(summary["methods"]) == {"C-MAS base", "H-MAS base", "C-MAS + RL", "MultiAgent-OPD"}
+    assert set(summary["methods"]) == {"C-MAS base", "H-MAS base", "C-MAS + RL", "MultiAgent-OPD",
+                                       "Single agent base", "Search-R1 (single agent + RL)"}
+    assert (run_dir / "single" / "plots" / "learning_curves.png").is_file()
     for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
         assert (run_dir / "eval" / name).is_file()
     assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
-from envs.workflows import WORKFLOW_ROLES
+from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.config import ConfigError, save_yaml, to_dict
 from maopd.paths import build_directory_atomically
 
@@ -61,8 +61,10 @@ class SFTConfig:
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
     world_seed: int = 0
     world_size: str = "small"
-    # the workflows demonstrated (envs.workflows.WORKFLOWS); "single" adds the solver's
-    workflows: list[str] = field(default_factory=lambda: ["hierarchical", "cascade"])
+    # the workflows demonstrated (envs.workflows.WORKFLOWS): by default every one, so that each
+    # system of the main job (the team's two workflows and the single-agent baseline) starts from
+    # a π_0 that has seen its format
+    workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS))
     demo_questions: int = 600  # first N train questions of each world, played once per workflow
     # Demonstrations come from this many independently generated worlds (seeds world_seed,
     # world_seed + 1, …): every extra world brings new names, so that memorising names stops
@@ -123,8 +125,6 @@ class SFTConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        from envs.workflows import WORKFLOWS
-
         unknown = [w for w in self.workflows if w not in WORKFLOWS]
         if not self.workflows or unknown:
             raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
