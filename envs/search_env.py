@@ -532,7 +532,7 @@ class SearchEnv(AECEnv):
             if allowed == ("report",):
                 call.messages = with_notice(call.messages, "searcher")
             text, parsed = self._take_turn(agent, call, action, allowed)
-            self._log(f"[step {self.env_step}] {agent} ({call.task}): {_short(text)}")
+            self._log(f"[step {self.env_step}] {agent} ({call.task}): {short_text(text)}")
             if parsed.kind == "search":
                 queries.append((call, parsed.content))
             elif parsed.kind == "report":
@@ -555,7 +555,7 @@ class SearchEnv(AECEnv):
                 self.reports.append(
                     {"number": number, "wave": call.wave, "agent": agent, "task": call.task, "text": call.report, "forced": call.forced}
                 )
-                self._log(f"  [Report {number}] {agent}: {_short(call.report)}")
+                self._log(f"  [Report {number}] {agent}: {short_text(call.report)}")
                 del self.active[agent]
             elif not self._searcher_budget_left():
                 # force_finish off: the budget is spent and the call ends as it stands, unreported
@@ -609,7 +609,7 @@ class SearchEnv(AECEnv):
             valid = self._parse("answerer", text, ("answer",)).valid
             self._candidate_valid.append(valid)
             turn.format_failed |= not valid
-            self._log(f"[step {self.env_step}] answerer candidate {j}: {_short(text)}")
+            self._log(f"[step {self.env_step}] answerer candidate {j}: {short_text(text)}")
 
     # ----- end of episode -----------------------------------------------------------------------
     def _candidate_texts(self) -> list[str]:
@@ -696,9 +696,9 @@ class SearchEnv(AECEnv):
     def _calls(self) -> list[dict[str, Any]]:
         calls = []
         for call in self.searcher_calls:
-            calls.append(_call_dict(call.call_id, call.agent, "searcher", call.wave, call))
+            calls.append(call_dict(call.call_id, call.agent, "searcher", call.wave, call))
         for turn in self._turns():
-            calls.append(_call_dict(turn.agent, turn.agent, turn.role, None, turn))
+            calls.append(call_dict(turn.agent, turn.agent, turn.role, None, turn))
         return calls
 
     def _turns(self) -> list[Turn]:
@@ -731,12 +731,12 @@ def _valid_unicode(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _short(text: str | None, limit: int = 160) -> str:
+def short_text(text: str | None, limit: int = 160) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:
+def call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:
     return {
         "call_id": call_id,
         "agent": agent,

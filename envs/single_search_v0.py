@@ -42,7 +42,7 @@ from pettingzoo.utils import wrappers
 from envs import prompts
 from envs import rewards as R
 from envs.parallel import parallel_wrapper_fn
-from envs.search_env import SearchEnv, SearcherCall, _call_dict, _short, with_notice
+from envs.search_env import SearchEnv, SearcherCall, call_dict, short_text, with_notice
 
 SOLVER = "solver"
 
@@ -93,7 +93,7 @@ class raw_env(SearchEnv):
         if allowed == ("answer",):
             call.messages = with_notice(call.messages, SOLVER)  # the history the solver saw
         text, parsed = self._take_turn(SOLVER, call, actions[SOLVER], allowed)
-        self._log(f"[step {self.env_step}] solver: {_short(text)}")
+        self._log(f"[step {self.env_step}] solver: {short_text(text)}")
         if parsed.kind == "search":
             self._run_searches([(call, parsed.content)])
         elif parsed.kind == "answer":
@@ -115,7 +115,7 @@ class raw_env(SearchEnv):
         return {SOLVER: R.solver_reward(R.team_outcome(candidate_scores), self.solver_call.format_failed)}
 
     def _calls(self) -> list[dict[str, Any]]:
-        return [_call_dict(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
+        return [call_dict(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
 
 
 def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
