@@ -190,6 +190,37 @@ def test_judge_format_rate_and_agreement(monkeypatch):
     torch.testing.assert_close(rewards, torch.tensor([[sum(first) / 3, sum(second) / 3]]))
 
 
+def test_judge_agreement_on_the_world_counts_a_bridge_report_as_correct(monkeypatch):
+    from envs.synthwiki import load_default_world
+    from envs.synthwiki.grammar import parse_question, subquestion
+    from envs.synthwiki.knowledge import Knowledge, final_answer
+    from training.trainer import world_report_gold
+
+    world = load_default_world()
+    gold = world_report_gold(corpus=None)
+    knowledge = Knowledge(d.text for d in world.corpus.documents)
+    question = next(q for q in world.splits["train"] if q.metadata.get("hops") == 2 and q.metadata["type"] != "comparison")
+    plan = parse_question(question.question)
+    bridge_task = subquestion(plan.steps[0], plan.topic)
+    bridge = knowledge.lookup(plan.topic, plan.steps[0])
+    # the first hop's answer is the bridge entity: a report stating it answers its sub-question,
+    # although it does not hold the question's answer
+    assert bridge and final_answer(plan, knowledge) != bridge
+    assert gold(f"Task: {bridge_task}", f"The answer is {bridge}.")
+    assert not gold(bridge_task, "No relevant information found.")
+    assert gold(question.question, f"It is {question.golden_answers[0]}.")
+    assert not gold("not a question of the world", question.golden_answers[0])
+    assert world_report_gold(corpus="my_corpus.jsonl") is None  # another corpus: the question's answers decide
+
+    monkeypatch.setattr("training.critic.prompt_ids", lambda tokenizer, messages: [0])
+    record = _record([f"The answer is {bridge}.", "nothing"], golden=question.golden_answers)
+    for report in record["reports"]:
+        report["task"] = bridge_task
+    critic = PromptedCritic(ScriptedJudge(["<judge>yes</judge>", "<judge>no</judge>"]), CriticConfig(), gold)
+    critic.searcher_rewards([[record]])
+    assert critic.last_metrics["critic/gold_rate"] == 0.5 and critic.last_metrics["critic/agreement"] == 1.0
+
+
 def test_judge_figures_reach_the_step_metrics(models, tmp_path, scripted_batch):  # noqa: F811
     trainer = Trainer(stage2_config(models, tmp_path, variant="prompted_critic"))
     _, metrics = trainer.prepare(copy.deepcopy(scripted_batch))

@@ -16,18 +16,19 @@ The judge's figures, per batch (``last_metrics``, logged by the trainer each ste
 
 * ``critic/format_rate``: the share of judge calls whose output holds a parseable verdict (a
   complete ``<judge>yes</judge>`` or ``<judge>no</judge>``, as ``parse_judgement`` reads it);
-* ``critic/gold_rate``: the share of judged reports that are *gold-correct*: the report's text
-  contains one of the question's golden answers (``report_has_gold``: the normalized answer,
-  ``envs.rewards.normalize_answer``, occurs in the normalized report as whole words). This is the
-  only gold signal a single report has; for a multi-hop question a useful first-hop report holds
-  the bridge entity, not the answer, so it counts as not gold-correct;
+* ``critic/gold_rate``: the share of judged reports that are *gold-correct*. With a
+  ``report_gold`` function (the trainer passes one on the SynthWiki world:
+  ``envs.synthwiki.knowledge.report_states_answer``), a report is gold-correct when it states the
+  answer of its own sub-question, so a useful first-hop report (it holds the bridge entity) counts;
+  without one, when it contains one of the question's golden answers (``report_has_gold``), the
+  only gold signal a report of an unknown corpus has;
 * ``critic/agreement``: among judge calls with a parseable verdict, the share whose verdict (yes
   = 1) equals gold-correctness; absent when no verdict parsed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -57,9 +58,11 @@ def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class PromptedCritic:
-    def __init__(self, policy: HFPolicy, config: CriticConfig):
+    def __init__(self, policy: HFPolicy, config: CriticConfig,
+                 report_gold: Callable[[str, str], bool] | None = None):
         self.policy = policy
         self.config = config
+        self.report_gold = report_gold  # (sub_query, report) -> gold-correct; see the module doc
         self.last_judge_rate = 0.0  # fraction of reports judged useful in the last batch
         self.last_metrics: dict[str, float] = {}  # the judge's figures of the last batch (module doc)
         self._last_texts: list[str] | None = None  # the judge outputs of the last judge() call
@@ -109,14 +112,16 @@ class PromptedCritic:
                 rewards[b, g] = sum(per_call) / len(per_call) if per_call else 0.0
         return rewards
 
-    @staticmethod
-    def _judge_metrics(entries: Sequence[tuple[dict[str, Any], dict[str, Any]]], verdicts: Sequence[float],
+    def _judge_metrics(self, entries: Sequence[tuple[dict[str, Any], dict[str, Any]]], verdicts: Sequence[float],
                        texts: Sequence[str] | None) -> dict[str, float]:
         """``critic/format_rate``, ``critic/gold_rate``, ``critic/agreement`` (module doc); the
         first and last need the judge's texts (None when ``judge`` was replaced)."""
         if not entries:
             return {}
-        gold = [report_has_gold(e["summary"], record["golden_answers"]) for record, e in entries]
+        if self.report_gold is not None:
+            gold = [self.report_gold(e["sub_query"], e["summary"]) for _, e in entries]
+        else:
+            gold = [report_has_gold(e["summary"], record["golden_answers"]) for record, e in entries]
         metrics = {"critic/judged": float(len(entries)), "critic/gold_rate": sum(gold) / len(gold)}
         if texts is None or len(texts) != len(entries):
             return metrics

@@ -20,6 +20,7 @@ and every variant are the same code; ``training.config`` says how they differ.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -185,6 +186,18 @@ class QuestionLoader:
         self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
 
 
+def world_report_gold(corpus: str | None) -> Callable[[str, str], bool] | None:
+    """Gold correctness of a report on the embedded SynthWiki world, which the environments play
+    when no ``corpus`` is given: it states the answer of its sub-question. None on another corpus."""
+    if corpus is not None:
+        return None
+    from envs.synthwiki import load_default_world
+    from envs.synthwiki.knowledge import Knowledge, report_states_answer
+
+    knowledge = Knowledge(document.text for document in load_default_world().corpus.documents)
+    return functools.partial(report_states_answer, knowledge=knowledge)
+
+
 def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
     module = env_module(config.workflow)
     return lambda: module.env(config=replace(config.env))
@@ -292,7 +305,8 @@ class Trainer:
                                max_batch_size=config.rollout.generation_batch_size,
                                engine=config.rollout.decode_engine, compile=config.rollout.decode_compile)
         self.teacher = load_teacher(config, self.tokenizer, self.device)
-        self.critic = PromptedCritic(self.policy, config.critic) if config.searcher_reward == "critic" else None
+        self.critic = (PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
+                       if config.searcher_reward == "critic" else None)
         self.make_env = env_factory(config)
         questions = self.make_env().questions[config.rollout.first_question :][: config.rollout.max_questions]
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)

@@ -15,11 +15,9 @@ from typing import Any
 from envs.datasets import Question
 from envs.episode import run_episode
 from envs.policy import Policy
-from envs.prompts import critic_message, judgement_text, strip_label
+from envs.prompts import critic_message, judgement_text
 from envs.retrieval.base import Retriever
-from envs.rewards import report_has_gold
-from envs.synthwiki.grammar import parse_question
-from envs.synthwiki.knowledge import Knowledge, final_answer
+from envs.synthwiki.knowledge import Knowledge, report_states_answer
 from envs.workflows import env_module
 
 
@@ -41,9 +39,7 @@ def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[st
     """The Prompted Critic's judge on each report of ``record``, as it should answer: yes exactly
     when the report states the answer to its sub-question (``knowledge`` holds the world's facts)."""
     for report in record["reports"]:
-        plan = parse_question(strip_label(report["task"], "Task:"))
-        answer = final_answer(plan, knowledge) if plan is not None else None
-        useful = answer is not None and report_has_gold(report["text"], [answer])
+        useful = report_states_answer(report["task"], report["text"], knowledge)
         yield {
             "question_id": record["question_id"],
             "workflow": record["workflow"],

@@ -11,7 +11,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts
+from envs.prompts import strip_label
+from envs.rewards import report_has_gold
+from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts, parse_question
 from envs.synthwiki.schema import ATTRIBUTES
 
 
@@ -77,3 +79,19 @@ def final_answer(plan: Chain | Comparison, knowledge: Knowledge) -> str | None:
         first_wins = (first < second) == ATTRIBUTES[plan.attribute].smaller_wins
         return plan.first if first_wins else plan.second
     return resolved[-1].value
+
+
+def subtask_answer(task: str, knowledge: Knowledge) -> str | None:
+    """The answer of a Searcher's (sub)task, a SynthWiki question (a leading "Task:" label is
+    ignored), from the world's facts; None when the task is not a question of the world's grammar
+    or the facts do not resolve it."""
+    plan = parse_question(strip_label(task, "Task:"))
+    return final_answer(plan, knowledge) if plan is not None else None
+
+
+def report_states_answer(task: str, report: str, knowledge: Knowledge) -> bool:
+    """Gold correctness of a Searcher report: it states the answer of its own (sub)task
+    (``envs.rewards.report_has_gold`` against ``subtask_answer``). A useful first-hop report of a
+    multi-hop question holds the bridge entity, not the question's answer, and counts as correct."""
+    answer = subtask_answer(task, knowledge)
+    return answer is not None and report_has_gold(report, [answer])
