@@ -148,7 +148,7 @@ def test_a_run_dir_resumes_only_under_the_config_that_made_it(tmp_path):
     with pytest.raises(ConfigError, match=r"stage1\.model\.path"):  # another π_0
         check_run_dir(load_preset("smoke", [f"run_dir={run}"]), Path("/other_pi0"))
     # identity is per stage: adding variants to a finished run (maopd experiment table3) is fine
-    assert check_run_dir(load_preset("smoke", [f"run_dir={run}", "variants=[full, prompted_critic]"]), pi0) == []
+    assert check_run_dir(load_preset("smoke", [f"run_dir={run}", "variants=[full, outcome_searcher_rl]"]), pi0) == []
     # a Stage II change restarts Stage II and the evaluation, not Stage I
     stale = check_run_dir(load_preset("smoke", [f"run_dir={run}", "stage2.optim.lr=0.1"]), pi0, fresh=True)
     assert stale == [run / "stage2_full", run / "eval"]
