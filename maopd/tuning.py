@@ -90,6 +90,31 @@ def dev_eval(config: PipelineConfig, systems: list[tuple[str, str, Path]], compa
     }
 
 
+def judge_figures(model: Path, records_path: Path, limit: int | None = None) -> dict[str, Any]:
+    """A model as the Prompted Critic's judge on the reports of recorded workflows (``maopd tune
+    eval``'s records, which keep each workflow's trajectory): exactly the judge calls and figures of
+    training (``training.critic``: ``critic/format_rate``, ``gold_rate``, ``agreement``,
+    ``judge_rate``), on the first ``limit`` workflows that hold a report."""
+    from benchmarks.eval.records import load_records
+    from benchmarks.eval.solvers import model_policy
+    from training.checkpoint import resolve_model_dir
+    from training.config import CriticConfig
+    from training.critic import PromptedCritic
+    from training.trainer import world_report_gold
+
+    workflows = [r.trajectory for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    if not workflows:
+        raise ConfigError(f"{records_path}: no recorded workflow holds a report to judge; record hierarchical or "
+                          "cascade workflows with `maopd tune eval` first")
+    workflows = workflows[:limit]
+    config = CriticConfig()
+    policy = model_policy(str(resolve_model_dir(model)), max_new_tokens=config.max_new_tokens)
+    critic = PromptedCritic(policy, config, world_report_gold(corpus=None))
+    critic.searcher_rewards([[workflow] for workflow in workflows])
+    return {"model": str(model), "records": str(records_path), "workflows": len(workflows),
+            **critic.last_metrics, "critic/judge_rate": critic.last_judge_rate}
+
+
 def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progress=print) -> dict[str, Any]:
     """β* from ``batches`` Stage II batches of dev questions (module docstring)."""
     from training.base_model import load_or_build_base_model

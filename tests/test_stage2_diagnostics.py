@@ -227,3 +227,30 @@ def test_judge_figures_reach_the_step_metrics(models, tmp_path, scripted_batch):
     for name in ("critic/format_rate", "critic/gold_rate", "critic/judged", "critic/judge_rate"):
         assert name in metrics
     assert 0.0 <= metrics["critic/format_rate"] <= 1.0
+
+
+def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_path, capsys):
+    import json
+
+    from agents.expert_team import expert_team
+    from benchmarks.eval.records import from_workflow, record_line
+    from envs import hierarchical_search_v0
+    from envs.episode import run_episode
+    from maopd.cli import main
+
+    env = hierarchical_search_v0.env(split="dev")
+    workflows = [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(3)]
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(record_line(from_workflow(w, "expert", "1-hop", 0)) for w in workflows))
+    out = tmp_path / "judge.json"
+    assert main(["tune", "judge", "--model", str(models / "pi0"), "--records", str(records), "--out", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["workflows"] == 3
+    assert figures["critic/judged"] == sum(len(w["reports"]) for w in workflows)
+    assert figures["critic/gold_rate"] == 1.0  # the expert's reports state their sub-questions' answers
+    assert 0.0 <= figures["critic/format_rate"] <= 1.0 and figures["command"].startswith("maopd tune judge")
+
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(record_line(from_workflow(workflows[0], "expert", "1-hop", 0, keep_trajectory=False)))
+    assert main(["tune", "judge", "--model", str(models / "pi0"), "--records", str(bare)]) == 2
+    assert "no recorded workflow holds a report" in capsys.readouterr().err

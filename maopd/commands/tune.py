@@ -1,4 +1,4 @@
-"""``maopd tune eval`` and ``maopd tune beta``: choosing the main job's settings on dev (maopd/tuning.py)."""
+"""``maopd tune eval``, ``maopd tune beta`` and ``maopd tune judge``: choosing the main job's settings on dev (maopd/tuning.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,30 @@ def register(subparsers) -> None:
     beta.add_argument("--out", help="also write the figures here (JSON)")
     beta.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="pipeline overrides, e.g. stage2.rollout.batch_size=8")
     beta.set_defaults(func=_beta)
+
+    judge = commands.add_parser("judge", help="a model as the Prompted Critic's judge on recorded workflows' reports",
+                                description="Prompts MODEL with the critic prompt on every report of the workflows "
+                                "in RECORDS (from `maopd tune eval`) and prints the judge's figures as training logs "
+                                "them: the share of parseable verdicts, of gold-correct reports, of verdicts that "
+                                "agree with gold correctness, and of reports judged useful.")
+    judge.add_argument("--model", required=True, help="a model directory, run directory or checkpoint")
+    judge.add_argument("--records", required=True, help="records.jsonl of `maopd tune eval`")
+    judge.add_argument("--workflows", type=bounded_int(1), help="judge the reports of the first N workflows (default: all)")
+    judge.add_argument("--out", help="also write the figures here (JSON)")
+    judge.set_defaults(func=_judge)
+
+
+def _judge(args) -> int:
+    from benchmarks.provenance import git_commit
+    from maopd.tuning import judge_figures
+
+    result = judge_figures(Path(args.model), Path(args.records), args.workflows)
+    result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
+    print(json.dumps(result, indent=1))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
 
 
 def _eval(args) -> int:
