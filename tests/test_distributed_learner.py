@@ -120,8 +120,9 @@ def test_two_gloo_ranks_take_the_single_process_step(models, tmp_path, single_pr
     # rank 0 alone wrote one metrics row, with the global loss and the same clipped gradient
     (one,), (two,) = read_metrics(single_process_run), read_metrics(run_dir)
     for name in ("loss/total", "optim/grad_norm", "leader/sequences", "answerer/sequences"):
-        # abs: the loss is a small sum of terms of both signs, summed in another order per rank
-        assert two[name] == pytest.approx(one[name], rel=1e-4, abs=1e-5), name
+        # abs: the loss is a small sum of terms of both signs, summed in another order per rank (the
+        # weights above are the exact check; ~1e-5 of float32 order noise is seen on the loss)
+        assert two[name] == pytest.approx(one[name], rel=1e-4, abs=5e-5), name
     assert two["optim/updates"] == one["optim/updates"] == 1
     samples = (run_dir / "samples" / "step_1.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in samples] == [1, 1]
@@ -159,7 +160,7 @@ def test_two_fsdp_ranks_with_ptx_and_dynamic_sampling_take_the_single_process_st
     assert one["rollout/rounds"] == two["rollout/rounds"] == 2
     assert one["rollout/informative_fraction"] == two["rollout/informative_fraction"] == 0
     assert two["loss/ptx"] == pytest.approx(one["loss/ptx"], rel=1e-5)
-    assert two["loss/total"] == pytest.approx(one["loss/total"], rel=1e-4, abs=1e-5)
+    assert two["loss/total"] == pytest.approx(one["loss/total"], rel=1e-4, abs=5e-5)
 
 
 @pytest.mark.slow

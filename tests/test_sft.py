@@ -153,7 +153,8 @@ def test_single_workflow_demonstrations_show_the_solver():
     assert len(rows) == 5 and {row["role"] for row in rows} == {"solver"}
     assert all(row["messages"][-1]["content"].startswith("<answer>") for row in rows)
     assert roles_shown(config) == ("leader", "searcher", "answerer", "solver")
-    assert roles_shown(SFTConfig()) == ("leader", "searcher", "answerer")  # the default π_0's metrics keep their keys
+    assert roles_shown(SFTConfig()) == ("leader", "searcher", "answerer", "solver")  # every workflow by default
+    assert roles_shown(replace(SFTConfig(), workflows=["hierarchical", "cascade"])) == ("leader", "searcher", "answerer")
 
 
 @pytest.fixture(scope="module")
