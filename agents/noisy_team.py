@@ -140,20 +140,28 @@ class NoisyTeam:
         if mistake == "skip_search":
             return f"<report>{NO_FACTS}</report>"
         if mistake == "memory_report":
-            plan = parse_question(task)
-            recalled = [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
-            return f"<report>{' '.join(step.sentence() for step in recalled) or NO_FACTS}</report>"
+            return f"<report>{' '.join(step.sentence() for step in self._recalled(task)) or NO_FACTS}</report>"
         if mistake == "wrong_entity":
-            topic = named_entity(parse_question(task)) or task
-            if not searched and "search" in turn.allowed:
-                return f"<search>{task.replace(topic, misspell(topic, self.rng))}</search>"
             step = self._top_passage_step(turn, task)
-            return f"<report>{step.sentence() if step else NO_FACTS}</report>"
+            return self._misspelt_search(turn, task, searched) or f"<report>{step.sentence() if step else NO_FACTS}</report>"
         if mistake == "early_report" and searched:
             passages = passage_texts(turn)
             first = passages[0].split(". ")[0].rstrip(".") + "." if passages else NO_FACTS
             return f"<report>{first}</report>"
         return self.searcher.decide(turn)
+
+    def _misspelt_search(self, turn: AgentTurn, question: str, searched: list[str]) -> str | None:
+        """The wrong-entity mistake's first move: search ``question`` with its subject misspelt
+        (None once the call has searched, or when it may not)."""
+        if searched or "search" not in turn.allowed:
+            return None
+        topic = named_entity(parse_question(question)) or question
+        return f"<search>{question.replace(topic, misspell(topic, self.rng))}</search>"
+
+    def _recalled(self, question: str) -> list[Step]:
+        """The steps of ``question`` the team's closed book recalls a value for (right or wrong)."""
+        plan = parse_question(question)
+        return [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
 
     def _draw_call_mistake(self) -> str | None:
         # memory_report is drawn only with a closed book, so teams without one draw as before
@@ -182,15 +190,10 @@ class NoisyTeam:
         if mistake == "skip_search":
             return answer_text(question, Knowledge())
         if mistake == "memory_report":
-            plan = parse_question(question)
-            recalled = [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
-            return answer_text(question, Knowledge(step.sentence() for step in recalled))
+            return answer_text(question, Knowledge(step.sentence() for step in self._recalled(question)))
         if mistake == "wrong_entity":
-            topic = named_entity(parse_question(question)) or question
-            if not searched and "search" in turn.allowed:
-                return f"<search>{question.replace(topic, misspell(topic, self.rng))}</search>"
             step = self._top_passage_step(turn, question)
-            return f"<answer>{step.value if step else 'unknown'}</answer>"
+            return self._misspelt_search(turn, question, searched) or f"<answer>{step.value if step else 'unknown'}</answer>"
         if mistake == "early_report" and searched:
             return answer_text(question, Knowledge(passage_texts(turn)))
         text = self.solver.decide(turn)

@@ -82,15 +82,21 @@ class ScriptedLeader:
         return "<select>all</select>"
 
 
+def search_once(turn: AgentTurn, query: str) -> str | None:
+    """``<search>query</search>`` while the call has not searched yet and may, else None."""
+    searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
+    return f"<search>{query}</search>" if not searched and "search" in turn.allowed else None
+
+
 class ScriptedSearcher:
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
         return [AgentOutput([self.decide(turn)]) for turn in turns]
 
     def decide(self, turn: AgentTurn) -> str:
         task = strip_label(turn.task, "Task:")
-        searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
-        if not searched and "search" in turn.allowed:
-            return f"<search>{task}</search>"
+        search = search_once(turn, task)
+        if search:
+            return search
         fact = best_sentence(task, latest_passages(turn))
         return f"<report>{fact or NO_FACTS}</report>"
 
@@ -116,9 +122,9 @@ class ScriptedSolver:
 
     def decide(self, turn: AgentTurn) -> str:
         question = strip_label(turn.task, "Question:")
-        searched = any(m["role"] == "assistant" and "<search>" in m["content"] for m in turn.messages)
-        if not searched and "search" in turn.allowed:
-            return f"<search>{question}</search>"
+        search = search_once(turn, question)
+        if search:
+            return search
         fact = best_sentence(question, latest_passages(turn)) or ""
         return f"<answer>{novel_span(question, fact)}</answer>"
 

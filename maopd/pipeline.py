@@ -438,7 +438,10 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
 
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
-    configs = {seed: replace(config, seed=seed, run_dir=str(seed_dir(config, seed))) for seed in seeds}
+    # each seed also samples its evaluation with its own seed: the base model's workflows, which no
+    # training seed changes, are then new samples in every seed rather than copies
+    configs = {seed: replace(config, seed=seed, run_dir=str(seed_dir(config, seed)),
+                             eval=replace(config.eval, seed=config.eval.seed + seed)) for seed in seeds}
     for seed_config in configs.values():  # every seed's directory is checked before any work
         check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
     run_dir = Path(config.run_dir)

@@ -81,3 +81,19 @@ def test_report_names_a_seed_without_records(tmp_path):
 def test_seeds_do_not_apply_to_one_stage(capsys):
     assert main(["train", "--config", "configs/tiny_cpu_stage1.yaml", "--seeds", "0", "1"]) == 2
     assert "--seeds applies to the pipeline" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smoke_job_over_two_seeds_writes_each_seed_and_the_pooled_report(tmp_path):
+    import yaml
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "smoke", "--seeds", "0", "1", "--run-dir", str(run)]) == 0
+    for seed in (0, 1):
+        config = yaml.safe_load((run / f"seed_{seed}.yaml").read_text())
+        assert config["seed"] == seed and config["eval"]["seed"] == seed  # fresh evaluation samples per seed
+        assert (run / f"seed_{seed}" / "eval" / "records.jsonl").is_file()
+    report = json.loads((run / "report" / "report.json").read_text())
+    assert {"stage1", "stage2_full", "single"} <= set(report["searches"])
+    assert {c["b"] for c in report["comparisons"]} >= {"C-MAS base", "H-MAS base", "Single agent base"}
+    assert (run / "report" / "report.md").is_file() and (run / "report" / "searches_over_training.png").is_file()
