@@ -34,6 +34,7 @@ from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, percentile_
 from benchmarks.eval.records import EvalRecord, load_records
 from benchmarks.eval.scoring import score_records
 from benchmarks.eval.summary import summarize
+from training.plot import smooth
 from training.run_logging import read_metrics
 
 SEARCHES = "workflow/search_actions"
@@ -90,25 +91,31 @@ def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTST
 
 
 def plot_searches(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str]) -> Path:
+    """One line per stage run: the mean over seeds of its searches per workflow, each seed's series
+    smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of the run), with the
+    seeds' min–max band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 5))
     styles = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
     for (name, series), style in zip(sorted(curves.items()), styles * 3):
         length = min(len(s) for s in series)
-        values = np.stack([s[:length] for s in series])
+        window = max(1, length // 10)
+        values = np.stack([smooth(s[:length], window) for s in series])
         steps = np.arange(1, length + 1)
-        line, = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, label=f"{labels.get(name, name)} ({len(series)} seeds)")
+        seeds = f"{len(series)} seed{'s' if len(series) > 1 else ''}"
+        line, = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2,
+                        label=f"{labels.get(name, name)} ({seeds})")
         ax.fill_between(steps, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=line.get_color(), alpha=0.15)
     ax.set_xlabel("training step")
     ax.set_ylabel("search actions per workflow (count)")
-    ax.set_title("Searches per workflow over training (mean over seeds, min–max band)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.set_title("Searches per workflow over training (mean over seeds, smoothed; band: min–max over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -201,7 +208,7 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
         "searches": {name: window_change(series, window) for name, series in sorted(curves.items())},
         "divergence": divergence,
         "judge": judge,
-        "plot": str(plot) if plot else None,
+        "plot": plot.name if plot else None,  # beside report.json
     }
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")
