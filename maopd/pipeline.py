@@ -5,8 +5,10 @@
 1. build or load the base model π_0 (SFT on the noisy scripted team, cached by its config);
 2. Stage I from π_0 on the cascade; its last checkpoint is the frozen Teacher;
 3. Stage II from π_0 on the hierarchy with OPD from that Teacher (and, for the ablation study,
-   each Table 3 variant);
-4. evaluate C-MAS base, H-MAS base, C-MAS + RL and MultiAgent-OPD (plus the variants) on the
+   each Table 3 variant), and the single-agent Search-R1-style baseline from π_0 (GRPO on its
+   outcome);
+4. evaluate C-MAS base, H-MAS base, C-MAS + RL, MultiAgent-OPD (plus the variants) and the single
+   agent before and after RL on the
    held-out test split of the world: ``attempts`` independent workflows per question, one answer
    candidate, temperature 0.6, top-p 0.95; the question types of the world (1-hop, 2-hop, 3-hop,
    comparison) are the "datasets" of the macro average;
@@ -14,7 +16,8 @@
 
 Every step resumes: π_0 is cached, stages resume from their checkpoints, evaluation skips finished
 records. The config and seed are saved in ``<run_dir>/pipeline.yaml``, timings and the machine in
-``<run_dir>/pipeline.json``.
+``<run_dir>/pipeline.json``.  ``run_seeds`` runs the job once per training seed, in parallel, and
+writes the report pooled over them (``benchmarks.seed_report``).
 
 The whole config is checked when it loads, before any work: every key of the stage sections
 against ``TrainConfig``'s tree, types, ranges and the variants' names. A run directory's stages
