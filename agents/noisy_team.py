@@ -142,8 +142,10 @@ class NoisyTeam:
         if mistake == "memory_report":
             return f"<report>{' '.join(step.sentence() for step in self._recalled(task)) or NO_FACTS}</report>"
         if mistake == "wrong_entity":
+            if search := self._misspelt_search(turn, task, searched):
+                return search
             step = self._top_passage_step(turn, task)
-            return self._misspelt_search(turn, task, searched) or f"<report>{step.sentence() if step else NO_FACTS}</report>"
+            return f"<report>{step.sentence() if step else NO_FACTS}</report>"
         if mistake == "early_report" and searched:
             passages = passage_texts(turn)
             first = passages[0].split(". ")[0].rstrip(".") + "." if passages else NO_FACTS
@@ -192,8 +194,10 @@ class NoisyTeam:
         if mistake == "memory_report":
             return answer_text(question, Knowledge(step.sentence() for step in self._recalled(question)))
         if mistake == "wrong_entity":
+            if search := self._misspelt_search(turn, question, searched):
+                return search
             step = self._top_passage_step(turn, question)
-            return self._misspelt_search(turn, question, searched) or f"<answer>{step.value if step else 'unknown'}</answer>"
+            return f"<answer>{step.value if step else 'unknown'}</answer>"
         if mistake == "early_report" and searched:
             return answer_text(question, Knowledge(passage_texts(turn)))
         text = self.solver.decide(turn)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, percentile_
 from benchmarks.eval.records import EvalRecord, load_records
 from benchmarks.eval.scoring import score_records
 from benchmarks.eval.summary import summarize
-from training.plot import smooth
+from training.plot import smooth, stage_dirs
 from training.run_logging import read_metrics
 
 SEARCHES = "workflow/search_actions"
@@ -56,20 +57,17 @@ def pooled(per_seed: Sequence[Sequence[EvalRecord]]) -> list[EvalRecord]:
     out = []
     for index, records in enumerate(per_seed):
         k = 1 + max(r.attempt for r in records)
-        for record in records:
-            copy = EvalRecord(**{**record.__dict__, "attempt": index * k + record.attempt})
-            out.append(copy)
+        out += [replace(record, attempt=index * k + record.attempt) for record in records]
     return out
 
 
-def stage_runs(run_dir: Path) -> list[Path]:
-    """The stage run directories of one pipeline run: those that logged metrics (stage1, stage2_*, single)."""
-    return sorted(p for p in run_dir.iterdir() if p.is_dir() and read_metrics(p))
+def metric_series(rows: Sequence[dict], key: str) -> np.ndarray:
+    """``key`` at each logged step of a stage's metrics ``rows`` (NaN where a step did not log it)."""
+    return np.array([row.get(key, np.nan) for row in rows], dtype=float)
 
 
-def metric_series(run_dir: Path, key: str) -> np.ndarray:
-    """``key`` at each logged step (NaN where the step did not log it)."""
-    return np.array([row.get(key, np.nan) for row in read_metrics(run_dir) if "error" not in row], dtype=float)
+def _nanmean(values: np.ndarray) -> float | None:
+    return float(np.nanmean(values)) if np.isfinite(values).any() else None
 
 
 def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS,
@@ -121,9 +119,7 @@ def plot_searches(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[
 
 
 def _window_means(series: np.ndarray, window: int) -> dict:
-    first, last = series[:window], series[-window:]
-    mean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else None
-    return {"first": mean(first), "last": mean(last)}
+    return {"first": _nanmean(series[:window]), "last": _nanmean(series[-window:])}
 
 
 def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
@@ -189,13 +185,15 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
     divergence: dict[str, dict] = {}
     judge: dict[str, dict] = {}
     for run in run_dirs:
-        for stage in stage_runs(run):
-            curves.setdefault(stage.name, []).append(metric_series(stage, SEARCHES))
+        for stage in stage_dirs(run):  # stage1, stage2_<variant>, single
+            rows = [row for row in read_metrics(stage) if "error" not in row]
+            if not rows:
+                continue
+            curves.setdefault(stage.name, []).append(metric_series(rows, SEARCHES))
             if stage.name == "stage2_full":
-                divergence[run.name] = {key: _window_means(metric_series(stage, key), window) for key in DIVERGENCE}
+                divergence[run.name] = {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
             if stage.name == "stage2_prompted_critic":
-                judge[run.name] = {key: float(np.nanmean(s)) if np.isfinite(s).any() else None
-                                   for key in JUDGE for s in [metric_series(stage, key)]}
+                judge[run.name] = {key: _nanmean(metric_series(rows, key)) for key in JUDGE}
     plot = plot_searches(curves, out / "searches_over_training.png", labels) if curves else None
     report = {
         "run_dirs": [str(r) for r in run_dirs],

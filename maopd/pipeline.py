@@ -451,24 +451,25 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     run_dir.mkdir(parents=True, exist_ok=True)
     save_yaml(config, run_dir / "pipeline.yaml")
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    logs = {seed: run_dir / f"seed_{seed}.log" for seed in seeds}
     jobs = {}
     for seed, seed_config in configs.items():
         config_file = run_dir / f"seed_{seed}.yaml"
         save_yaml(seed_config, config_file)
         command = [sys.executable, "-m", "maopd.cli", "train", "--preset", str(config_file), *(["--fresh"] if fresh else [])]
-        log = (run_dir / f"seed_{seed}.log").open("w", encoding="utf-8")
+        log = logs[seed].open("w", encoding="utf-8")
         jobs[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment), log)
-        print(f"seed {seed}: {' '.join(command)} > {run_dir / f'seed_{seed}.log'}")
+        print(f"seed {seed}: {' '.join(command)} > {logs[seed]}")
     failed = []
     for seed, (process, log) in jobs.items():
         if process.wait() != 0:
             failed.append(seed)
         log.close()
     if failed:
-        logs = ", ".join(str(run_dir / f"seed_{s}.log") for s in failed)
-        raise RuntimeError(f"seed(s) {failed} failed; see {logs}")
+        raise RuntimeError(f"seed(s) {failed} failed; see {', '.join(str(logs[s]) for s in failed)}")
     labels = {"stage1": "Stage I: C-MAS + RL", **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
               "single": SINGLE_AGENT_RL}
-    report = write_report([seed_dir(config, s) for s in seeds], pipeline_comparisons(config), run_dir / "report", labels)
+    report = write_report([Path(c.run_dir) for c in configs.values()], pipeline_comparisons(config),
+                          run_dir / "report", labels)
     print(f"report over seeds {seeds} in {run_dir / 'report'}")
     return report
