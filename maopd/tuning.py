@@ -112,7 +112,7 @@ def judge_figures(model: Path, records_path: Path, limit: int | None = None) -> 
     critic = PromptedCritic(policy, config, world_report_gold(corpus=None))
     critic.searcher_rewards([[workflow] for workflow in workflows])
     return {"model": str(model), "records": str(records_path), "workflows": len(workflows),
-            **critic.last_metrics, "critic/judge_rate": critic.last_judge_rate}
+            **critic.last_metrics}
 
 
 def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progress=print) -> dict[str, Any]:

@@ -23,7 +23,9 @@ The judge's figures, per batch (``last_metrics``, logged by the trainer each ste
   without one, when it contains one of the question's golden answers (``report_has_gold``), the
   only gold signal a report of an unknown corpus has;
 * ``critic/agreement``: among judge calls with a parseable verdict, the share whose verdict (yes
-  = 1) equals gold-correctness; absent when no verdict parsed.
+  = 1) equals gold-correctness; absent when no verdict parsed;
+* ``critic/judge_rate``: the share of judged reports judged useful (0 when none was judged), and
+  ``critic/judged``: how many were judged.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class PromptedCritic:
         self._last_texts = None
         judged = self.judge(items)
         self.last_judge_rate = sum(judged) / len(judged) if judged else 0.0
-        self.last_metrics = self._judge_metrics(judged_entries, judged, self._last_texts)
+        self.last_metrics = {**self._judge_metrics(judged_entries, judged, self._last_texts),
+                             "critic/judge_rate": self.last_judge_rate}
         verdicts = iter(judged)
         weights = self.config
         rewards = torch.zeros(len(records), len(records[0]))

@@ -411,7 +411,6 @@ class Trainer:
         if self.critic is not None:
             with distributed.generation_weights(self.scorer):
                 rewards["searcher"] = self.critic.searcher_rewards(batch.records)
-            metrics["critic/judge_rate"] = self.critic.last_judge_rate
             metrics.update(self.critic.last_metrics)
             metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
         teacher_logprobs = None
