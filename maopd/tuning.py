@@ -43,15 +43,23 @@ def parse_system(text: str) -> tuple[str, str, Path]:
     return name, workflow, Path(model)
 
 
-def search_figures(records) -> dict[str, float]:
-    """Share of workflows with at least one search, searches per workflow, share without an answer."""
+def search_figures(records) -> dict[str, Any]:
+    """Share of workflows with at least one search, searches per workflow, share without an answer,
+    and per question type the exact match of workflows with and without a search (what skipping
+    search is worth: the testbed's closed-book temptation)."""
     count = max(len(records), 1)
     searches = [r.counters.get("search_actions", 0) for r in records]
+    split: dict[str, dict[str, list[float]]] = {}
+    for record, searched in zip(records, searches):
+        split.setdefault(record.dataset, {"with_search": [], "without_search": []})[
+            "with_search" if searched > 0 else "without_search"].append(record.score)
     return {
         "workflows": len(records),
         "searching_share": sum(s > 0 for s in searches) / count,
         "searches_per_workflow": sum(searches) / count,
         "no_answer_share": sum(r.counters.get("no_answer", 0) > 0 for r in records) / count,
+        "em_by_search": {dataset: {kind: {"workflows": len(scores), "em": sum(scores) / len(scores) if scores else None}
+                                   for kind, scores in kinds.items()} for dataset, kinds in sorted(split.items())},
     }
 
 

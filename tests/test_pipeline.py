@@ -106,7 +106,7 @@ def test_smoke_pipeline_end_to_end(tmp_path):
                  "--system", f"H=hierarchical:{run_dir / 'stage2_full'}", "--compare", "H,C-MAS base"]) == 0
     figures = json.loads((dev / "dev_eval.json").read_text())
     assert figures["split"] == "dev" and figures["questions"] == 4 and figures["command"].startswith("maopd tune eval")
-    assert set(figures["systems"]["H"]) >= {"searching_share", "searches_per_workflow", "no_answer_share", "avg@1"}
+    assert set(figures["systems"]["H"]) >= {"searching_share", "searches_per_workflow", "no_answer_share", "em_by_search", "avg@1"}
     dev_ids = {q.id for q in load_default_world().splits["dev"]}
     assert {json.loads(line)["question_id"] for line in (dev / "records.jsonl").read_text().splitlines()} <= dev_ids
     calibration = tmp_path / "beta.json"
