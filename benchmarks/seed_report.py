@@ -12,10 +12,12 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
   seed's avg@k; the pooled pass and k/k are over ``seeds × k`` attempts, not the paper's k.
 * ``per_seed.json``: each seed's macro avg@k per method, from that seed's own records.
 * ``searches_over_training.png`` and ``report.json["searches"]``: search actions per workflow at
-  each training step of every stage run (Stage I and each Stage II variant), mean over seeds with
-  the min–max band; for each run the change from the first to the last ``window`` steps, with a
-  bootstrap CI that resamples steps within each window and seed (the issue's "searches per
-  workflow over the last 10 training steps below the first 10").
+  each training step of every stage run (Stage I, each Stage II variant, the single agent), mean
+  over seeds with the min–max band; for each run the change from the first to the last ``window``
+  steps, with a bootstrap CI that resamples steps within each window and seed (the issue's
+  "searches per workflow over the last 10 training steps below the first 10").
+* ``training_em_over_training.png`` and ``report.json["training_em"]``: the same for the team
+  outcome R_EM of the training rollouts (the learning curves).
 * ``report.json["divergence"]``: the Teacher–student figures Stage II logs
   (``training.divergence``), mean over the first and last ``window`` steps, per seed.
 * ``report.json["judge"]``: the Prompted Critic's judge figures (``training.critic``), mean over
@@ -39,6 +41,7 @@ from training.plot import smooth, stage_dirs
 from training.run_logging import read_metrics
 
 SEARCHES = "workflow/search_actions"
+TRAINING_EM = "reward/em"
 DIVERGENCE = ("teacher/searcher_kl_k1", "teacher/searcher_kl_k3", "teacher/decision_log_ratio")
 JUDGE = ("critic/format_rate", "critic/agreement", "critic/gold_rate", "critic/judge_rate")
 RECORDS = Path("eval") / "records.jsonl"
@@ -88,10 +91,11 @@ def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTST
             "change": point, "ci": list(percentile_interval(samples)), "window": window}
 
 
-def plot_searches(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str]) -> Path:
-    """One line per stage run: the mean over seeds of its searches per workflow, each seed's series
-    smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of the run), with the
-    seeds' min–max band."""
+def plot_over_training(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str],
+                       ylabel: str, title: str, scale: float = 1.0) -> Path:
+    """One line per stage run: the mean over seeds of a metric (times ``scale``), each seed's
+    series smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of the run),
+    with the seeds' min–max band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,15 +106,15 @@ def plot_searches(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[
     for (name, series), style in zip(sorted(curves.items()), styles * 3):
         length = min(len(s) for s in series)
         window = max(1, length // 10)
-        values = np.stack([smooth(s[:length], window) for s in series])
+        values = scale * np.stack([smooth(s[:length], window) for s in series])
         steps = np.arange(1, length + 1)
         seeds = f"{len(series)} seed{'s' if len(series) > 1 else ''}"
         line, = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2,
                         label=f"{labels.get(name, name)} ({seeds})")
         ax.fill_between(steps, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=line.get_color(), alpha=0.15)
     ax.set_xlabel("training step")
-    ax.set_ylabel("search actions per workflow (count)")
-    ax.set_title("Searches per workflow over training (mean over seeds, smoothed; band: min–max over seeds)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} (mean over seeds, smoothed; band: min–max over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -143,12 +147,16 @@ def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
     for c in report["comparisons"]:
         diff = next(v for k, v in c.items() if k.startswith("avg@"))
         lines.append(f"| {c['a']} | {c['b']} | {ci(diff)} |")
-    lines += ["", "## Search actions per workflow, first vs last training steps (mean over seeds)", "",
-              "| run | first | last | change [95% CI] |", "|---|---|---|---|"]
-    for name, change in report["searches"].items():
-        if change:
-            lines.append(f"| {report['labels'].get(name, name)} | {change['first']:.2f} | {change['last']:.2f} | "
-                         f"{change['change']:+.2f} [{change['ci'][0]:+.2f}, {change['ci'][1]:+.2f}] |")
+    for key, title, scale in (("searches", "Search actions per workflow", 1.0),
+                              ("training_em", "Team outcome of the training rollouts (EM, %)", 100.0)):
+        lines += ["", f"## {title}, first vs last training steps (mean over seeds)", "",
+                  "| run | first | last | change [95% CI] |", "|---|---|---|---|"]
+        for name, change in report[key].items():
+            if change:
+                first, last, diff = (scale * change[k] for k in ("first", "last", "change"))
+                low, high = (scale * bound for bound in change["ci"])
+                lines.append(f"| {report['labels'].get(name, name)} | {first:.2f} | {last:.2f} | "
+                             f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] |")
     for title, figures in (("Teacher–student divergence on Searcher tokens (Stage II, first / last steps)",
                             report["divergence"]), ("The Prompted Critic's judge (mean over its steps)", report["judge"])):
         if not figures:
@@ -181,7 +189,8 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
                                  for m, s in methods_of_seed.items()}
     (out / "per_seed.json").write_text(json.dumps(seed_scores, indent=2) + "\n", encoding="utf-8")
 
-    curves: dict[str, list[np.ndarray]] = {}
+    searches: dict[str, list[np.ndarray]] = {}
+    training_em: dict[str, list[np.ndarray]] = {}
     divergence: dict[str, dict] = {}
     judge: dict[str, dict] = {}
     for run in run_dirs:
@@ -189,12 +198,18 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
             rows = [row for row in read_metrics(stage) if "error" not in row]
             if not rows:
                 continue
-            curves.setdefault(stage.name, []).append(metric_series(rows, SEARCHES))
+            searches.setdefault(stage.name, []).append(metric_series(rows, SEARCHES))
+            training_em.setdefault(stage.name, []).append(metric_series(rows, TRAINING_EM))
             if stage.name == "stage2_full":
                 divergence[run.name] = {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
             if stage.name == "stage2_prompted_critic":
                 judge[run.name] = {key: _nanmean(metric_series(rows, key)) for key in JUDGE}
-    plot = plot_searches(curves, out / "searches_over_training.png", labels) if curves else None
+    plots = [
+        plot_over_training(searches, out / "searches_over_training.png", labels,
+                           "search actions per workflow (count)", "Searches per workflow over training"),
+        plot_over_training(training_em, out / "training_em_over_training.png", labels,
+                           "team outcome R_EM of the training rollouts (%)", "Training exact match", scale=100),
+    ] if searches else []
     report = {
         "run_dirs": [str(r) for r in run_dirs],
         "labels": labels,
@@ -203,10 +218,11 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
             {"a": c["a"], "b": c["b"], **{k: c["differences"][k] for k in c["differences"] if k.startswith("avg@")}}
             for c in summary["comparisons"]
         ],
-        "searches": {name: window_change(series, window) for name, series in sorted(curves.items())},
+        "searches": {name: window_change(series, window) for name, series in sorted(searches.items())},
+        "training_em": {name: window_change(series, window) for name, series in sorted(training_em.items())},
         "divergence": divergence,
         "judge": judge,
-        "plot": plot.name if plot else None,  # beside report.json
+        "plots": [plot.name for plot in plots],  # beside report.json
     }
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")

@@ -25,7 +25,7 @@ def _run_dir(root, name, records, searches):
     (run / "eval" / "records.jsonl").write_text("".join(record_line(r) for r in records), encoding="utf-8")
     for stage, series in searches.items():
         (run / stage).mkdir()
-        rows = [{"step": i + 1, "workflow/search_actions": v} for i, v in enumerate(series)]
+        rows = [{"step": i + 1, "workflow/search_actions": v, "reward/em": 0.1 + 0.01 * i} for i, v in enumerate(series)]
         (run / stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return run
 
@@ -64,11 +64,15 @@ def test_report_pools_seeds_into_paired_differences_and_plots_every_run(tmp_path
     assert (difference["a"], difference["b"]) == ("A", "B")
     assert difference["avg@12"]["ci"][0] > 0.4
     assert report["searches"]["stage2_outcome_searcher_rl"]["ci"][1] < 0
+    assert report["training_em"]["stage2_outcome_searcher_rl"]["change"] == pytest.approx(0.1)  # 10 steps of +0.01
     per_seed = json.loads((tmp_path / "report" / "per_seed.json").read_text())
     assert set(per_seed) == {"seed_0", "seed_1", "seed_2"} and per_seed["seed_0"]["A"]["avg@4"] > 0.5
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| A | B |" in text and "Stage I" in text
-    assert (tmp_path / "report" / "searches_over_training.png").stat().st_size > 0
+    assert "| Stage I | 14.50 | 16.50 | +2.00" in text  # training EM in %: steps 1-10 vs 3-12 of 12
+    for plot in report["plots"]:
+        assert (tmp_path / "report" / plot).stat().st_size > 0
+    assert report["plots"] == ["searches_over_training.png", "training_em_over_training.png"]
 
 
 def test_report_names_a_seed_without_records(tmp_path):
