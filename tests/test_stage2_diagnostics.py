@@ -182,7 +182,7 @@ def test_judge_format_rate_and_agreement(monkeypatch):
     assert m["critic/judged"] == 5 and m["critic/format_rate"] == pytest.approx(4 / 5)
     assert m["critic/gold_rate"] == pytest.approx(3 / 5)
     assert m["critic/agreement"] == pytest.approx(3 / 4)
-    assert critic.last_judge_rate == pytest.approx(2 / 5)
+    assert m["critic/judge_rate"] == pytest.approx(2 / 5)
     w = CriticConfig()
     unreported = w.em_weight * 1.0 + w.judge_weight * 0.0 + w.bonus_weight * 1.0
     first = [w.em_weight + w.judge_weight * v + w.bonus_weight for v in (1.0, 0.0)] + [unreported]

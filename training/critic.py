@@ -65,7 +65,6 @@ class PromptedCritic:
         self.policy = policy
         self.config = config
         self.report_gold = report_gold  # (sub_query, report) -> gold-correct; see the module doc
-        self.last_judge_rate = 0.0  # fraction of reports judged useful in the last batch
         self.last_metrics: dict[str, float] = {}  # the judge's figures of the last batch (module doc)
         self._last_texts: list[str] | None = None  # the judge outputs of the last judge() call
 
@@ -95,9 +94,8 @@ class PromptedCritic:
         items = [(record["question"], e["sub_query"], e["summary"]) for record, e in judged_entries]
         self._last_texts = None
         judged = self.judge(items)
-        self.last_judge_rate = sum(judged) / len(judged) if judged else 0.0
         self.last_metrics = {**self._judge_metrics(judged_entries, judged, self._last_texts),
-                             "critic/judge_rate": self.last_judge_rate}
+                             "critic/judge_rate": sum(judged) / len(judged) if judged else 0.0}
         verdicts = iter(judged)
         weights = self.config
         rewards = torch.zeros(len(records), len(records[0]))
