@@ -92,8 +92,18 @@ def turn_continuation_ids(
     return ids
 
 
+def _starts_with_split_token(tokenizer: PreTrainedTokenizerBase, text: str) -> bool:
+    """Whether ``text`` starts with a special token that the tokenizer splits out of raw text before
+    tokenizing the pieces around it (not normalized, no lstrip, not single-word): a cut there is a
+    token boundary whatever precedes it."""
+    return any(token.special and not (token.normalized or token.lstrip or token.single_word)
+               and text.startswith(token.content) for token in tokenizer.added_tokens_decoder.values())
+
+
 def _check_token_boundary(tokenizer: PreTrainedTokenizerBase, before: str, suffix: str) -> None:
     """Raise if encoding ``before + suffix`` in one piece would merge tokens across the cut."""
+    if _starts_with_split_token(tokenizer, suffix):
+        return  # a boundary by construction; the encodes below cost ~4% of a CPU rollout
     whole = encode_text(tokenizer, before + suffix)
     tail = encode_text(tokenizer, suffix)
     if whole[len(whole) - len(tail):] != tail:

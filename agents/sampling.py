@@ -29,6 +29,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
@@ -100,6 +101,20 @@ class StopMatcher:
         return any(stop in tail for stop in self.strings)
 
 
+def descending_order(probs: torch.Tensor) -> torch.Tensor:
+    """The permutation of ``probs.sort(dim=-1, descending=True, stable=True)`` for non-negative
+    float32 probabilities. On CPU it is computed as two stable 16-bit radix passes over the values'
+    bits (a non-negative float orders as its bit pattern): torch's CPU sort of a few dozen rows of
+    a vocabulary costs about a millisecond, a tenth of a decode step of a small model, the radix
+    passes less than half of that."""
+    if probs.device.type != "cpu" or probs.dtype != torch.float32:
+        return probs.sort(dim=-1, descending=True, stable=True).indices
+    keys = ~probs.numpy().view(np.uint32)  # ascending keys = descending probabilities
+    by_low = np.argsort((keys & 0xFFFF).astype(np.uint16), axis=-1, kind="stable")
+    high = np.take_along_axis((keys >> 16).astype(np.uint16), by_low, axis=-1)
+    return torch.from_numpy(np.take_along_axis(by_low, np.argsort(high, axis=-1, kind="stable"), axis=-1))
+
+
 def sample_next_tokens(
     logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +131,9 @@ def sample_next_tokens(
         tokens = logits.argmax(dim=-1)
         return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    sorted_probs, order = logprobs.exp().sort(dim=-1, descending=True, stable=True)
+    probs = logprobs.exp()
+    order = descending_order(probs)
+    sorted_probs = probs.gather(1, order)
     # Keep the smallest prefix whose mass reaches top_p: a token is kept if the mass strictly
     # before it is below top_p, so the most likely token is always kept.
     kept = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p

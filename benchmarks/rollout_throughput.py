@@ -1,7 +1,11 @@
 """Rollout throughput: the team collector against HF ``generate`` ceilings, the old path and a naive loop.
 
 Everything is measured in one run, on one model and the same prompts (these machines are noisy;
-compare figures within a run):
+compare figures within a run). Every path is timed warm: the collector after one untimed collection
+of the same questions, then ``release_cache()``, so each timed collection starts with an empty KV
+cache and prefix store; the ``generate`` ceilings after an untimed first batch. ``--repeats`` times
+the collector, the Teacher and the dynamic-cache ceiling that many times, alternating, and reports
+each repeat and the median ratios (one repeat's slow moment does not decide a target):
 
 * **collector (continuous)**: ``TeamRolloutCollector`` with ``HFPolicy(engine="continuous")``, the
   default: every round's rows go through one decode loop over ``--max-batch-size`` KV-cache slots,
@@ -39,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,8 +60,10 @@ from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher, teacher_rows
 
-PAPER = {"questions": 32, "group_size": 5, "max_new_tokens": 512, "max_batch_size": 512, "naive_questions": 1}
-SMALL = {"questions": 8, "group_size": 5, "max_new_tokens": 48, "max_batch_size": 64, "naive_questions": 2}
+PAPER = {"questions": 32, "group_size": 5, "max_new_tokens": 512, "max_batch_size": 512, "naive_questions": 1,
+         "repeats": 1}
+SMALL = {"questions": 8, "group_size": 5, "max_new_tokens": 48, "max_batch_size": 64, "naive_questions": 2,
+         "repeats": 3}
 
 
 class GenerateRecorder:
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--naive-questions", type=int)
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--max-batch-size", type=int, help="decode slots / chunk rows of the collector")
+    parser.add_argument("--repeats", type=int, help="timed collector / Teacher / dynamic-ceiling repeats")
     parser.add_argument("--compile", default=None, help="torch.compile mode of the continuous engine's decode step")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: chunked, static, naive")
     parser.add_argument("--threads", type=int, default=2)
@@ -189,45 +197,64 @@ def main(argv: list[str] | None = None) -> dict:
     def make_env():
         return hierarchical_search_v0.env(split="dev", num_candidates=5, num_searchers=3)
 
+    load_at_start = os.getloadavg()
     continuous = policy("continuous", args.compile)
-    if args.compile:  # compile outside the timing: the same collection once (same shapes, same cache)
-        collect(continuous, make_env, questions, args.group_size, args.device)
-    continuous.decoder.stats = dict.fromkeys(continuous.decoder.stats, 0)
-    batch, rounds, collector_s = collect(continuous, make_env, questions, args.group_size, args.device)
-    stats = dict(continuous.decoder.stats)
-    continuous.release_cache()  # a compiled engine keeps its KV cache; the other parts need the memory
-    generated = sum(s.num_generated for s in batch.sequences)
-    rows = [prompt for prompts, counts, _ in rounds for prompt, n in zip(prompts, counts) for _ in range(n)]
-    live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
+    # The warm-up (and, compiled, the compilation): the same collection once, untimed; its KV cache
+    # and prefix store are then emptied, so that no timed collection continues the warm-up's rows.
+    collect(continuous, make_env, questions, args.group_size, args.device)
+    continuous.release_cache()
+    teacher = Teacher(model, temperature=1.0)
+    repeats = []
+    for _ in range(args.repeats):
+        continuous.decoder.stats = dict.fromkeys(continuous.decoder.stats, 0)
+        batch, rounds, collector_s = collect(continuous, make_env, questions, args.group_size, args.device)
+        stats = dict(continuous.decoder.stats)
+        continuous.release_cache()  # a compiled engine keeps its KV cache; the other parts need the memory
+        generated = sum(s.num_generated for s in batch.sequences)
+        rows = [prompt for prompts, counts, _ in rounds for prompt, n in zip(prompts, counts) for _ in range(n)]
+        live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
+        tokens, roles = batch.token_batch(continuous.pad_id), batch.role_ids()
+        trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
+        keys = [s.group for s in batch.sequences]  # as the trainer passes them
+        teacher_s = time_teacher(teacher, tokens, trainer_rows, keys)
+        per_row = max(1, round(generated / len(rows)))
+        ceiling_batch = max(1, min(round(live), len(rows)))
+        dynamic = generate_ceiling(model, rows, ceiling_batch, per_row, continuous.pad_id, args.device, static=False)
+        repeats.append({"collector_s": collector_s, "generated_tokens": generated, "teacher_s": teacher_s,
+                        "generate_dynamic": dynamic, "engine_stats": stats, "mean_live_rows": live})
+        print(json.dumps({"collector_tokens_per_s": generated / collector_s,
+                          "generate_dynamic_tokens_per_s": dynamic["tokens_per_s"],
+                          "teacher_fraction": teacher_s / collector_s}), flush=True)
+    collector_s = statistics.median(r["collector_s"] for r in repeats)
     result = {
         "command": "python benchmarks/rollout_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": git_commit(short=True),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
                     "device": str(next(model.parameters()).device),
                     "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
-                    "torch": torch.__version__, "load_average_at_start": os.getloadavg()},
+                    "torch": torch.__version__, "load_average_at_start": load_at_start},
         "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "searchers": 3,
                     "answer_candidates": 5, "max_new_tokens": args.max_new_tokens,
-                    "max_batch_size": args.max_batch_size, "compile": args.compile,
+                    "max_batch_size": args.max_batch_size, "compile": args.compile, "repeats": args.repeats,
                     "dtype": str(next(model.parameters()).dtype),
                     "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
-        "collector_continuous": {"seconds": collector_s, "generated_tokens": generated,
-                                 "tokens_per_s": generated / collector_s, "rounds": len(rounds), "rows": len(rows),
-                                 "sequences": len(batch.sequences), "mean_live_rows": live, "engine_stats": stats},
+        # Every repeat generates the same rows (same seeds); times are medians over the repeats.
+        "collector_continuous": {"seconds": collector_s, "seconds_per_repeat": [r["collector_s"] for r in repeats],
+                                 "generated_tokens": generated, "tokens_per_s": generated / collector_s,
+                                 "rounds": len(rounds), "rows": len(rows), "sequences": len(batch.sequences),
+                                 "mean_live_rows": live, "engine_stats": stats},
+        "generate_dynamic": {**dynamic, "seconds": statistics.median(r["generate_dynamic"]["seconds"] for r in repeats),
+                             "seconds_per_repeat": [r["generate_dynamic"]["seconds"] for r in repeats]},
     }
-    print(json.dumps(result["collector_continuous"]), flush=True)
+    result["generate_dynamic"]["tokens_per_s"] = dynamic["generated_tokens"] / result["generate_dynamic"]["seconds"]
 
     if "chunked" not in skip:
         _, _, chunked_s = collect(policy("chunked"), make_env, questions, args.group_size, args.device)
         result["collector_chunked"] = {"seconds": chunked_s, "tokens_per_s": generated / chunked_s}
 
-    tokens = batch.token_batch(continuous.pad_id)
-    roles = batch.role_ids()
-    trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
-    teacher = Teacher(model, temperature=1.0)
-    keys = [s.group for s in batch.sequences]  # as the trainer passes them
     result["teacher_scoring"] = {
-        "seconds": time_teacher(teacher, tokens, trainer_rows, keys),
+        "seconds": statistics.median(r["teacher_s"] for r in repeats),
+        "seconds_per_repeat": [r["teacher_s"] for r in repeats],
         "rows": int(trainer_rows.sum()),
         "previous_all_rows_no_sharing_s": time_teacher(
             Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens),
@@ -236,12 +263,9 @@ def main(argv: list[str] | None = None) -> dict:
         "max_batch_tokens": teacher.max_batch_tokens,
     }
 
-    per_row = max(1, round(generated / len(rows)))
-    ceiling_batch = max(1, min(round(live), len(rows)))
-    pad_id = continuous.pad_id
-    result["generate_dynamic"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=False)
     if "static" not in skip:
-        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, pad_id, args.device, static=True)
+        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, continuous.pad_id, args.device,
+                                                     static=True)
 
     if "naive" not in skip:
         naive_tokens, naive_s = naive_loop(policy("continuous"), questions[: args.naive_questions], args.group_size,
@@ -250,12 +274,16 @@ def main(argv: list[str] | None = None) -> dict:
                            "tokens_per_s": naive_tokens / naive_s, "questions": args.naive_questions}
 
     rate = generated / collector_s
-    ratios = {"collector_vs_generate_dynamic": rate / result["generate_dynamic"]["tokens_per_s"]}
+    per_repeat = [r["generated_tokens"] / r["collector_s"] / r["generate_dynamic"]["tokens_per_s"] for r in repeats]
+    teacher_per_repeat = [r["teacher_s"] / r["collector_s"] for r in repeats]
+    ratios = {"collector_vs_generate_dynamic": statistics.median(per_repeat),
+              "collector_vs_generate_dynamic_per_repeat": per_repeat}
     if "generate_static" in result:
         ratios["collector_vs_generate_static"] = rate / result["generate_static"]["tokens_per_s"]
     if "collector_chunked" in result:
         ratios["collector_vs_old_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
-    ratios["teacher_scoring_fraction_of_rollout"] = result["teacher_scoring"]["seconds"] / collector_s
+    ratios["teacher_scoring_fraction_of_rollout"] = statistics.median(teacher_per_repeat)
+    ratios["teacher_scoring_fraction_of_rollout_per_repeat"] = teacher_per_repeat
     ratios["teacher_scoring_fraction_searcher_rows_only"] = result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
     ratios["previous_teacher_scoring_fraction_of_rollout"] = (
         result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s)

@@ -69,3 +69,21 @@ def test_template_without_verbatim_content_is_rejected(tokenizer):
     odd.chat_template = "{% for m in messages %}{{ m['role'] }}{% endfor %}"
     with pytest.raises(ValueError, match="verbatim"):
         turn_continuation_ids(odd, [1], [INFO])
+
+
+def test_a_cut_inside_a_word_is_rejected(tokenizer):
+    """A template that glues the next message to the assistant's text: "x" + "ylophone" merge."""
+    odd = train_tokenizer(["xylophone xylophone xyz"] * 20)
+    odd.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match="token boundary"):
+        turn_continuation_ids(odd, [1], [{"role": "user", "content": "ylophone"}])
+
+
+def test_a_cut_at_a_special_token_is_encoded_once(tokenizer, monkeypatch):
+    """ChatML's continuation starts with <|im_end|>, split out before tokenizing: no boundary re-encode."""
+    from agents import chat_tokens
+
+    encoded = []
+    monkeypatch.setattr(chat_tokens, "encode_text", lambda tok, text: encoded.append(text) or encode_text(tok, text))
+    ids = turn_continuation_ids(tokenizer, encode_text(tokenizer, "<search>q</search>"), [INFO])
+    assert len(encoded) == 1 and ids[0] == end_of_turn_id(tokenizer)

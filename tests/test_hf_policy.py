@@ -191,3 +191,16 @@ def test_non_finite_logits_stop_sampling_with_a_clear_error():
     logits[1, 3] = float("nan")
     with pytest.raises(FloatingPointError, match="non-finite logits"):
         sample_next_tokens(logits, torch.tensor([0.5, 0.5]), temperature=1.0, top_p=1.0)
+
+
+def test_descending_order_is_torchs_stable_descending_sort():
+    """The CPU radix order equals torch's stable sort: ties (equal probabilities, exact zeros, values
+    equal in their high 16 bits) keep vocabulary order."""
+    from agents.sampling import descending_order
+
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(64, 789, generator=generator) * 4, dim=-1)
+    probs[0, ::3] = probs[0, 5]  # many exact ties
+    probs[1, 100:200] = 0.0  # exact zeros (underflow)
+    probs[2, :10] = torch.tensor(0.25).view(torch.int32).add(torch.arange(10, dtype=torch.int32)).view(torch.float32)  # same high bits
+    assert torch.equal(descending_order(probs), probs.sort(dim=-1, descending=True, stable=True).indices)
