@@ -76,7 +76,7 @@ class Teacher:
 
     def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
                  max_batch_tokens: int | None = None, share_prefixes: bool = True,
-                 pack_tokens: int | None = None, tree_block: int = 128):
+                 pack_tokens: int | None = None, tree_block: int = 256):
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
@@ -172,8 +172,9 @@ class Teacher:
         # In depth-first order a node's prefix lies before it, so the trees run in blocks of
         # queries, each over the keys of its own nodes' prefixes only (gathered from the columns
         # before it): a tree's attention then costs about what its rows' own attention would,
-        # not the dense square of the tree (on the small rollout benchmark's batch, blocks of 128
-        # scored in ~0.9x the time of one dense forward per tree, 256 in ~0.95x).
+        # not the dense square of the tree (on the small rollout benchmark's batch with the shipped
+        # π_0, five interleaved timings each: blocks of 256 and 384 scored in ~0.87x the time of one
+        # dense forward per tree, 128 in ~0.94x, 512 in ~0.9x).
         dtype = next(model.parameters()).dtype
         ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
         cache = _TreeCache(width)
