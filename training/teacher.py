@@ -173,8 +173,8 @@ class Teacher:
         # queries, each over the keys of its own nodes' prefixes only (gathered from the columns
         # before it): a tree's attention then costs about what its rows' own attention would,
         # not the dense square of the tree (on the small rollout benchmark's batch with the shipped
-        # π_0, five interleaved timings each: blocks of 256 and 384 scored in ~0.87x the time of one
-        # dense forward per tree, 128 in ~0.94x, 512 in ~0.9x).
+        # π_0, medians of five interleaved timings: blocks of 256 and 384 scored in 0.84-0.87x the
+        # time of one dense forward per tree, 128 in 0.94x, 512 in 0.90x).
         dtype = next(model.parameters()).dtype
         ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
         cache = _TreeCache(width)
