@@ -1,5 +1,8 @@
+import itertools
+
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
@@ -137,10 +140,14 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     teacher = build_tiny_model(tokenizer, TinyModelConfig(seed=3))
     whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
     keys = [row % 2 for row in range(len(sequences))]
-    for options, share_keys in (({}, None), ({"tree_block": 7}, None),
-                                ({"max_batch_tokens": 200, "pack_tokens": 100}, None), ({"pack_tokens": 150}, keys)):
+    for (options, share_keys), by_layer in itertools.product(
+            (({}, None), ({"tree_block": 7}, None), ({"max_batch_tokens": 200, "pack_tokens": 100}, None),
+             ({"pack_tokens": 150}, keys)), (True, False)):
         shared_teacher = Teacher(teacher, **options)
-        packs, _ = _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
+        assert shared_teacher.last_layer_at_predictors
+        shared_teacher.last_layer_at_predictors = by_layer
+        packs = [tree for tree in _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
+                 if len(tree.paths) > 1]
         assert packs and sum(len(p.ids) for p in packs) < sum(len(sequences[r]) for p in packs for r in p.paths)
         shared = shared_teacher.score(batch, with_entropy=True, share_keys=share_keys)
         assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
@@ -154,6 +161,27 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     others = torch.ones(len(sequences), dtype=torch.bool)
     others[chosen] = False
     assert (partial.logprobs[others] == 0).all()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_llama_trees_run_the_last_layer_at_predictors_only(tokenizer, searcher_calls, attention):
+    """Another plain decoder (Llama, grouped-query heads): its token trees run the last layer at
+    the predicting tokens only and score what whole rows score."""
+    ids, masks, _ = zip(*searcher_calls)
+    rows = [*ids, ids[0] + ids[1][5:]]  # the last row shares row 0 whole
+    masks = [*masks, masks[0] + masks[1][5:]]
+    batch = pad_batch(rows, masks, tokenizer.pad_token_id)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         attn_implementation=attention)
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(config).eval()
+    teacher = Teacher(llama)
+    assert teacher.share_prefixes and teacher.last_layer_at_predictors
+    whole = Teacher(llama, share_prefixes=False).score(batch, with_entropy=True)
+    trees = teacher.score(batch, with_entropy=True)
+    assert torch.allclose(trees.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+    assert torch.allclose(trees.entropy, whole.entropy, atol=1e-5, rtol=0)
 
 
 def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):

@@ -18,8 +18,15 @@ key are sorted by their tokens and packed into *token trees*: a packed sequence 
 distinct prefix once, in which a token attends to exactly its own prefix (a 4D attention mask) at
 the position it has in its row. A causal LM's hidden state at a token depends only on its prefix,
 so a row's scores are read from the tree at its tokens and equal those of one forward per row up
-to float rounding (~1e-6, tested to 1e-5). A row that shares nothing with the rows packed next to
-it is scored by a plain whole-row forward.
+to float rounding (tested to 1e-5 on short rows; on the small rollout benchmark's batch, 700-token
+rows, at most 2e-5 and 1e-7 on average).
+
+Only the tokens that predict a scored token need the last layer's output; every other token needs
+only that layer's keys and values. For the plain decoders (``PLAIN_DECODERS``: embeddings, rotary
+positions, decoder layers, final norm) a tree's last layer therefore runs its queries, attention
+and MLP at those tokens only (~13% of the small benchmark batch's tree tokens), after an attention
+call that stores every token's keys and values. For those models a row that shares nothing with
+its neighbours is a tree of one row too; for other models it is scored by a plain causal forward.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 TREE_ATTENTION = ("sdpa", "eager")  # attention implementations that take an arbitrary 4D mask
+# Model types whose base model's forward is embed_tokens, rotary_emb, the decoder layers, norm.
+PLAIN_DECODERS = ("llama", "qwen2", "qwen3")
 
 
 def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
@@ -47,6 +56,15 @@ def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool,
     if kl_in_reward:
         needed |= (role_ids == LEADER) | (role_ids == ANSWERER)
     return needed
+
+
+def _is_plain_decoder(model: torch.nn.Module) -> bool:
+    """``model``'s base forward is one we can run layer by layer (``PLAIN_DECODERS``, full attention
+    in every layer, the modules under their usual names)."""
+    config, base = model.config, model.base_model
+    layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    return (getattr(config, "model_type", None) in PLAIN_DECODERS and layer_types == {"full_attention"}
+            and all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm")))
 
 
 def break_even_pack_tokens(config) -> int:
@@ -71,7 +89,8 @@ class Teacher:
     about its real tokens, not rows × longest row. ``share_prefixes`` (default, for models with the
     sdpa or eager attention) scores rows as token trees of at most ``pack_tokens`` tokens (default:
     ``break_even_pack_tokens`` of the model, at most ``max_batch_tokens``), run in blocks of
-    ``tree_block`` queries.
+    ``tree_block`` queries. ``last_layer_at_predictors`` (set for ``PLAIN_DECODERS``) runs a
+    tree's last layer at the tokens that predict a scored token only.
     """
 
     def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
@@ -89,6 +108,7 @@ class Teacher:
             if pack_tokens is None else pack_tokens
         self.tree_block = tree_block
         self.cache_keyword = _cache_keyword(model.base_model)
+        self.last_layer_at_predictors = _is_plain_decoder(model)
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
@@ -111,11 +131,17 @@ class Teacher:
             rows = torch.as_tensor(rows)
             selected = rows.nonzero().squeeze(1) if rows.dtype == torch.bool else rows.long()
         selected = selected[batch.response_mask[selected].any(dim=-1)]  # rows with nothing to score cost nothing
-        singles = selected.tolist()
+        whole_rows = selected.tolist()
         if self.share_prefixes:
-            packs, singles = _token_trees(batch, singles, share_keys, self.pack_tokens)
-            self._score_trees(batch, packs, logprobs, entropy)
-        self._score_rows(batch, torch.tensor(singles, dtype=torch.long), logprobs, entropy)
+            trees = _token_trees(batch, whole_rows, share_keys, self.pack_tokens)
+            whole_rows = []
+            if not self.last_layer_at_predictors:
+                # A tree of one row shares nothing: a causal forward scores it faster. Run layer by
+                # layer, its tree saves the last layer at the tokens that predict nothing.
+                whole_rows = [row for tree in trees if len(tree.paths) == 1 for row in tree.paths]
+                trees = [tree for tree in trees if len(tree.paths) > 1]
+            self._score_trees(batch, trees, logprobs, entropy)
+        self._score_rows(batch, torch.tensor(whole_rows, dtype=torch.long), logprobs, entropy)
         return TokenScores(logprobs=logprobs, mask=batch.response_mask.bool(), entropy=entropy)
 
     def _score_rows(self, batch, selected, logprobs, entropy) -> None:
@@ -155,12 +181,12 @@ class Teacher:
         width = max(len(p.ids) for p in packs)
         ids = torch.zeros((len(packs), width), dtype=torch.long)
         positions = torch.zeros_like(ids)
-        allowed = torch.empty((len(packs), width, width), dtype=torch.bool)
+        ends = torch.arange(1, width + 1).repeat(len(packs), 1)  # padding: a subtree of itself alone
         where_batch, where_node, out_rows, out_cols = [], [], [], []
         for i, pack in enumerate(packs):
             ids[i, :len(pack.ids)] = torch.tensor(pack.ids)
             positions[i, :len(pack.ids)] = torch.tensor(pack.positions)
-            allowed[i] = pack.allowed(width)
+            ends[i, :len(pack.ids)] = torch.tensor(_subtree_ends(pack.positions))
             for row, path in pack.paths.items():
                 columns = batch.response_mask[row].nonzero().squeeze(1)
                 # Token t of the row is predicted by the hidden state of its token t - 1.
@@ -173,27 +199,29 @@ class Teacher:
         # queries, each over the keys of its own nodes' prefixes only (gathered from the columns
         # before it): a tree's attention then costs about what its rows' own attention would,
         # not the dense square of the tree (on the small rollout benchmark's batch with the shipped
-        # π_0, medians of five interleaved timings: blocks of 256 and 384 scored in 0.84-0.87x the
-        # time of one dense forward per tree, 128 in 0.94x, 512 in 0.90x).
-        dtype = next(model.parameters()).dtype
-        ids, positions, allowed = ids.to(device), positions.to(device), allowed.to(device)
+        # π_0, medians of five interleaved timings: blocks of 256 and 384 scored in 0.83-0.85x the
+        # time of one block per tree, 128 in 0.91x; trees of 1,024 tokens were not faster).
+        ids, positions, ends = ids.to(device), positions.to(device), ends.to(device)
         cache = _TreeCache(width)
         hidden = []
         for start in range(0, width, self.tree_block):
             block = slice(start, min(start + self.tree_block, width))
-            rows_allowed = allowed[:, block, :block.stop]
-            needed = rows_allowed.any(dim=1)
-            count = int(needed.sum(dim=1).max())
             cache.block = block
-            # The needed columns first (in order); the rest, masked out, pads rows to one width.
-            cache.gather = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
-            mask = rows_allowed.gather(2, cache.gather[:, None, :].expand(-1, rows_allowed.shape[1], -1))
-            hidden.append(model.base_model(
-                input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=additive_mask(mask[:, None], dtype),
-                use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
+            queries = torch.arange(block.start, block.stop, device=device).expand(len(packs), -1)
+            mask = self._attend_prefixes(cache, queries, ends[:, :block.stop])
+            if self.last_layer_at_predictors:
+                hidden.append(self._all_but_last_layer(ids[:, block], positions[:, block], mask, cache))
+            else:
+                hidden.append(model.base_model(
+                    input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=mask,
+                    use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
         hidden = torch.cat(hidden, dim=1)
         out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
-        predictors = hidden[torch.cat(where_batch).to(device), torch.cat(where_node).to(device)]
+        where_batch, where_node = torch.cat(where_batch).to(device), torch.cat(where_node).to(device)
+        if self.last_layer_at_predictors:
+            predictors = self._last_layer(hidden, positions, ends, where_batch, where_node, cache)
+        else:
+            predictors = hidden[where_batch, where_node]
         targets = batch.input_ids[out_rows, out_cols].to(device)
         head = model.get_output_embeddings()
         values, entropies = [], []
@@ -206,6 +234,62 @@ class Teacher:
         if entropy is not None:
             entropy.index_put_((out_rows, out_cols), torch.cat(entropies).cpu())
 
+    def _attend_prefixes(self, cache: _TreeCache, queries: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """The additive mask of the nodes ``queries`` [trees, queries] over the first columns of
+        the trees, whose subtree ends are ``ends`` [trees, columns] (nodes in depth-first order): a
+        node attends to node k iff it lies in k's subtree, k <= node < ends[k]. Sets
+        ``cache.gather`` to the columns any query needs, in order (the rest, masked out, pads the
+        trees to one width)."""
+        columns = torch.arange(ends.shape[1], device=ends.device)
+        allowed = (columns <= queries[..., None]) & (queries[..., None] < ends[:, None, :])
+        needed = allowed.any(dim=1)
+        count = int(needed.sum(dim=1).max())
+        cache.gather = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
+        mask = allowed.gather(2, cache.gather[:, None, :].expand(-1, allowed.shape[1], -1))
+        return additive_mask(mask[:, None], next(self.model.parameters()).dtype)
+
+    def _all_but_last_layer(self, ids, positions, mask, cache) -> torch.Tensor:
+        """The hidden states entering the last decoder layer; that layer's keys and values are
+        stored in ``cache`` too, by an attention call whose queries all see one key."""
+        base = self.model.base_model
+        *layers, last = base.layers[: self.model.config.num_hidden_layers]
+        hidden = base.embed_tokens(ids)
+        rotary = base.rotary_emb(hidden, positions)
+        for layer in layers:
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
+                           use_cache=True, **{self.cache_keyword: cache})
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        cache.store_only = True
+        try:
+            last.self_attn(hidden_states=last.input_layernorm(hidden), position_embeddings=rotary,
+                           attention_mask=hidden.new_zeros(1, 1, 1, 1), **{self.cache_keyword: cache})
+        finally:
+            cache.store_only = False
+        return hidden
+
+    def _last_layer(self, hidden, positions, ends, where_batch, where_node, cache) -> torch.Tensor:
+        """The final hidden states at the nodes (``where_batch``, ``where_node``): the last decoder
+        layer and the norm run at the distinct nodes only, each tree's padded to one length, over
+        the keys and values that ``_all_but_last_layer`` stored."""
+        base = self.model.base_model
+        last = base.layers[self.model.config.num_hidden_layers - 1]
+        width = hidden.shape[1]
+        nodes, inverse = torch.unique(where_batch * width + where_node, return_inverse=True)
+        trees, nodes = nodes // width, nodes % width
+        per_tree = torch.bincount(trees, minlength=hidden.shape[0])
+        slot = torch.arange(len(nodes), device=nodes.device) - (per_tree.cumsum(0) - per_tree)[trees]
+        queries = torch.zeros((hidden.shape[0], int(per_tree.max())), dtype=torch.long, device=nodes.device)
+        queries[trees, slot] = nodes  # padding: node 0, which attends to itself
+        tree_index = torch.arange(hidden.shape[0], device=nodes.device)[:, None]
+        cache.block = None
+        mask = self._attend_prefixes(cache, queries, ends)
+        states, query_positions = hidden[tree_index, queries], positions.gather(1, queries)
+        out = last(states, attention_mask=mask, position_ids=query_positions,
+                   position_embeddings=base.rotary_emb(states, query_positions), use_cache=True,
+                   **{self.cache_keyword: cache})
+        out = base.norm(out[0] if isinstance(out, tuple) else out)
+        return out[trees, slot][inverse]
+
 
 class _TreeCache(Cache):
     """Keys and values of a batch of token trees run block by block: ``update`` writes a block's
@@ -217,8 +301,9 @@ class _TreeCache(Cache):
         self.width = width
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        self.block = slice(0, 0)
+        self.block: slice | None = slice(0, 0)  # the columns the queries' keys go to (None: stored already)
         self.gather: torch.Tensor | None = None
+        self.store_only = False  # only store the block's keys: its queries all see one key (their output is unused)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx == len(self.keys):
@@ -226,8 +311,11 @@ class _TreeCache(Cache):
             self.keys.append(key_states.new_zeros(shape))
             self.values.append(value_states.new_zeros(shape))
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        keys[:, :, self.block] = key_states
-        values[:, :, self.block] = value_states
+        if self.block is not None:
+            keys[:, :, self.block] = key_states
+            values[:, :, self.block] = value_states
+        if self.store_only:
+            return key_states[:, :, :1], value_states[:, :, :1]
         index = self.gather[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
         return keys.gather(2, index), values.gather(2, index)
 
@@ -239,32 +327,31 @@ class _TokenTree:
     """Rows packed as a tree: ``ids``/``positions`` hold each distinct prefix's last token once, in
     depth-first order; ``paths[row][t]`` is the node of the row's token t."""
 
-    __slots__ = ("first_column", "ids", "paths", "positions", "shared")
+    __slots__ = ("first_column", "ids", "paths", "positions")
 
     def __init__(self):
         self.ids: list[int] = []
         self.positions: list[int] = []
         self.paths: dict[int, list[int]] = {}
-        self.shared: dict[int, int] = {}  # tokens of the row already in the tree when it was added
         self.first_column: dict[int, int] = {}  # the row's first real column in the batch
 
     def add(self, row: int, first_column: int, tokens: list[int], shared: int, previous_path: list[int]) -> list[int]:
         path = previous_path[:shared] + list(range(len(self.ids), len(self.ids) + len(tokens) - shared))
         self.ids += tokens[shared:]
         self.positions += range(shared, len(tokens))
-        self.paths[row], self.shared[row], self.first_column[row] = path, shared, first_column
+        self.paths[row], self.first_column[row] = path, first_column
         return path
 
-    def allowed(self, width: int) -> torch.Tensor:
-        """[width, width]: node i attends to node j iff j is on i's path (padding: to itself)."""
-        allowed = torch.eye(width, dtype=torch.bool)
-        for row, path in self.paths.items():
-            shared = self.shared[row]
-            if shared < len(path):  # the row's new nodes attend to their path up to themselves
-                nodes = torch.tensor(path)
-                allowed[nodes[shared:, None], nodes[None, :]] = torch.ones(
-                    len(path) - shared, len(path), dtype=torch.bool).tril(shared)
-        return allowed
+
+def _subtree_ends(positions: list[int]) -> list[int]:
+    """For the nodes of a tree in depth-first order with their depths (``positions``), the index
+    just past each node's subtree: the first later node no deeper than it."""
+    ends, open_nodes = [len(positions)] * len(positions), []
+    for node, depth in enumerate(positions):
+        while open_nodes and positions[open_nodes[-1]] >= depth:
+            ends[open_nodes.pop()] = node
+        open_nodes.append(node)
+    return ends
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -276,10 +363,10 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
-                 pack_tokens: int) -> tuple[list[_TokenTree], list[int]]:
-    """Token trees of 2+ rows (with equal ``keys``, if given) of at most ``pack_tokens`` nodes (a
-    longer row is a tree of its own), and the rows that share no prefix with their neighbours. A row's real tokens must be contiguous
-    (``pad_batch`` pads on one side)."""
+                 pack_tokens: int) -> list[_TokenTree]:
+    """Token trees of the rows (with equal ``keys``, if given) of at most ``pack_tokens`` nodes (a
+    longer row is a tree of its own); a row that shares no prefix with its neighbours is a tree of
+    one row. A row's real tokens must be contiguous (``pad_batch`` pads on one side)."""
     by_key: dict[object, list[tuple[list[int], int, int]]] = {}
     for row in rows:
         real = batch.attention_mask[row].nonzero().squeeze(1)
@@ -302,6 +389,4 @@ def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
             path = tree.add(row, first, tokens, shared, path)
             previous = tokens
         trees.append(tree)
-    # A tree of one row is a whole row: scored by a plain causal forward instead.
-    singles = [row for tree in trees if len(tree.paths) == 1 for row in tree.paths]
-    return [tree for tree in trees if len(tree.paths) > 1], singles
+    return trees
