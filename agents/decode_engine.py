@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from transformers import Cache
 
+from agents.last_layer import is_plain_decoder, last_layer, layers_but_last
 from agents.sampling import (
     Candidate,
     SamplingConfig,
@@ -66,7 +67,9 @@ class SlotKVCache(Cache):
     their slots, writes batch row ``owners[i]`` at its ``columns`` of slot ``rows[i]`` and attends
     over the first ``width`` columns of the slots ``readers``; ``"decode"`` writes the
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
-    columns of the first batch slots.
+    columns of the first batch slots; ``"read"`` writes nothing and attends over the first ``width``
+    columns of the slots ``readers``. ``store_only`` (``agents.last_layer``): write, then return
+    the first key only.
     """
 
     is_compileable = True
@@ -85,6 +88,7 @@ class SlotKVCache(Cache):
         self.reused: list = []  # extend mode: (slot, ``read``'s copies, length) to put in first
         self.readers: torch.Tensor | None = None
         self.width = 0
+        self.store_only = False
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx == len(self.keys):
@@ -95,11 +99,13 @@ class SlotKVCache(Cache):
                     torch._dynamo.mark_static_address(buffer)
                 store.append(buffer)
         keys, values = self.keys[layer_idx], self.values[layer_idx]
+        if self.mode == "read":
+            return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         if self.mode == "prefill":
             width = key_states.shape[2]
             keys[self.rows, :, :width] = key_states[self.owners]
             values[self.rows, :, :width] = value_states[self.owners]
-            return key_states, value_states
+            return (key_states[:, :, :1], value_states[:, :, :1]) if self.store_only else (key_states, value_states)
         if self.mode == "extend":
             # Slot rows[i] gets its reused prefix's keys in columns [0, length), then batch row
             # owners[i]'s keys at columns[owners[i]] (right after the prefix); batch row b attends
@@ -110,6 +116,8 @@ class SlotKVCache(Cache):
             columns = self.columns[self.owners]
             keys[self.rows[:, None], :, columns] = key_states[self.owners].transpose(1, 2)
             values[self.rows[:, None], :, columns] = value_states[self.owners].transpose(1, 2)
+            if self.store_only:
+                return key_states[:, :, :1], value_states[:, :, :1]
             return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         batch = key_states.shape[0]
         slots = torch.arange(batch, device=key_states.device)
@@ -241,6 +249,7 @@ class DecodeEngine:
         self.max_prefill_tokens = default_forward_tokens(model) if max_prefill_tokens is None else max_prefill_tokens
         self.refill_fraction = refill_fraction
         self.cache_keyword = _cache_keyword(model)
+        self.last_layer_at_last_token = is_plain_decoder(model)
         # Totals over the engine's runs: decode steps, occupied slots summed over those steps
         # (their ratio is the mean live batch), forwards and their padded tokens, and the prompt tokens taken from the prefix store.
         self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0}
@@ -292,6 +301,18 @@ class DecodeEngine:
     def _forward(self, input_ids, attention_mask, position_ids, cache):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                           use_cache=True, logits_to_keep=1, **{self.cache_keyword: cache}).logits[:, -1]
+
+    def _prefill(self, input_ids, attention_mask, position_ids, cache, readers):
+        """The last column's logits of a (left-padded) prefill or extend forward. A plain decoder
+        runs its last layer at that column only (``agents.last_layer``), over the keys of the
+        slots ``readers`` (one per batch row); a model with forward hooks (they may change its
+        logits) runs whole."""
+        if not self.last_layer_at_last_token or self.model._forward_hooks or self.model._forward_pre_hooks:
+            return self._forward(input_ids, attention_mask, position_ids, cache)
+        hidden = layers_but_last(self.model, input_ids, position_ids, attention_mask, cache)
+        cache.mode, cache.readers, cache.width = "read", readers, attention_mask.shape[-1]
+        out = last_layer(self.model, hidden[:, -1:], position_ids[:, -1:], attention_mask[:, :, -1:], cache)
+        return self.model.get_output_embeddings()(out[:, -1])
 
     @torch.inference_mode()
     def run(
@@ -432,8 +453,9 @@ class _Run:
         self.cache.mode = "prefill"
         self.cache.rows = torch.tensor(slots, device=self.device)
         self.cache.owners = torch.tensor(owners, device=self.device)
-        logits = self.engine._forward(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
-                                      positions.to(self.device), self.cache)
+        readers = torch.tensor([slots[owners.index(u)] for u in range(count)], device=self.device)
+        logits = self.engine._prefill(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
+                                      positions.to(self.device), self.cache, readers)
         for slot, row, owner in zip(slots, rows, owners):
             self.row[slot] = row
             self.start[slot], self.column[slot], self.position[slot] = int(first[owner]), width, int(lengths[owner])
@@ -472,8 +494,8 @@ class _Run:
         self.cache.readers = torch.tensor(readers, device=self.device)
         self.cache.columns = columns.to(self.device)
         self.cache.reused = [(slot, *self.reuse[row]) for slot, row in zip(slots, rows)]
-        logits = self.engine._forward(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
-                                      positions.to(self.device), self.cache)
+        logits = self.engine._prefill(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
+                                      positions.to(self.device), self.cache, self.cache.readers)
         self.cache.reused = []
         for slot, row in zip(slots, rows):
             self.row[slot] = row

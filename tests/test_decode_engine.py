@@ -4,6 +4,7 @@ import random
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from agents.chat_tokens import encode_text
 from agents.decode_engine import DecodeEngine, PrefixStore
@@ -122,6 +123,7 @@ def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer
     prompts = random_prompts(tokenizer, 8, seed=4)
     sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=12)
     policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=3)
+    assert policy.decoder.last_layer_at_last_token  # prefills run the last layer at their last token only
     first = policy.generate(prompts, n=1, seeds=list(range(100, 108)))
     rng = random.Random(5)
     continued = [p + c.token_ids + [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(1, 20))]
@@ -142,6 +144,31 @@ def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer
     assert policy.decoder.stats["reused_tokens"] == reused
     policy.release_cache()
     assert not policy.decoder.prefixes.entries
+
+
+def test_llama_prefills_run_the_last_layer_at_the_last_token(tokenizer):
+    """Another plain decoder (Llama, grouped-query heads): fresh and continued prompts give the
+    chunked path's records, and a forward hook on the model (it may change the logits) makes the
+    engine run prefills whole."""
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    prompts = random_prompts(tokenizer, 6, seed=6)
+    sampling = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=10)
+    policy = HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=4)
+    assert policy.decoder.last_layer_at_last_token
+    first = policy.generate(prompts, n=2, seeds=list(range(1000, 1006)))
+    assert_same(generate(model, tokenizer, prompts, 2, "chunked", 4, sampling), first)
+    continued = [p + c.token_ids + [7, 8, 9] for p, (c, _) in zip(prompts, first)]
+    assert_same(generate(model, tokenizer, continued, 1, "chunked", 4, sampling),
+                policy.generate(continued, n=1, seeds=list(range(1000, 1006))))
+    assert policy.decoder.stats["reused_tokens"] > 0
+    handle = boost(model, [tokenizer.eos_token_id], 50.0)
+    try:
+        assert all(c.token_ids == [tokenizer.eos_token_id] for (c,) in policy.generate(prompts, n=1))
+    finally:
+        handle.remove()
 
 
 def test_prefix_store_budget_evicts_the_oldest_entries():

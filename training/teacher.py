@@ -21,12 +21,11 @@ so a row's scores are read from the tree at its tokens and equal those of one fo
 to float rounding (tested to 1e-5 on short rows; on the small rollout benchmark's batch, 700-token
 rows, at most 2e-5 and 1e-7 on average).
 
-Only the tokens that predict a scored token need the last layer's output; every other token needs
-only that layer's keys and values. For the plain decoders (``PLAIN_DECODERS``: embeddings, rotary
-positions, decoder layers, final norm) a tree's last layer therefore runs its queries, attention
-and MLP at those tokens only (~13% of the small benchmark batch's tree tokens), after an attention
-call that stores every token's keys and values. For those models a row that shares nothing with
-its neighbours is a tree of one row too; for other models it is scored by a plain causal forward.
+Only the tokens that predict a scored token need the last layer's output: for the plain decoders
+(``agents.last_layer``) a tree's last layer runs its queries, attention and MLP at those tokens
+only (~13% of the small benchmark batch's tree tokens). For those models a row that shares nothing
+with its neighbours is a tree of one row too; for other models it is scored by a plain causal
+forward.
 """
 
 from __future__ import annotations
@@ -36,13 +35,12 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache
 
+from agents.last_layer import is_plain_decoder, last_layer, layers_but_last
 from agents.sampling import _cache_keyword, additive_mask, default_forward_tokens
 from training.losses import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 TREE_ATTENTION = ("sdpa", "eager")  # attention implementations that take an arbitrary 4D mask
-# Model types whose base model's forward is embed_tokens, rotary_emb, the decoder layers, norm.
-PLAIN_DECODERS = ("llama", "qwen2", "qwen3")
 
 
 def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
@@ -56,15 +54,6 @@ def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool,
     if kl_in_reward:
         needed |= (role_ids == LEADER) | (role_ids == ANSWERER)
     return needed
-
-
-def _is_plain_decoder(model: torch.nn.Module) -> bool:
-    """``model``'s base forward is one we can run layer by layer (``PLAIN_DECODERS``, full attention
-    in every layer, the modules under their usual names)."""
-    config, base = model.config, model.base_model
-    layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    return (getattr(config, "model_type", None) in PLAIN_DECODERS and layer_types == {"full_attention"}
-            and all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm")))
 
 
 def break_even_pack_tokens(config) -> int:
@@ -89,7 +78,7 @@ class Teacher:
     about its real tokens, not rows × longest row. ``share_prefixes`` (default, for models with the
     sdpa or eager attention) scores rows as token trees of at most ``pack_tokens`` tokens (default:
     ``break_even_pack_tokens`` of the model, at most ``max_batch_tokens``), run in blocks of
-    ``tree_block`` queries. ``last_layer_at_predictors`` (set for ``PLAIN_DECODERS``) runs a
+    ``tree_block`` queries. ``last_layer_at_predictors`` (set for plain decoders) runs a
     tree's last layer at the tokens that predict a scored token only.
     """
 
@@ -108,7 +97,7 @@ class Teacher:
             if pack_tokens is None else pack_tokens
         self.tree_block = tree_block
         self.cache_keyword = _cache_keyword(model.base_model)
-        self.last_layer_at_predictors = _is_plain_decoder(model)
+        self.last_layer_at_predictors = is_plain_decoder(model)
 
     @torch.inference_mode()
     def score(self, batch: TokenBatch, with_entropy: bool = False,
@@ -210,7 +199,7 @@ class Teacher:
             queries = torch.arange(block.start, block.stop, device=device).expand(len(packs), -1)
             mask = self._attend_prefixes(cache, queries, ends[:, :block.stop])
             if self.last_layer_at_predictors:
-                hidden.append(self._all_but_last_layer(ids[:, block], positions[:, block], mask, cache))
+                hidden.append(layers_but_last(model, ids[:, block], positions[:, block], mask, cache))
             else:
                 hidden.append(model.base_model(
                     input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=mask,
@@ -235,65 +224,48 @@ class Teacher:
             entropy.index_put_((out_rows, out_cols), torch.cat(entropies).cpu())
 
     def _attend_prefixes(self, cache: _TreeCache, queries: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-        """The additive mask of the nodes ``queries`` [trees, queries] over the first columns of
-        the trees, whose subtree ends are ``ends`` [trees, columns] (nodes in depth-first order): a
-        node attends to node k iff it lies in k's subtree, k <= node < ends[k]. Sets
-        ``cache.gather`` to the columns any query needs, in order (the rest, masked out, pads the
-        trees to one width)."""
-        columns = torch.arange(ends.shape[1], device=ends.device)
-        allowed = (columns <= queries[..., None]) & (queries[..., None] < ends[:, None, :])
-        needed = allowed.any(dim=1)
+        """The additive mask of the nodes ``queries`` [trees, queries] (ascending in each tree)
+        over the first columns of the trees, whose subtree ends are ``ends`` [trees, columns]
+        (nodes in depth-first order): a node attends to node k iff it lies in k's subtree,
+        k <= node < ends[k]. Sets ``cache.attend`` to the columns any query needs, in order (the
+        rest, masked out, pads the trees to one width)."""
+        # Column k is needed iff the first query at or after k lies in k's subtree (queries sorted).
+        columns = torch.arange(ends.shape[1], device=ends.device).repeat(len(ends), 1)
+        first = torch.searchsorted(queries.contiguous(), columns)
+        needed = (first < queries.shape[1]) & (queries.gather(1, first.clamp(max=queries.shape[1] - 1)) < ends)
         count = int(needed.sum(dim=1).max())
-        cache.gather = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
-        mask = allowed.gather(2, cache.gather[:, None, :].expand(-1, allowed.shape[1], -1))
-        return additive_mask(mask[:, None], next(self.model.parameters()).dtype)
-
-    def _all_but_last_layer(self, ids, positions, mask, cache) -> torch.Tensor:
-        """The hidden states entering the last decoder layer; that layer's keys and values are
-        stored in ``cache`` too, by an attention call whose queries all see one key."""
-        base = self.model.base_model
-        *layers, last = base.layers[: self.model.config.num_hidden_layers]
-        hidden = base.embed_tokens(ids)
-        rotary = base.rotary_emb(hidden, positions)
-        for layer in layers:
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
-                           use_cache=True, **{self.cache_keyword: cache})
-            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-        cache.store_only = True
-        try:
-            last.self_attn(hidden_states=last.input_layernorm(hidden), position_embeddings=rotary,
-                           attention_mask=hidden.new_zeros(1, 1, 1, 1), **{self.cache_keyword: cache})
-        finally:
-            cache.store_only = False
-        return hidden
+        if count == ends.shape[1]:  # some tree needs every column: attend to them as they lie
+            cache.attend, keys, key_ends = slice(0, count), columns[:, None, :], ends[:, None, :]
+        else:
+            cache.attend = torch.argsort((~needed).to(torch.uint8), dim=1, stable=True)[:, :count]
+            keys, key_ends = cache.attend[:, None, :], ends.gather(1, cache.attend)[:, None, :]
+        allowed = (keys <= queries[..., None]) & (queries[..., None] < key_ends)
+        return additive_mask(allowed[:, None], next(self.model.parameters()).dtype)
 
     def _last_layer(self, hidden, positions, ends, where_batch, where_node, cache) -> torch.Tensor:
         """The final hidden states at the nodes (``where_batch``, ``where_node``): the last decoder
         layer and the norm run at the distinct nodes only, each tree's padded to one length, over
-        the keys and values that ``_all_but_last_layer`` stored."""
-        base = self.model.base_model
-        last = base.layers[self.model.config.num_hidden_layers - 1]
+        the keys and values that ``layers_but_last`` stored."""
         width = hidden.shape[1]
         nodes, inverse = torch.unique(where_batch * width + where_node, return_inverse=True)
         trees, nodes = nodes // width, nodes % width
         per_tree = torch.bincount(trees, minlength=hidden.shape[0])
-        slot = torch.arange(len(nodes), device=nodes.device) - (per_tree.cumsum(0) - per_tree)[trees]
-        queries = torch.zeros((hidden.shape[0], int(per_tree.max())), dtype=torch.long, device=nodes.device)
-        queries[trees, slot] = nodes  # padding: node 0, which attends to itself
+        starts = per_tree.cumsum(0) - per_tree
+        slot = torch.arange(len(nodes), device=nodes.device) - starts[trees]
+        # Each tree's nodes in ascending order, padded by repeating its last one.
+        taken = torch.minimum(torch.arange(int(per_tree.max()), device=nodes.device), per_tree[:, None] - 1)
+        queries = nodes[starts[:, None] + taken]
         tree_index = torch.arange(hidden.shape[0], device=nodes.device)[:, None]
         cache.block = None
         mask = self._attend_prefixes(cache, queries, ends)
-        states, query_positions = hidden[tree_index, queries], positions.gather(1, queries)
-        out = last(states, attention_mask=mask, position_ids=query_positions,
-                   position_embeddings=base.rotary_emb(states, query_positions), use_cache=True,
-                   **{self.cache_keyword: cache})
-        out = base.norm(out[0] if isinstance(out, tuple) else out)
+        out = last_layer(self.model, hidden[tree_index, queries], positions.gather(1, queries), mask, cache)
         return out[trees, slot][inverse]
 
 
 class _TreeCache(Cache):
     """Keys and values of a batch of token trees run block by block: ``update`` writes a block's
-    keys at its columns and returns, per tree, the columns ``gather`` (its queries' prefixes)."""
+    keys at its columns and returns, per tree, the columns ``attend`` (its queries' prefixes: an
+    index per tree, or a slice of columns for all trees)."""
 
     def __init__(self, width: int):
         # Not Cache.__init__, as in agents.decode_engine.SlotKVCache: no layer machinery needed.
@@ -302,7 +274,7 @@ class _TreeCache(Cache):
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.block: slice | None = slice(0, 0)  # the columns the queries' keys go to (None: stored already)
-        self.gather: torch.Tensor | None = None
+        self.attend: torch.Tensor | slice = slice(0, 0)
         self.store_only = False  # only store the block's keys: its queries all see one key (their output is unused)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -316,7 +288,9 @@ class _TreeCache(Cache):
             values[:, :, self.block] = value_states
         if self.store_only:
             return key_states[:, :, :1], value_states[:, :, :1]
-        index = self.gather[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        if isinstance(self.attend, slice):
+            return keys[:, :, self.attend], values[:, :, self.attend]
+        index = self.attend[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
         return keys.gather(2, index), values.gather(2, index)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
