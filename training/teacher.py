@@ -175,13 +175,13 @@ class Teacher:
         for i, pack in enumerate(packs):
             ids[i, :len(pack.ids)] = torch.tensor(pack.ids)
             positions[i, :len(pack.ids)] = torch.tensor(pack.positions)
-            ends[i, :len(pack.ids)] = torch.tensor(_subtree_ends(pack.positions))
+            ends[i, :len(pack.ids)] = torch.tensor(pack.subtree_ends())
             for row, path in pack.paths.items():
                 columns = batch.response_mask[row].nonzero().squeeze(1)
                 # Token t of the row is predicted by the hidden state of its token t - 1.
-                predictors = torch.tensor(path)[columns - pack.first_column[row] - 1]
-                where_batch.append(torch.full_like(columns, i))
-                where_node.append(predictors)
+                first = pack.first_column[row] + 1
+                where_node += [path[c - first] for c in columns.tolist()]
+                where_batch += [i] * len(columns)
                 out_rows.append(torch.full_like(columns, row))
                 out_cols.append(columns)
         # In depth-first order a node's prefix lies before it, so the trees run in blocks of
@@ -206,7 +206,7 @@ class Teacher:
                     use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
         hidden = torch.cat(hidden, dim=1)
         out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
-        where_batch, where_node = torch.cat(where_batch).to(device), torch.cat(where_node).to(device)
+        where_batch, where_node = torch.tensor(where_batch, device=device), torch.tensor(where_node, device=device)
         if self.last_layer_at_predictors:
             predictors = self._last_layer(hidden, positions, ends, where_batch, where_node, cache)
         else:
@@ -301,31 +301,29 @@ class _TokenTree:
     """Rows packed as a tree: ``ids``/``positions`` hold each distinct prefix's last token once, in
     depth-first order; ``paths[row][t]`` is the node of the row's token t."""
 
-    __slots__ = ("first_column", "ids", "paths", "positions")
+    __slots__ = ("ends", "first_column", "ids", "paths", "positions")
 
     def __init__(self):
         self.ids: list[int] = []
         self.positions: list[int] = []
+        self.ends: list[int | None] = []  # the node just past each node's subtree (None: still open)
         self.paths: dict[int, list[int]] = {}
         self.first_column: dict[int, int] = {}  # the row's first real column in the batch
 
     def add(self, row: int, first_column: int, tokens: list[int], shared: int, previous_path: list[int]) -> list[int]:
+        """Add a row that shares its first ``shared`` tokens with the previous row (``previous_path``);
+        rows come in sorted order, so the previous row's nodes past them have no later descendant."""
+        for node in previous_path[shared:]:
+            self.ends[node] = len(self.ids)
         path = previous_path[:shared] + list(range(len(self.ids), len(self.ids) + len(tokens) - shared))
         self.ids += tokens[shared:]
         self.positions += range(shared, len(tokens))
+        self.ends += [None] * (len(tokens) - shared)
         self.paths[row], self.first_column[row] = path, first_column
         return path
 
-
-def _subtree_ends(positions: list[int]) -> list[int]:
-    """For the nodes of a tree in depth-first order with their depths (``positions``), the index
-    just past each node's subtree: the first later node no deeper than it."""
-    ends, open_nodes = [len(positions)] * len(positions), []
-    for node, depth in enumerate(positions):
-        while open_nodes and positions[open_nodes[-1]] >= depth:
-            ends[open_nodes.pop()] = node
-        open_nodes.append(node)
-    return ends
+    def subtree_ends(self) -> list[int]:
+        return [len(self.ids) if end is None else end for end in self.ends]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -357,7 +355,7 @@ def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
             shared = _common_prefix(tokens, previous) if tree is not None else 0
             if tree is not None and (shared == 0 or len(tree.ids) + len(tokens) - shared > pack_tokens):
                 trees.append(tree)
-                tree, shared = None, 0
+                tree, shared, path = None, 0, []
             if tree is None:
                 tree = _TokenTree()
             path = tree.add(row, first, tokens, shared, path)
