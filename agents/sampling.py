@@ -12,7 +12,8 @@ recorded is exactly what was sampled:
   correct for that truncation. Temperature 0 means greedy decoding, and the recorded log-probs are
   then those of the untempered policy.
 * **Batching is invisible**: each row draws its uniforms from its own generator, seeded by the
-  row's seed, and samples by inverse CDF over the vocabulary sorted by probability (stable sort).
+  row's seed, and samples by inverse CDF over the vocabulary sorted by probability (stable sort;
+  in the vocabulary's own order when top-p is 1 and nothing is truncated).
   A row's tokens therefore depend only on its prompt and seed, not on the other rows or on padding.
   Left padding changes the floating-point sums of a row by ~1e-6, which changes a token only if
   its uniform lies within that distance of a CDF boundary.
@@ -132,6 +133,12 @@ def sample_next_tokens(
         return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
     probs = logprobs.exp()
+    if top_p >= 1:  # nothing to truncate: the inverse CDF over the vocabulary in its own order
+        cdf = probs.cumsum(dim=-1)
+        index = torch.searchsorted(cdf, (uniforms.to(cdf) * cdf[:, -1])[:, None], right=True)
+        # Float rounding can put a target at the very top of the CDF: take the last likely token.
+        tokens = torch.minimum(index, (cdf < cdf[:, -1:]).sum(dim=-1, keepdim=True)).squeeze(1)
+        return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
     order = descending_order(probs)
     sorted_probs = probs.gather(1, order)
     # Keep the smallest prefix whose mass reaches top_p: a token is kept if the mass strictly

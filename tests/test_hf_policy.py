@@ -204,3 +204,19 @@ def test_descending_order_is_torchs_stable_descending_sort():
     probs[1, 100:200] = 0.0  # exact zeros (underflow)
     probs[2, :10] = torch.tensor(0.25).view(torch.int32).add(torch.arange(10, dtype=torch.int32)).view(torch.float32)  # same high bits
     assert torch.equal(descending_order(probs), probs.sort(dim=-1, descending=True, stable=True).indices)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.999999])
+def test_inverse_cdf_draws_follow_the_distribution(top_p):
+    """Top-p 1 samples over the vocabulary in its own order, top-p < 1 over the sorted one: both
+    give each token its probability (evenly spaced uniforms hit a token as often as its mass), and
+    a uniform at the very top of the CDF never lands on a token of zero probability."""
+    logits = torch.tensor([[0.0, 2.0, -1.0, 1.0, -200.0, -200.0]])  # the last two underflow to 0
+    probs = torch.softmax(logits, dim=-1)[0]
+    draws = 20000
+    uniforms = (torch.arange(draws, dtype=torch.float64) + 0.5) / draws
+    tokens, logprobs = sample_next_tokens(logits.expand(draws, -1), uniforms.float(), temperature=1.0, top_p=top_p)
+    assert torch.allclose(torch.bincount(tokens, minlength=6) / draws, probs, atol=1e-3)
+    assert torch.allclose(logprobs, torch.log(probs[tokens]), atol=1e-6)
+    top, _ = sample_next_tokens(logits, torch.tensor([1.0]), temperature=1.0, top_p=top_p)  # target = the CDF's top
+    assert probs[top] > 0
