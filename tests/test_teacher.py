@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
@@ -163,22 +163,23 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     assert (partial.logprobs[others] == 0).all()
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_llama_trees_run_the_last_layer_at_predictors_only(tokenizer, searcher_calls, attention):
-    """Another plain decoder (Llama, grouped-query heads): its token trees run the last layer at
-    the predicting tokens only and score what whole rows score."""
+@pytest.mark.parametrize(("family", "attention"), [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa")])
+def test_other_plain_decoders_run_the_last_layer_at_predictors_only(tokenizer, searcher_calls, family, attention):
+    """Other plain decoders (Llama; Qwen2, with attention biases; grouped-query heads): their token
+    trees run the last layer at the predicting tokens only and score what whole rows score."""
     ids, masks, _ = zip(*searcher_calls)
     rows = [*ids, ids[0] + ids[1][5:]]  # the last row shares row 0 whole
     masks = [*masks, masks[0] + masks[1][5:]]
     batch = pad_batch(rows, masks, tokenizer.pad_token_id)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         attn_implementation=attention)
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[family]
+    config = config_class(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                          attn_implementation=attention)
     torch.manual_seed(0)
-    llama = LlamaForCausalLM(config).eval()
-    teacher = Teacher(llama)
+    model = model_class(config).eval()
+    teacher = Teacher(model)
     assert teacher.share_prefixes and teacher.last_layer_at_predictors
-    whole = Teacher(llama, share_prefixes=False).score(batch, with_entropy=True)
+    whole = Teacher(model, share_prefixes=False).score(batch, with_entropy=True)
     trees = teacher.score(batch, with_entropy=True)
     assert torch.allclose(trees.logprobs, whole.logprobs, atol=1e-5, rtol=0)
     assert torch.allclose(trees.entropy, whole.entropy, atol=1e-5, rtol=0)
