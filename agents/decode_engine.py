@@ -69,7 +69,7 @@ class SlotKVCache(Cache):
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
     columns of the first batch slots; ``"read"`` writes nothing and attends over the first ``width``
     columns of the slots ``readers``. ``store_only`` (``agents.last_layer``): write, then return
-    the first key only.
+    the first key only (nothing reads it).
     """
 
     is_compileable = True

@@ -5,12 +5,15 @@ Teacher reads the tokens that predict a scored token) still needs every token's 
 every layer, but the last layer's queries, attention and MLP only at the tokens it reads. For the
 plain decoders (``PLAIN_DECODERS``: embeddings, rotary positions, decoder layers, final norm, in
 that order) ``layers_but_last`` runs all layers but the last and stores that layer's keys and values
-through one attention call whose queries see one key; ``last_layer`` then runs the last layer and
-the norm at the chosen tokens over the stored keys. A cache used this way has a ``store_only``
-flag: while it is set, ``update`` stores the keys it is given and returns their first column only.
+from its key and value projections alone, as its attention module computes them; ``last_layer``
+then runs the last layer and the norm at the chosen tokens over the stored keys. A cache used this
+way has a ``store_only`` flag: while it is set, ``update`` stores the keys it is given and returns
+their first column only (nothing reads them).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -25,8 +28,12 @@ def is_plain_decoder(model: torch.nn.Module) -> bool:
     every layer, the modules under their usual names."""
     config, base = model.config, model.base_model
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    return (getattr(config, "model_type", None) in PLAIN_DECODERS and layer_types == {"full_attention"}
-            and all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm")))
+    if getattr(config, "model_type", None) not in PLAIN_DECODERS or layer_types != {"full_attention"} \
+            or not all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm")):
+        return False
+    attention = _layers(model)[-1].self_attn
+    return all(hasattr(attention, name) for name in ("k_proj", "v_proj", "head_dim", "layer_idx")) \
+        and hasattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb")
 
 
 def _layers(model: torch.nn.Module):
@@ -48,10 +55,20 @@ def layers_but_last(model: torch.nn.Module, ids: torch.Tensor, positions: torch.
     for layer in layers:
         hidden = _output(layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
                                use_cache=True, **{keyword: cache}))
+    # The last layer's keys and values, as its attention module computes them (Qwen3 normalises
+    # each key head), without its queries, attention and output projection.
+    attention, states = last.self_attn, last.input_layernorm(hidden)
+    heads = (*states.shape[:-1], -1, attention.head_dim)
+    keys = attention.k_proj(states).view(heads)
+    if hasattr(attention, "k_norm"):
+        keys = attention.k_norm(keys)
+    keys, values = keys.transpose(1, 2), attention.v_proj(states).view(heads).transpose(1, 2)
+    cos, sin = rotary
+    # The model's own rotary function; one key head stands in for the queries it also rotates.
+    _, keys = sys.modules[type(attention).__module__].apply_rotary_pos_emb(keys[:, :1], keys, cos, sin)
     cache.store_only = True
     try:
-        last.self_attn(hidden_states=last.input_layernorm(hidden), position_embeddings=rotary,
-                       attention_mask=hidden.new_zeros(1, 1, 1, 1), **{keyword: cache})
+        cache.update(keys, values, attention.layer_idx)
     finally:
         cache.store_only = False
     return hidden

@@ -275,7 +275,7 @@ class _TreeCache(Cache):
         self.values: list[torch.Tensor] = []
         self.block: slice | None = slice(0, 0)  # the columns the queries' keys go to (None: stored already)
         self.attend: torch.Tensor | slice = slice(0, 0)
-        self.store_only = False  # only store the block's keys: its queries all see one key (their output is unused)
+        self.store_only = False  # only store the block's keys (agents.last_layer); nothing reads what update returns
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx == len(self.keys):
