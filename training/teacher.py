@@ -23,7 +23,7 @@ rows, at most 2e-5 and 1e-7 on average).
 
 Only the tokens that predict a scored token need the last layer's output: for the plain decoders
 (``agents.last_layer``) a tree's last layer runs its queries, attention and MLP at those tokens
-only (~13% of the small benchmark batch's tree tokens). For those models a row that shares nothing
+only (~12% of the small benchmark batch's tree tokens). For those models a row that shares nothing
 with its neighbours is a tree of one row too; for other models it is scored by a plain causal
 forward.
 """
