@@ -68,8 +68,8 @@ class SlotKVCache(Cache):
     over the first ``width`` columns of the slots ``readers``; ``"decode"`` writes the
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
     columns of the first batch slots; ``"read"`` writes nothing and attends over the first ``width``
-    columns of the slots ``readers``. ``store_only`` (``agents.last_layer``): write, then return
-    the first key only (nothing reads it).
+    columns of the slots ``readers``. ``store`` writes without returning what to attend over
+    (``agents.last_layer``).
     """
 
     is_compileable = True
@@ -88,9 +88,10 @@ class SlotKVCache(Cache):
         self.reused: list = []  # extend mode: (slot, ``read``'s copies, length) to put in first
         self.readers: torch.Tensor | None = None
         self.width = 0
-        self.store_only = False
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    def store(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int) -> tuple:
+        """Write the forward's keys and values of layer ``layer_idx`` as ``mode`` says; return that
+        layer's buffers."""
         if layer_idx == len(self.keys):
             shape = (self.slots, key_states.shape[1], self.capacity, key_states.shape[3])
             for store, like in ((self.keys, key_states), (self.values, value_states)):
@@ -99,30 +100,32 @@ class SlotKVCache(Cache):
                     torch._dynamo.mark_static_address(buffer)
                 store.append(buffer)
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        if self.mode == "read":
-            return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         if self.mode == "prefill":
             width = key_states.shape[2]
             keys[self.rows, :, :width] = key_states[self.owners]
             values[self.rows, :, :width] = value_states[self.owners]
-            return (key_states[:, :, :1], value_states[:, :, :1]) if self.store_only else (key_states, value_states)
-        if self.mode == "extend":
+        elif self.mode == "extend":
             # Slot rows[i] gets its reused prefix's keys in columns [0, length), then batch row
-            # owners[i]'s keys at columns[owners[i]] (right after the prefix); batch row b attends
-            # over the slot readers[b].
+            # owners[i]'s keys at columns[owners[i]] (right after the prefix).
             for slot, (stored_keys, stored_values), length in self.reused:
                 keys[slot, :, :length] = stored_keys[layer_idx][:, :length]
                 values[slot, :, :length] = stored_values[layer_idx][:, :length]
             columns = self.columns[self.owners]
             keys[self.rows[:, None], :, columns] = key_states[self.owners].transpose(1, 2)
             values[self.rows[:, None], :, columns] = value_states[self.owners].transpose(1, 2)
-            if self.store_only:
-                return key_states[:, :, :1], value_states[:, :, :1]
+        elif self.mode == "decode":
+            slots = torch.arange(key_states.shape[0], device=key_states.device)
+            keys[slots, :, self.columns] = key_states[:, :, 0]
+            values[slots, :, self.columns] = value_states[:, :, 0]
+        return keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        keys, values = self.store(key_states, value_states, layer_idx)
+        if self.mode == "prefill":
+            return key_states, value_states
+        if self.mode in ("extend", "read"):  # batch row b attends over the slot readers[b]
             return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         batch = key_states.shape[0]
-        slots = torch.arange(batch, device=key_states.device)
-        keys[slots, :, self.columns] = key_states[:, :, 0]
-        values[slots, :, self.columns] = value_states[:, :, 0]
         return keys[:batch, :, : self.width], values[:batch, :, : self.width]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

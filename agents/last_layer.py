@@ -7,8 +7,8 @@ plain decoders (``PLAIN_DECODERS``: embeddings, rotary positions, decoder layers
 that order) ``layers_but_last`` runs all layers but the last and stores that layer's keys and values
 from its key and value projections alone, as its attention module computes them; ``last_layer``
 then runs the last layer and the norm at the chosen tokens over the stored keys. A cache used this
-way has a ``store_only`` flag: while it is set, ``update`` stores the keys it is given and returns
-their first column only (nothing reads them).
+way has a ``store(key_states, value_states, layer_idx)`` method: ``update``'s writes, without the
+keys to attend over.
 """
 
 from __future__ import annotations
@@ -66,11 +66,7 @@ def layers_but_last(model: torch.nn.Module, ids: torch.Tensor, positions: torch.
     cos, sin = rotary
     # The model's own rotary function; one key head stands in for the queries it also rotates.
     _, keys = sys.modules[type(attention).__module__].apply_rotary_pos_emb(keys[:, :1], keys, cos, sin)
-    cache.store_only = True
-    try:
-        cache.update(keys, values, attention.layer_idx)
-    finally:
-        cache.store_only = False
+    cache.store(keys, values, attention.layer_idx)
     return hidden
 
 

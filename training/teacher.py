@@ -263,9 +263,9 @@ class Teacher:
 
 
 class _TreeCache(Cache):
-    """Keys and values of a batch of token trees run block by block: ``update`` writes a block's
-    keys at its columns and returns, per tree, the columns ``attend`` (its queries' prefixes: an
-    index per tree, or a slice of columns for all trees)."""
+    """Keys and values of a batch of token trees run block by block: ``store`` writes a block's
+    keys at its columns; ``update`` also returns, per tree, the columns ``attend`` (its queries'
+    prefixes: an index per tree, or a slice of columns for all trees)."""
 
     def __init__(self, width: int):
         # Not Cache.__init__, as in agents.decode_engine.SlotKVCache: no layer machinery needed.
@@ -275,9 +275,9 @@ class _TreeCache(Cache):
         self.values: list[torch.Tensor] = []
         self.block: slice | None = slice(0, 0)  # the columns the queries' keys go to (None: stored already)
         self.attend: torch.Tensor | slice = slice(0, 0)
-        self.store_only = False  # only store the block's keys (agents.last_layer); nothing reads what update returns
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    def store(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int) -> tuple:
+        """Write the block's keys and values of layer ``layer_idx``; return that layer's buffers."""
         if layer_idx == len(self.keys):
             shape = (key_states.shape[0], key_states.shape[1], self.width, key_states.shape[3])
             self.keys.append(key_states.new_zeros(shape))
@@ -286,8 +286,10 @@ class _TreeCache(Cache):
         if self.block is not None:
             keys[:, :, self.block] = key_states
             values[:, :, self.block] = value_states
-        if self.store_only:
-            return key_states[:, :, :1], value_states[:, :, :1]
+        return keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        keys, values = self.store(key_states, value_states, layer_idx)
         if isinstance(self.attend, slice):
             return keys[:, :, self.attend], values[:, :, self.attend]
         index = self.attend[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
