@@ -38,10 +38,10 @@ _PLACEHOLDER = "\u2063MAOPD_ASSISTANT_CONTENT\u2063"
 _DEFAULT_HISTORY = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
 
 
-def render_text(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
-    text = tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-    )
+def render_text(
+    tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]], add_generation_prompt: bool
+) -> str:
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
     if not isinstance(text, str):
         raise TypeError(f"chat template rendered {type(text).__name__}, not text")
     return text
@@ -83,7 +83,7 @@ def turn_continuation_ids(
     cut = full.find(_PLACEHOLDER)
     if cut < 0 or full.count(_PLACEHOLDER) != 1:
         raise ValueError("chat template does not render assistant content verbatim exactly once")
-    suffix = full[cut + len(_PLACEHOLDER):]
+    suffix = full[cut + len(_PLACEHOLDER) :]
     _check_token_boundary(tokenizer, full[:cut] + "x", suffix)
     ids = encode_text(tokenizer, suffix)
     end = end_of_turn_id(tokenizer)
@@ -96,8 +96,10 @@ def _starts_with_split_token(tokenizer: PreTrainedTokenizerBase, text: str) -> b
     """Whether ``text`` starts with a special token that the tokenizer splits out of raw text before
     tokenizing the pieces around it (not normalized, no lstrip, not single-word): a cut there is a
     token boundary whatever precedes it."""
-    return any(token.special and not (token.normalized or token.lstrip or token.single_word)
-               and text.startswith(token.content) for token in tokenizer.added_tokens_decoder.values())
+    return any(
+        token.special and not (token.normalized or token.lstrip or token.single_word) and text.startswith(token.content)
+        for token in tokenizer.added_tokens_decoder.values()
+    )
 
 
 def _check_token_boundary(tokenizer: PreTrainedTokenizerBase, before: str, suffix: str) -> None:
@@ -106,7 +108,7 @@ def _check_token_boundary(tokenizer: PreTrainedTokenizerBase, before: str, suffi
         return  # a boundary by construction; the encodes below cost ~4% of a CPU rollout
     whole = encode_text(tokenizer, before + suffix)
     tail = encode_text(tokenizer, suffix)
-    if whole[len(whole) - len(tail):] != tail:
+    if whole[len(whole) - len(tail) :] != tail:
         raise ValueError(
             "the chat template's text after an assistant message does not start on a token "
             "boundary; token-exact continuation is not possible with this tokenizer/template"

@@ -230,13 +230,20 @@ class DecodeEngine:
 
     ``compile``: ``None`` (eager), or a ``torch.compile`` mode (``"reduce-overhead"`` on GPU for
     CUDA graphs, ``"default"`` for inductor alone). ``max_prefill_tokens`` bounds the padded tokens
-    of one refill prefill (default 4,096 on CPU, 16,384 elsewhere). ``refill_fraction``: a refill waits until this fraction of the slots is
-    free (or every waiting row fits), so prefills are batched rather than one row at a time.
+    of one refill prefill (default 4,096 on CPU, 16,384 elsewhere). ``refill_fraction``: a refill
+    waits until this fraction of the slots is free (or every waiting row fits), so prefills are
+    batched rather than one row at a time.
     """
 
-    def __init__(self, model: torch.nn.Module, slots: int = 64, compile: str | None = None,
-                 max_prefill_tokens: int | None = None, refill_fraction: float = 0.125,
-                 prefix_store_bytes: int = 1 << 30):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        slots: int = 64,
+        compile: str | None = None,
+        max_prefill_tokens: int | None = None,
+        refill_fraction: float = 0.125,
+        prefix_store_bytes: int = 1 << 30,
+    ):
         if slots < 1:
             raise ValueError("DecodeEngine needs at least one slot")
         attention = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -254,7 +261,8 @@ class DecodeEngine:
         self.cache_keyword = _cache_keyword(model)
         self.last_layer_at_last_token = is_plain_decoder(model)
         # Totals over the engine's runs: decode steps, occupied slots summed over those steps
-        # (their ratio is the mean live batch), forwards and their padded tokens, and the prompt tokens taken from the prefix store.
+        # (their ratio is the mean live batch), forwards and their padded tokens, and the prompt
+        # tokens taken from the prefix store.
         self.stats = {"decode_steps": 0, "live_row_steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0}
         self.prefixes = PrefixStore(prefix_store_bytes)
         self.compile_error: str | None = None  # why the compiled step was given up, if it was
@@ -274,8 +282,9 @@ class DecodeEngine:
             if cache is None or cache.slots != slots or cache.capacity < capacity:
                 self._cache = cache = SlotKVCache(slots, capacity, static_addresses=True)
         elif cache is None or cache.slots < slots or cache.capacity < capacity:
-            self._cache = cache = SlotKVCache(max(slots, cache.slots if cache else 0),
-                                              max(capacity, cache.capacity if cache else 0))
+            self._cache = cache = SlotKVCache(
+                max(slots, cache.slots if cache else 0), max(capacity, cache.capacity if cache else 0)
+            )
         return cache
 
     def release(self) -> None:
@@ -293,8 +302,9 @@ class DecodeEngine:
                 return self._compiled(*args)
             except Exception as error:  # noqa: BLE001 - any compiler failure: decode eagerly instead
                 self.compile_error = f"{type(error).__name__}: {error}"
-                warnings.warn(f"compiled decode step failed, decoding eagerly from now on: {self.compile_error}",
-                              stacklevel=2)
+                warnings.warn(
+                    f"compiled decode step failed, decoding eagerly from now on: {self.compile_error}", stacklevel=2
+                )
                 self._compiled = None
         return self._forward(*args)
 
@@ -302,8 +312,14 @@ class DecodeEngine:
         return additive_mask(allowed, next(self.model.parameters()).dtype)
 
     def _forward(self, input_ids, attention_mask, position_ids, cache):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=True, logits_to_keep=1, **{self.cache_keyword: cache}).logits[:, -1]
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_keyword: cache},
+        ).logits[:, -1]
 
     def _prefill(self, input_ids, attention_mask, position_ids, cache, readers):
         """The last column's logits of a (left-padded) prefill or extend forward. A plain decoder
@@ -404,8 +420,10 @@ class _Run:
                 continue
             self.row[slot] = -1
             # Columns [start, column) hold the prompt and every generated id but this last one.
-            self.engine.prefixes.add(list(self.prompts[row]) + candidate.token_ids[:-1],
-                                     self.cache.read(slot, slice(int(self.start[slot]), int(self.column[slot]))))
+            self.engine.prefixes.add(
+                list(self.prompts[row]) + candidate.token_ids[:-1],
+                self.cache.read(slot, slice(int(self.start[slot]), int(self.column[slot]))),
+            )
 
     def free_slots(self) -> list[int]:
         return [s for s, row in enumerate(self.row) if row < 0]
@@ -432,7 +450,7 @@ class _Run:
             if fresh:
                 self.prefill(free[: len(fresh)], fresh, max(len(self.prompts[r]) for r in fresh))
             if continuing:
-                self.extend(free[len(fresh): len(chosen)], continuing)
+                self.extend(free[len(fresh) : len(chosen)], continuing)
 
     def prefill(self, slots: list[int], rows: list[int], width: int) -> None:
         """Prefill ``rows`` into ``slots``; rows with identical prompts (an Answerer call's n
@@ -444,7 +462,7 @@ class _Run:
         ids = torch.full((count, width), self.pad_id, dtype=torch.long)
         lengths = torch.tensor([len(p) for p in prompts])
         for i, prompt in enumerate(prompts):
-            ids[i, width - lengths[i]:] = torch.tensor(prompt, dtype=torch.long)
+            ids[i, width - lengths[i] :] = torch.tensor(prompt, dtype=torch.long)
         first = width - lengths  # first real column of each prefill row
         columns = torch.arange(width)
         positions = (columns[None, :] - first[:, None]).clamp(min=0)
@@ -457,8 +475,13 @@ class _Run:
         self.cache.rows = torch.tensor(slots, device=self.device)
         self.cache.owners = torch.tensor(owners, device=self.device)
         readers = torch.tensor([slots[owners.index(u)] for u in range(count)], device=self.device)
-        logits = self.engine._prefill(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
-                                      positions.to(self.device), self.cache, readers)
+        logits = self.engine._prefill(
+            ids.to(self.device),
+            self.engine._mask(allowed[:, None].to(self.device)),
+            positions.to(self.device),
+            self.cache,
+            readers,
+        )
         for slot, row, owner in zip(slots, rows, owners):
             self.row[slot] = row
             self.start[slot], self.column[slot], self.position[slot] = int(first[owner]), width, int(lengths[owner])
@@ -478,7 +501,7 @@ class _Run:
         pads = width - lengths
         ids = torch.full((len(unique), width), self.pad_id, dtype=torch.long)
         for u, prompt in enumerate(unique):
-            ids[u, int(pads[u]):] = torch.tensor(prompt[int(reused[u]):], dtype=torch.long)
+            ids[u, int(pads[u]) :] = torch.tensor(prompt[int(reused[u]) :], dtype=torch.long)
         offsets = torch.arange(width)[None, :] - pads[:, None]  # index within the new tokens
         real = offsets >= 0
         columns = torch.where(real, reused[:, None] + offsets, reused[:, None] + lengths[:, None] - offsets - 1)
@@ -486,8 +509,9 @@ class _Run:
         attended = int(columns.max()) + 1
         span = torch.arange(attended)
         # A real token attends to the prefix and the new tokens up to itself, a padding one to itself.
-        allowed = torch.where(real[:, :, None], span[None, None, :] <= columns[:, :, None],
-                              span[None, None, :] == columns[:, :, None])
+        allowed = torch.where(
+            real[:, :, None], span[None, None, :] <= columns[:, :, None], span[None, None, :] == columns[:, :, None]
+        )
         self.engine.stats["prefills"] += 1
         self.engine.stats["prefill_tokens"] += len(unique) * width
         self.engine.stats["reused_tokens"] += int(reused.sum())
@@ -497,8 +521,13 @@ class _Run:
         self.cache.readers = torch.tensor(readers, device=self.device)
         self.cache.columns = columns.to(self.device)
         self.cache.reused = [(slot, *self.reuse[row]) for slot, row in zip(slots, rows)]
-        logits = self.engine._prefill(ids.to(self.device), self.engine._mask(allowed[:, None].to(self.device)),
-                                      positions.to(self.device), self.cache, self.cache.readers)
+        logits = self.engine._prefill(
+            ids.to(self.device),
+            self.engine._mask(allowed[:, None].to(self.device)),
+            positions.to(self.device),
+            self.cache,
+            self.cache.readers,
+        )
         self.cache.reused = []
         for slot, row in zip(slots, rows):
             self.row[slot] = row
@@ -533,9 +562,12 @@ class _Run:
         allowed = (span[None, :] >= self.start[:batch, None]) & (span[None, :] <= columns[:, None])
         self.cache.mode, self.cache.width = "decode", width
         self.cache.columns = columns.to(self.device)
-        logits = self.engine._step(self.token[:batch, None].to(self.device),
-                                   self.engine._mask(allowed[:, None, None, :].to(self.device)),
-                                   self.position[:batch, None].to(self.device), self.cache)
+        logits = self.engine._step(
+            self.token[:batch, None].to(self.device),
+            self.engine._mask(allowed[:, None, None, :].to(self.device)),
+            self.position[:batch, None].to(self.device),
+            self.cache,
+        )
         self.engine.stats["decode_steps"] += 1
         self.engine.stats["live_row_steps"] += len(occupied)
         self.column[occupied] += 1

@@ -100,5 +100,6 @@ class ExpertSolver(_Role):
 
 def expert_team() -> RoleRouter:
     """Every role, the single agent's solver included: one policy for every workflow."""
-    return RoleRouter({"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer(),
-                       "solver": ExpertSolver()})
+    return RoleRouter(
+        {"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer(), "solver": ExpertSolver()}
+    )

@@ -22,7 +22,7 @@ Engines: ``engine="continuous"`` (default) sends all rows of a call through one
 ``agents.decode_engine.DecodeEngine``: ``max_batch_size`` KV-cache slots, a finished row's slot
 refilled at once with the next waiting row, the decode step optionally under ``torch.compile``
 (``compile="reduce-overhead"`` on GPU: CUDA graphs); a prompt that continues an earlier row of the
-policy (a multi-turn call's next turn) reuses that row's stored keys and values. ``engine="chunked"`` is the previous path:
+policy (a multi-turn call's next turn) reuses that row's stored keys and values. ``engine="chunked"``:
 ``agents.sampling.sample_rows`` over fixed chunks of ``max_batch_size`` rows that shrink as rows
 finish. Both give the same records up to ~1e-6 in the log-probs (tested).
 
@@ -97,19 +97,26 @@ class HFPolicy(TokenPolicy):
         rows.sort(key=lambda row: len(prompt_ids_batch[row[0]]))
         if self.decoder is not None:
             candidates = self.decoder.run(
-                [prompt_ids_batch[p] for p, _ in rows], [candidate_seed(seeds[p], j) for p, j in rows],
-                sampling, stops, self.eos_ids, self.pad_id,
+                [prompt_ids_batch[p] for p, _ in rows],
+                [candidate_seed(seeds[p], j) for p, j in rows],
+                sampling,
+                stops,
+                self.eos_ids,
+                self.pad_id,
             )
             results = dict(zip(rows, candidates))
             return [[results[(p, j)] for j in range(count)] for p, count in enumerate(counts)]
         results: dict[tuple[int, int], Candidate] = {}
         for start in range(0, len(rows), self.max_batch_size):
-            chunk = rows[start:start + self.max_batch_size]
+            chunk = rows[start : start + self.max_batch_size]
             candidates = sample_rows(
                 self.model,
                 [prompt_ids_batch[p] for p, _ in chunk],
                 [candidate_seed(seeds[p], j) for p, j in chunk],
-                sampling, stops, self.eos_ids, self.pad_id,
+                sampling,
+                stops,
+                self.eos_ids,
+                self.pad_id,
             )
             results.update(zip(chunk, candidates))
         return [[results[(p, j)] for j in range(count)] for p, count in enumerate(counts)]

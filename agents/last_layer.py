@@ -28,12 +28,16 @@ def is_plain_decoder(model: torch.nn.Module) -> bool:
     every layer, the modules under their usual names."""
     config, base = model.config, model.base_model
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if getattr(config, "model_type", None) not in PLAIN_DECODERS or layer_types != {"full_attention"} \
-            or not all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm")):
+    if (
+        getattr(config, "model_type", None) not in PLAIN_DECODERS
+        or layer_types != {"full_attention"}
+        or not all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
+    ):
         return False
     attention = _layers(model)[-1].self_attn
-    return all(hasattr(attention, name) for name in ("k_proj", "v_proj", "head_dim", "layer_idx")) \
-        and hasattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb")
+    return all(hasattr(attention, name) for name in ("k_proj", "v_proj", "head_dim", "layer_idx")) and hasattr(
+        sys.modules[type(attention).__module__], "apply_rotary_pos_emb"
+    )
 
 
 def _layers(model: torch.nn.Module):
@@ -44,8 +48,9 @@ def _output(layer_output) -> torch.Tensor:
     return layer_output[0] if isinstance(layer_output, tuple) else layer_output
 
 
-def layers_but_last(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor,
-                    mask: torch.Tensor, cache) -> torch.Tensor:
+def layers_but_last(
+    model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache
+) -> torch.Tensor:
     """The hidden states entering the last decoder layer at ``ids``; every layer's keys and values,
     the last one's included, go to ``cache``."""
     base, keyword = model.base_model, _cache_keyword(model.base_model)
@@ -53,8 +58,16 @@ def layers_but_last(model: torch.nn.Module, ids: torch.Tensor, positions: torch.
     hidden = base.embed_tokens(ids)
     rotary = base.rotary_emb(hidden, positions)
     for layer in layers:
-        hidden = _output(layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
-                               use_cache=True, **{keyword: cache}))
+        hidden = _output(
+            layer(
+                hidden,
+                attention_mask=mask,
+                position_ids=positions,
+                position_embeddings=rotary,
+                use_cache=True,
+                **{keyword: cache},
+            )
+        )
     # The last layer's keys and values, as its attention module computes them (Qwen3 normalises
     # each key head), without its queries, attention and output projection.
     attention, states = last.self_attn, last.input_layernorm(hidden)
@@ -70,12 +83,18 @@ def layers_but_last(model: torch.nn.Module, ids: torch.Tensor, positions: torch.
     return hidden
 
 
-def last_layer(model: torch.nn.Module, hidden: torch.Tensor, positions: torch.Tensor,
-               mask: torch.Tensor, cache) -> torch.Tensor:
+def last_layer(
+    model: torch.nn.Module, hidden: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache
+) -> torch.Tensor:
     """The final (normed) hidden states at tokens whose states entering the last layer are
     ``hidden``: that layer attends over the keys and values ``cache`` returns for it."""
     base = model.base_model
-    out = _layers(model)[-1](hidden, attention_mask=mask, position_ids=positions,
-                             position_embeddings=base.rotary_emb(hidden, positions), use_cache=True,
-                             **{_cache_keyword(base): cache})
+    out = _layers(model)[-1](
+        hidden,
+        attention_mask=mask,
+        position_ids=positions,
+        position_embeddings=base.rotary_emb(hidden, positions),
+        use_cache=True,
+        **{_cache_keyword(base): cache},
+    )
     return base.norm(_output(out))

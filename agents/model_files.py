@@ -57,13 +57,17 @@ def check_model_dir(model_dir: Path) -> None:
     try:
         loaded = json.loads(config.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{config}: not valid JSON ({exc}); the model directory is damaged: "
-                             "copy or save the model again") from None
+        raise ModelFileError(
+            f"{config}: not valid JSON ({exc}); the model directory is damaged: copy or save the model again"
+        ) from None
     if not isinstance(loaded, dict):
-        raise ModelFileError(f"{config}: expected a JSON object; the model directory is damaged: "
-                             "copy or save the model again")
+        raise ModelFileError(
+            f"{config}: expected a JSON object; the model directory is damaged: copy or save the model again"
+        )
     if (model_dir / "model.safetensors").exists() or (model_dir / "model.safetensors.index.json").exists():
         problem = weights_problem(model_dir)
         if problem:
-            raise ModelFileError(f"{model_dir}/{problem}; the weights are damaged (a truncated copy or an "
-                                 "interrupted save?): copy or save the model again")
+            raise ModelFileError(
+                f"{model_dir}/{problem}; the weights are damaged (a truncated copy or an "
+                "interrupted save?): copy or save the model again"
+            )

@@ -1,12 +1,12 @@
 """A noisy SynthWiki team: the expert team with per-role failure knobs.
 
 Each knob is the probability of one realistic mistake (or, for ``searcher_memory_report``, of a
-shortcut a model with parametric knowledge takes: answering from memory instead of searching). Call-level mistakes (skip the search,
-query the wrong entity, report too early) are drawn once when a Searcher call starts and kept for
-the whole call; output-level mistakes (misformat, drop a report, answer from the wrong report)
-are drawn per output. Draws come from one ``random.Random(seed)`` consumed in call order, so a
-run is reproducible from the seed. Accuracy falls smoothly as the knobs rise (see
-docs/synthwiki.md for measured figures).
+shortcut a model with parametric knowledge takes: answering from memory instead of searching).
+Call-level mistakes (skip the search, query the wrong entity, report too early) are drawn once when
+a Searcher call starts and kept for the whole call; output-level mistakes (misformat, drop a report,
+answer from the wrong report) are drawn per output. Draws come from one ``random.Random(seed)``
+consumed in call order, so a run is reproducible from the seed. Accuracy falls smoothly as the
+knobs rise (see docs/synthwiki.md for measured figures).
 
 The single agent's solver (``envs.single_search_v0``) searches like a Searcher and answers like
 the Answerer, so it takes the Searcher's call-level mistakes (skip the search: answer at once;
@@ -119,7 +119,12 @@ class NoisyTeam:
     def _leader(self, turn: AgentTurn) -> str:
         text = self.leader.decide(turn)
         if text.startswith("<select>") and self._chance(self.noise.leader_drop_report):
-            numbers = [n for message in turn.messages if message["role"] == "user" for n, _, _ in parse_reports(message["content"])]
+            numbers = [
+                n
+                for message in turn.messages
+                if message["role"] == "user"
+                for n, _, _ in parse_reports(message["content"])
+            ]
             if numbers:
                 numbers.remove(self.rng.choice(numbers))
                 kept = numbers or [max(numbers, default=0) + 99]  # select nothing that exists

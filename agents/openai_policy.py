@@ -171,7 +171,7 @@ def restore_stop_tag(text: str, finish_reason: str | None, stop_reason: Any, sto
     # No stop_reason (OpenAI's API): the stop was EOS or a closing tag; it was a tag when an
     # action tag is still open at the end of the text.
     opened = [m.group(1) for m in _OPEN_TAG.finditer(text)]
-    if opened and f"</{opened[-1]}>" in stops and f"</{opened[-1]}>" not in text[text.rfind(f"<{opened[-1]}>"):]:
+    if opened and f"</{opened[-1]}>" in stops and f"</{opened[-1]}>" not in text[text.rfind(f"<{opened[-1]}>") :]:
         return text + f"</{opened[-1]}>"
     return text
 
@@ -202,8 +202,10 @@ class OpenAIPolicy:
 
     def __repr__(self) -> str:
         key = "set" if os.environ.get(self.config.api_key_env) else "unset"
-        return (f"OpenAIPolicy(url={self.config.public_url!r}, model={self.config.model!r}, "
-                f"api key {key} via ${self.config.api_key_env})")
+        return (
+            f"OpenAIPolicy(url={self.config.public_url!r}, model={self.config.model!r}, "
+            f"api key {key} via ${self.config.api_key_env})"
+        )
 
     __str__ = __repr__
 
@@ -220,8 +222,9 @@ class OpenAIPolicy:
         async with httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s, limits=limits) as client:
             return list(await asyncio.gather(*(self._act_one(client, semaphore, t, key) for t in turns)))
 
-    async def _act_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn,
-                       key: str | None) -> AgentOutput:
+    async def _act_one(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn, key: str | None
+    ) -> AgentOutput:
         stops = stops_for(turn)
         body = {
             **self.config.extra_body,
@@ -241,8 +244,9 @@ class OpenAIPolicy:
                 f"{self.config.public_url} returned {len(choices)} choices for n={turn.num_candidates}"
             )
         texts = [
-            restore_stop_tag((c.get("message") or {}).get("content") or "", c.get("finish_reason"),
-                             c.get("stop_reason"), stops)
+            restore_stop_tag(
+                (c.get("message") or {}).get("content") or "", c.get("finish_reason"), c.get("stop_reason"), stops
+            )
             for c in choices
         ]
         usage = response.get("usage") or {}
@@ -265,8 +269,11 @@ class OpenAIPolicy:
             try:
                 response = await client.post(url, json=body)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
-                problem = f"{type(exc).__name__} after {self.config.timeout_s:g} s timeout" if isinstance(
-                    exc, httpx.TimeoutException) else f"{type(exc).__name__}: {scrub(str(exc), key, url, self.config.base_url)}"
+                problem = (
+                    f"{type(exc).__name__} after {self.config.timeout_s:g} s timeout"
+                    if isinstance(exc, httpx.TimeoutException)
+                    else f"{type(exc).__name__}: {scrub(str(exc), key, url, self.config.base_url)}"
+                )
             else:
                 if response.status_code == 200:
                     try:

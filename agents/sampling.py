@@ -98,7 +98,7 @@ class StopMatcher:
         if not self.strings:
             return False
         # Earlier tokens cannot hold a whole stop string: generation would have ended there.
-        tail = self.tokenizer.decode(generated[-self.window:])
+        tail = self.tokenizer.decode(generated[-self.window :])
         return any(stop in tail for stop in self.strings)
 
 
@@ -171,8 +171,9 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (~allowed).to(dtype) * torch.finfo(dtype).min
 
 
-def admit_rows(prompts: Sequence[Sequence[int]], seeds: Sequence[int],
-               sampling: SamplingConfig) -> tuple[list[Candidate], list[int]]:
+def admit_rows(
+    prompts: Sequence[Sequence[int]], seeds: Sequence[int], sampling: SamplingConfig
+) -> tuple[list[Candidate], list[int]]:
     """One empty ``Candidate`` per row, and the rows to run: a prompt over ``max_input_tokens`` is
     not run (``prompt_too_long``) rather than silently truncated; an empty prompt is an error."""
     if len(prompts) != len(seeds):
@@ -208,8 +209,8 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt):] = 1
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -241,8 +242,9 @@ def sample_rows(
     # The cache is filled in place by every forward call.
     cache = DynamicCache(config=model.config)
     cache_arg = {_cache_keyword(model): cache}
-    output = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   use_cache=True, logits_to_keep=1, **cache_arg)
+    output = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **cache_arg
+    )
     next_position = positions[:, -1] + 1
 
     for step in range(sampling.max_new_tokens):
@@ -264,16 +266,19 @@ def sample_rows(
         if step == sampling.max_new_tokens - 1:
             break
         if finished:
-            keep = torch.tensor(
-                [s for s in range(len(active)) if s not in finished], dtype=torch.long, device=device
-            )
+            keep = torch.tensor([s for s in range(len(active)) if s not in finished], dtype=torch.long, device=device)
             if len(keep) == 0:
                 break
             cache.batch_select_indices(keep)
             active, slots, tokens = active[keep], slots[keep], tokens[keep]
             mask, next_position = mask[keep], next_position[keep]
         mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
-        output = model(input_ids=tokens[:, None], attention_mask=mask,
-                       position_ids=next_position[:, None], use_cache=True, **cache_arg)
+        output = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=next_position[:, None],
+            use_cache=True,
+            **cache_arg,
+        )
         next_position = next_position + 1
     return results

@@ -130,5 +130,11 @@ class ScriptedSolver:
 
 
 def scripted_team() -> RoleRouter:
-    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": ScriptedAnswerer(),
-                       "solver": ScriptedSolver()})
+    return RoleRouter(
+        {
+            "leader": ScriptedLeader(),
+            "searcher": ScriptedSearcher(),
+            "answerer": ScriptedAnswerer(),
+            "solver": ScriptedSolver(),
+        }
+    )

@@ -30,8 +30,14 @@ MAX_SKIPPED_EPISODES = 100
 class SingleRoleEnv(gymnasium.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
-    def __init__(self, role: str = "searcher", workflow: str = "hierarchical", others: Policy | None = None,
-                 menu_size: int = MENU_SIZE, **env_options: Any):
+    def __init__(
+        self,
+        role: str = "searcher",
+        workflow: str = "hierarchical",
+        others: Policy | None = None,
+        menu_size: int = MENU_SIZE,
+        **env_options: Any,
+    ):
         if role not in TEAM_ROLES:
             raise ValueError(f"role={role!r} is invalid; expected 'leader', 'searcher' or 'answerer'")
         if role == "leader" and workflow != "hierarchical":

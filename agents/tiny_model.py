@@ -44,12 +44,21 @@ class TinyModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                     "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"num_heads: must be a multiple of num_kv_heads ({self.num_kv_heads}), got {self.num_heads}")
+            raise ConfigError(
+                f"num_heads: must be a multiple of num_kv_heads ({self.num_kv_heads}), got {self.num_heads}"
+            )
 
 
 def qwen3_config(tokenizer: PreTrainedTokenizerBase, config: TinyModelConfig) -> Qwen3Config:
@@ -144,7 +153,9 @@ def hub_failure(name: str, exc: BaseException) -> str:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         where = "HF_HUB_OFFLINE is set and the model is not in the Hugging Face cache (HF_HUB_CACHE / HF_HOME)"
     else:
-        where = ("no such local directory, and the Hugging Face hub did not provide it (no network, a wrong "
-                 "id, or a gated model); download it where a hub is reachable and set HF_HUB_OFFLINE=1, "
-                 "or pass a local directory")
+        where = (
+            "no such local directory, and the Hugging Face hub did not provide it (no network, a wrong "
+            "id, or a gated model); download it where a hub is reachable and set HF_HUB_OFFLINE=1, "
+            "or pass a local directory"
+        )
     return f"{name}: {where} [{reason}]"

@@ -46,17 +46,19 @@ class TokenPolicy:
         outputs = []
         for prompt, seed, candidates in zip(prompts, seeds, per_turn):
             texts = [self.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in candidates]
-            outputs.append(AgentOutput(
-                texts=texts,
-                input_tokens=len(prompt),
-                output_tokens=sum(len(c.token_ids) for c in candidates),
-                extra={
-                    "prompt_ids": list(prompt),
-                    "candidates": [c.as_dict() for c in candidates],
-                    "seed": seed,
-                    "temperature": self.sampling.temperature,
-                },
-            ))
+            outputs.append(
+                AgentOutput(
+                    texts=texts,
+                    input_tokens=len(prompt),
+                    output_tokens=sum(len(c.token_ids) for c in candidates),
+                    extra={
+                        "prompt_ids": list(prompt),
+                        "candidates": [c.as_dict() for c in candidates],
+                        "seed": seed,
+                        "temperature": self.sampling.temperature,
+                    },
+                )
+            )
         return outputs
 
     def request(

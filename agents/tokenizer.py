@@ -34,9 +34,7 @@ PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
-TAG_TOKENS = tuple(
-    tag for kind in (*ACTION_KINDS, "information") for tag in (f"<{kind}>", f"</{kind}>")
-)
+TAG_TOKENS = tuple(tag for kind in (*ACTION_KINDS, "information") for tag in (f"<{kind}>", f"</{kind}>"))
 
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"

@@ -64,8 +64,11 @@ def vllm_python() -> Path | None:
     if os.environ.get("MAOPD_VLLM_PYTHON"):
         return Path(os.environ["MAOPD_VLLM_PYTHON"])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    venvs = [os.environ.get("MAOPD_VLLM_VENV"), REPO_ROOT / ".venv-vllm",
-             cache / "maopd" / f"venv-vllm-cpu-{VLLM_VERSION}"]
+    venvs = [
+        os.environ.get("MAOPD_VLLM_VENV"),
+        REPO_ROOT / ".venv-vllm",
+        cache / "maopd" / f"venv-vllm-cpu-{VLLM_VERSION}",
+    ]
     for venv in filter(None, venvs):
         python = Path(venv) / "bin" / "python"
         if python.is_file() and (Path(venv) / ".maopd-ready").is_file():
@@ -103,9 +106,7 @@ class VLLMPolicy(TokenPolicy):
         self.eos_ids = _eos_ids(self.model_dir, self.tokenizer)
         python = Path(python) if python else vllm_python()
         if python is None or not python.is_file():
-            raise VLLMWorkerError(
-                f"no vLLM venv found (python {python}); create it with `bash scripts/setup_vllm.sh`"
-            )
+            raise VLLMWorkerError(f"no vLLM venv found (python {python}); create it with `bash scripts/setup_vllm.sh`")
         if log_path is None:
             handle, log_path = tempfile.mkstemp(prefix="maopd_vllm_worker_", suffix=".log")
             os.close(handle)
@@ -140,7 +141,11 @@ class VLLMPolicy(TokenPolicy):
         self._log = open(self.log_path, "ab")  # noqa: SIM115 -- open as long as the worker runs
         self._process = subprocess.Popen(
             [str(python), "-I", str(WORKER_SCRIPT), json.dumps(engine)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            text=True,
         )
         ready = self._receive(timeout_s=startup_timeout_s, doing="starting the engine")
         self.vllm_version = ready.get("vllm")
@@ -159,8 +164,9 @@ class VLLMPolicy(TokenPolicy):
         counts, seeds, sampling = self.request(prompt_ids_batch, n, seeds, sampling, **overrides)
         params = self._sampling_params(sampling)
 
-        results = {(p, j): Candidate(finish_reason="prompt_too_long")
-                   for p, count in enumerate(counts) for j in range(count)}
+        results = {
+            (p, j): Candidate(finish_reason="prompt_too_long") for p, count in enumerate(counts) for j in range(count)
+        }
         rows, requests = [], []
         for p, (prompt, count) in enumerate(zip(prompt_ids_batch, counts)):
             if not prompt:
@@ -169,8 +175,9 @@ class VLLMPolicy(TokenPolicy):
                 continue
             for j in range(count):
                 rows.append((p, j))
-                requests.append({"prompt_ids": [int(t) for t in prompt],
-                                 "seed": candidate_seed(seeds[p], j), "sampling": params})
+                requests.append(
+                    {"prompt_ids": [int(t) for t in prompt], "seed": candidate_seed(seeds[p], j), "sampling": params}
+                )
         if requests:
             reply = self._call({"op": "generate", "requests": requests}, doing="generating")
             for row, result in zip(rows, reply["results"]):

@@ -35,21 +35,21 @@ def _protocol_streams():
 
 def _generate(llm, vllm_api, requests: list[dict]) -> list[dict]:
     prompts = [vllm_api.TokensPrompt(prompt_token_ids=r["prompt_ids"]) for r in requests]
-    params = [
-        vllm_api.SamplingParams(n=1, seed=r["seed"], logprobs=0, **r["sampling"]) for r in requests
-    ]
+    params = [vllm_api.SamplingParams(n=1, seed=r["seed"], logprobs=0, **r["sampling"]) for r in requests]
     results = []
     for output in llm.generate(prompts, params, use_tqdm=False):
         completion = output.outputs[0]
         token_ids = list(completion.token_ids)
         # logprobs=0 returns, per step, a dict holding just the sampled token's Logprob.
         logprobs = [step[token].logprob for step, token in zip(completion.logprobs, token_ids)]
-        results.append({
-            "token_ids": token_ids,
-            "logprobs": logprobs,
-            "finish_reason": completion.finish_reason,
-            "stop_reason": completion.stop_reason,
-        })
+        results.append(
+            {
+                "token_ids": token_ids,
+                "logprobs": logprobs,
+                "finish_reason": completion.finish_reason,
+                "stop_reason": completion.stop_reason,
+            }
+        )
     return results
 
 
@@ -66,7 +66,8 @@ def _repack_tied_lm_head(worker) -> bool:
     if head is None:
         return False
     shares_weight = (
-        module is not head and isinstance(getattr(module, "weight", None), torch.Tensor)
+        module is not head
+        and isinstance(getattr(module, "weight", None), torch.Tensor)
         and module.weight.data_ptr() == head.weight.data_ptr()
         for module in model.modules()
     )

@@ -92,7 +92,8 @@ def markdown(result: dict) -> str:
         for workflow, figures in result[team].items():
             lines.append(
                 f"| {team} | {workflow} | {figures['em']:.3f} | {figures['format_failures']} / "
-                f"{figures['model_outputs']} ({figures['format_failure_rate']:.3f}) | {figures['searches_per_question']} |"
+                f"{figures['model_outputs']} ({figures['format_failure_rate']:.3f}) | "
+                f"{figures['searches_per_question']} |"
             )
     lines += [
         "",

@@ -17,7 +17,8 @@ SHA-256 are saved with the results. ``--speed`` instead measures training episod
 the vectorized path against the one-episode-at-a-time reference path, in one run.
 
     python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
-    python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 --out runs/benchmarks/credit_assignment_speed
+    python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 \
+        --out runs/benchmarks/credit_assignment_speed
 """
 
 from __future__ import annotations
@@ -48,8 +49,23 @@ from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
 COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
 BOOTSTRAP_DRAWS = 10_000
 # Two-sided 95% Student-t quantiles by degrees of freedom (normal beyond the table).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 11: 2.201, 12: 2.179, 14: 2.145, 19: 2.093, 29: 2.045}
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    14: 2.145,
+    19: 2.093,
+    29: 2.045,
+}
 
 
 def bootstrap_ci(values: list[float], seed: int = 0) -> tuple[float, float, float] | None:
@@ -77,13 +93,17 @@ def search_change(run: dict, window: int) -> float:
 
 
 def table(runs_by_method: dict[str, list[dict]], window: int = 10) -> str:
-    header = ("| method | final EM | searches / workflow | workflows without search | "
-              f"Δ searches, last {window} − first {window} iterations | seconds / run |")
+    header = (
+        "| method | final EM | searches / workflow | workflows without search | "
+        f"Δ searches, last {window} − first {window} iterations | seconds / run |"
+    )
     lines = [header, "|---|---|---|---|---|---|"]
     for method, runs in runs_by_method.items():
         cells = [cell([run[column] for run in runs]) for column in COLUMNS]
         change = cell([search_change(run, window) for run in runs]) if runs[0].get("curve") else "—"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {np.mean([r['seconds'] for r in runs]):.0f} |")
+        lines.append(
+            f"| {method} | " + " | ".join(cells) + f" | {change} | {np.mean([r['seconds'] for r in runs]):.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -92,15 +112,27 @@ def paired_differences(runs_by_method: dict[str, list[dict]]) -> list[dict]:
     methods = list(runs_by_method)
     rows = []
     for i, a in enumerate(methods):
-        for b in methods[i + 1:]:
+        for b in methods[i + 1 :]:
             by_seed = {run["config"]["seed"]: run["em"] for run in runs_by_method[b]}
-            differences = [run["em"] - by_seed[run["config"]["seed"]] for run in runs_by_method[a]
-                           if run["config"]["seed"] in by_seed]
+            differences = [
+                run["em"] - by_seed[run["config"]["seed"]]
+                for run in runs_by_method[a]
+                if run["config"]["seed"] in by_seed
+            ]
             interval = bootstrap_ci(differences)
             if interval is not None:
                 mean, low, high = interval
-                rows.append({"a": a, "b": b, "seeds": len(differences), "mean": mean, "low": low, "high": high,
-                             "excludes_zero": low > 0 or high < 0})
+                rows.append(
+                    {
+                        "a": a,
+                        "b": b,
+                        "seeds": len(differences),
+                        "mean": mean,
+                        "low": low,
+                        "high": high,
+                        "excludes_zero": low > 0 or high < 0,
+                    }
+                )
     return rows
 
 
@@ -110,8 +142,11 @@ def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("em", "training EM (fraction correct)"), ("searches_per_workflow", "searches per workflow"),
-              ("no_search_workflows", "workflows without search (fraction)")]
+    panels = [
+        ("em", "training EM (fraction correct)"),
+        ("searches_per_workflow", "searches per workflow"),
+        ("no_search_workflows", "workflows without search (fraction)"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
     styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
     for (key, label), ax in zip(panels, axes):
@@ -148,14 +183,23 @@ def load_plugins(paths: list[Path]) -> list[dict]:
             before = set(CREDIT_METHODS)
             runpy.run_path(str(path), run_name="credit_plugin")
             _LOADED_PLUGINS[key] = sorted(set(CREDIT_METHODS) - before)
-        described.append({"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                          "methods": _LOADED_PLUGINS[key]})
+        described.append(
+            {
+                "path": str(path),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "methods": _LOADED_PLUGINS[key],
+            }
+        )
     return described
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "load_average_at_end": list(os.getloadavg())}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_at_end": list(os.getloadavg()),
+    }
 
 
 def reference_training(config: MarlConfig) -> int:
@@ -169,8 +213,10 @@ def reference_training(config: MarlConfig) -> int:
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     context = CreditContext(vector_env(config, "train"), policy)
     for _ in range(config.iterations):
-        episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
-                    for _ in range(config.episodes_per_iteration)]
+        episodes = [
+            play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
+            for _ in range(config.episodes_per_iteration)
+        ]
         ppo_update(policy, optimizer, episodes, method(episodes, context), config)
     return config.iterations * config.episodes_per_iteration
 
@@ -185,7 +231,9 @@ def vectorized_training(config: MarlConfig) -> int:
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     context = CreditContext(vector_env(config, "train"), policy)
     for _ in range(config.iterations):
-        episodes = play_batch(venv, policy, [rng.randrange(len(venv.questions)) for _ in range(config.episodes_per_iteration)])
+        episodes = play_batch(
+            venv, policy, [rng.randrange(len(venv.questions)) for _ in range(config.episodes_per_iteration)]
+        )
         ppo_update(policy, optimizer, episodes, method(episodes, context), config)
     return config.iterations * config.episodes_per_iteration
 
@@ -226,8 +274,14 @@ def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
     """Episodes per second of an older checkout's loop on ``synthwiki_v0``'s setting (its default)."""
     settings = json.dumps({"iterations": iterations, "episodes": episodes})
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", CHECKOUT_LOOP, settings], env=env, cwd=checkout,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECKOUT_LOOP, settings],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -237,8 +291,9 @@ def speed(args: argparse.Namespace, command: str) -> dict:
     the benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
     results = {}
     for scenario in args.scenarios:
-        config = MarlConfig(method="role", scenario=scenario, iterations=args.iterations,
-                            episodes_per_iteration=args.episodes, seed=0)
+        config = MarlConfig(
+            method="role", scenario=scenario, iterations=args.iterations, episodes_per_iteration=args.episodes, seed=0
+        )
         get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
         row = {"reference": timed(reference_training, config)}
         if args.reference_checkout and scenario == "synthwiki_v0":
@@ -248,13 +303,22 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         total = sum(run["episodes"] for run in row["vectorized"]) / sum(run["seconds"] for run in row["vectorized"])
         row["speedup_over_seeds"] = total / row["reference"]["episodes_per_s"]
         if "checkout" in row:
-            row["speedup_cold_over_checkout"] = row["vectorized"][0]["episodes_per_s"] / row["checkout"]["episodes_per_s"]
+            row["speedup_cold_over_checkout"] = (
+                row["vectorized"][0]["episodes_per_s"] / row["checkout"]["episodes_per_s"]
+            )
             row["speedup_over_seeds_over_checkout"] = total / row["checkout"]["episodes_per_s"]
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
-    return {"command": command, "machine": machine(), "method": "role", "iterations": args.iterations,
-            "episodes_per_iteration": args.episodes, "seeds": args.seeds, "results": results,
-            "reference_checkout": str(args.reference_checkout) if args.reference_checkout else None}
+    return {
+        "command": command,
+        "machine": machine(),
+        "method": "role",
+        "iterations": args.iterations,
+        "episodes_per_iteration": args.episodes,
+        "seeds": args.seeds,
+        "results": results,
+        "reference_checkout": str(args.reference_checkout) if args.reference_checkout else None,
+    }
 
 
 def timed(run, config: MarlConfig) -> dict:
@@ -276,8 +340,17 @@ def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: 
             _, metrics = train(config, progress=False)
             metrics["seconds"] = time.perf_counter() - started
             runs.setdefault(method, []).append({"config": asdict(config), **metrics})
-            print(json.dumps({"scenario": scenario, "method": method, "seed": seed,
-                              **{k: round(metrics[k], 4) for k in (*COLUMNS, "seconds")}}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "scenario": scenario,
+                        "method": method,
+                        "seed": seed,
+                        **{k: round(metrics[k], 4) for k in (*COLUMNS, "seconds")},
+                    }
+                ),
+                flush=True,
+            )
     return runs
 
 
@@ -293,9 +366,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
     parser.add_argument("--speed", action="store_true", help="measure episodes/s of both paths instead")
     parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
-    parser.add_argument("--reference-checkout", type=Path,
-                        help="--speed: also time this older checkout's training loop (e.g. a worktree of the "
-                        "commit before the vectorized path), on synthwiki_v0, its only setting")
+    parser.add_argument(
+        "--reference-checkout",
+        type=Path,
+        help="--speed: also time this older checkout's training loop (e.g. a worktree of the "
+        "commit before the vectorized path), on synthwiki_v0, its only setting",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -307,7 +383,9 @@ def main(argv: list[str] | None = None) -> dict:
     methods = args.methods or sorted(CREDIT_METHODS)
     unknown = set(methods) - set(CREDIT_METHODS)
     if unknown:
-        parser.error(f"unknown methods {sorted(unknown)}; choose from {sorted(CREDIT_METHODS)} or add one with --plugin")
+        parser.error(
+            f"unknown methods {sorted(unknown)}; choose from {sorted(CREDIT_METHODS)} or add one with --plugin"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     if args.speed:
         summary = speed(args, command)
@@ -315,8 +393,12 @@ def main(argv: list[str] | None = None) -> dict:
         return summary
 
     started_all = time.perf_counter()
-    settings = {"iterations": args.iterations, "teacher_iterations": args.iterations,
-                "episodes_per_iteration": args.episodes, "eval_questions": args.eval_questions}
+    settings = {
+        "iterations": args.iterations,
+        "teacher_iterations": args.iterations,
+        "episodes_per_iteration": args.episodes,
+        "eval_questions": args.eval_questions,
+    }
     jobs = [(scenario, methods, args.seeds, settings, [str(p) for p in args.plugin]) for scenario in args.scenarios]
     if args.workers > 1:
         with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
@@ -326,25 +408,45 @@ def main(argv: list[str] | None = None) -> dict:
     runs = dict(zip(args.scenarios, outcomes))
     total = time.perf_counter() - started_all
 
-    report = [f"# Credit assignment on the option mode\n\nCommand: `{command}`\n",
-              (f"{len(methods)} methods × {len(args.seeds)} seeds × {len(args.scenarios)} scenarios, "
-              f"{args.iterations} PPO iterations × {args.episodes} episodes each (the OPD Teacher: as many on the "
-              f"cascade), greedy evaluation on {args.eval_questions} test questions; total {total / 60:.1f} min on "
-              f"{machine()['cpus']} CPUs. Intervals: 95% percentile bootstrap over seeds.\n")]
+    report = [
+        f"# Credit assignment on the option mode\n\nCommand: `{command}`\n",
+        (
+            f"{len(methods)} methods × {len(args.seeds)} seeds × {len(args.scenarios)} scenarios, "
+            f"{args.iterations} PPO iterations × {args.episodes} episodes each (the OPD Teacher: as many on the "
+            f"cascade), greedy evaluation on {args.eval_questions} test questions; total {total / 60:.1f} min on "
+            f"{machine()['cpus']} CPUs. Intervals: 95% percentile bootstrap over seeds.\n"
+        ),
+    ]
     differences = {}
     for scenario, by_method in runs.items():
         plot_curves(scenario, by_method, args.out / f"curves_{scenario}.png")
         differences[scenario] = paired_differences(by_method)
-        report += [f"## {scenario}\n", table(by_method, args.window), "",
-                   f"![learning curves](curves_{scenario}.png)\n",
-                   "Paired differences of final EM (a − b, by seed):\n",
-                   "| a | b | mean | 95% CI | excludes 0 |", "|---|---|---|---|---|"]
-        report += [f"| {d['a']} | {d['b']} | {d['mean']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
-                   f"{'yes' if d['excludes_zero'] else 'no'} |" for d in differences[scenario]]
+        report += [
+            f"## {scenario}\n",
+            table(by_method, args.window),
+            "",
+            f"![learning curves](curves_{scenario}.png)\n",
+            "Paired differences of final EM (a − b, by seed):\n",
+            "| a | b | mean | 95% CI | excludes 0 |",
+            "|---|---|---|---|---|",
+        ]
+        report += [
+            f"| {d['a']} | {d['b']} | {d['mean']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+            f"{'yes' if d['excludes_zero'] else 'no'} |"
+            for d in differences[scenario]
+        ]
         report.append("")
-    summary = {"command": command, "machine": machine(), "total_seconds": total, "plugins": plugins,
-               "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
-               "methods": methods, "seeds": args.seeds, "runs": runs, "paired_differences": differences}
+    summary = {
+        "command": command,
+        "machine": machine(),
+        "total_seconds": total,
+        "plugins": plugins,
+        "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
+        "methods": methods,
+        "seeds": args.seeds,
+        "runs": runs,
+        "paired_differences": differences,
+    }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))
     (args.out / "results.md").write_text("\n".join(report))
     print("\n".join(report))

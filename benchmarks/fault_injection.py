@@ -75,8 +75,9 @@ def run(run_dir: Path, point: str | None = None, timeout: float = 900) -> dict:
     """One pipeline run; killed at ``point`` when given. Returns how it ended."""
     crash_at = point if point and point.startswith("checkpoint:") else None
     started = time.perf_counter()
-    process = subprocess.Popen(command(run_dir), cwd=REPO, env=_env(crash_at), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command(run_dir), cwd=REPO, env=_env(crash_at), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     killed_by_us = False
     if point == "first-row":
         metrics = run_dir / "stage1" / "metrics.jsonl"
@@ -92,8 +93,12 @@ def run(run_dir: Path, point: str | None = None, timeout: float = 900) -> dict:
             process.send_signal(signal.SIGKILL)
             killed_by_us = True
     _, stderr = process.communicate(timeout=timeout)
-    return {"returncode": process.returncode, "killed_by_us": killed_by_us,
-            "seconds": round(time.perf_counter() - started, 2), "stderr_tail": stderr[-2000:]}
+    return {
+        "returncode": process.returncode,
+        "killed_by_us": killed_by_us,
+        "seconds": round(time.perf_counter() - started, 2),
+        "stderr_tail": stderr[-2000:],
+    }
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -118,9 +123,12 @@ def _strip_wallclock(value):
 def _records(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    rows = [_strip_wallclock(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return sorted(rows, key=lambda r: json.dumps([r.get("method"), r.get("dataset"), r.get("question_id"),
-                                                   r.get("attempt")]))
+    rows = [
+        _strip_wallclock(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    return sorted(
+        rows, key=lambda r: json.dumps([r.get("method"), r.get("dataset"), r.get("question_id"), r.get("attempt")])
+    )
 
 
 def _final_checkpoint(stage_dir: Path) -> Path | None:
@@ -137,8 +145,10 @@ def differences(run_dir: Path, reference: Path) -> list[str]:
     for stage in STAGES:
         a, b = _metrics(run_dir / stage / "metrics.jsonl"), _metrics(reference / stage / "metrics.jsonl")
         if a != b:
-            found.append(f"{stage}/metrics.jsonl: steps {[r.get('step') for r in a]} vs {[r.get('step') for r in b]}"
-                         + ("" if [r.get("step") for r in a] != [r.get("step") for r in b] else ", values differ"))
+            found.append(
+                f"{stage}/metrics.jsonl: steps {[r.get('step') for r in a]} vs {[r.get('step') for r in b]}"
+                + ("" if [r.get("step") for r in a] != [r.get("step") for r in b] else ", values differ")
+            )
         ca, cb = _final_checkpoint(run_dir / stage), _final_checkpoint(reference / stage)
         if ca is None or cb is None or ca.name != cb.name:
             found.append(f"{stage}: final checkpoint {ca and ca.name} vs {cb and cb.name}")
@@ -156,7 +166,9 @@ def differences(run_dir: Path, reference: Path) -> list[str]:
             found.append(f"{stage}: checkpoints on disk {kept_a} vs {kept_b}")
     ra, rb = _records(run_dir / "eval" / "records.jsonl"), _records(reference / "eval" / "records.jsonl")
     if ra != rb:
-        found.append(f"eval/records.jsonl: {len(ra)} records vs {len(rb)}" + (", contents differ" if len(ra) == len(rb) else ""))
+        found.append(
+            f"eval/records.jsonl: {len(ra)} records vs {len(rb)}" + (", contents differ" if len(ra) == len(rb) else "")
+        )
     summary_a, summary_b = run_dir / "eval" / "summary.json", reference / "eval" / "summary.json"
     if not summary_a.is_file():
         found.append("eval/summary.json missing")
@@ -178,8 +190,9 @@ def _git_commit() -> str:
     if os.environ.get("MAOPD_COMMIT"):  # running from an exported snapshot, which has no .git
         return os.environ["MAOPD_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -214,14 +227,27 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
         killed = run(run_dir, point)
         resumed = run(run_dir)
-        problems = differences(run_dir, reference) if resumed["returncode"] == 0 else [
-            f"resumed run failed ({resumed['returncode']}): {resumed['stderr_tail'][-500:]}"]
+        problems = (
+            differences(run_dir, reference)
+            if resumed["returncode"] == 0
+            else [f"resumed run failed ({resumed['returncode']}): {resumed['stderr_tail'][-500:]}"]
+        )
         hit = killed["returncode"] == -signal.SIGKILL
-        results.append({"point": point, "killed": hit, "killed_run": {k: killed[k] for k in ("returncode", "seconds")},
-                        "resumed_run": {k: resumed[k] for k in ("returncode", "seconds")},
-                        "identical": not problems, "differences": problems})
-        print(f"[{index + 1}/{args.points}] {point}: {'killed' if hit else 'finished before the kill'}, "
-              f"{'identical' if not problems else 'DIFFERENT: ' + '; '.join(problems)}", flush=True)
+        results.append(
+            {
+                "point": point,
+                "killed": hit,
+                "killed_run": {k: killed[k] for k in ("returncode", "seconds")},
+                "resumed_run": {k: resumed[k] for k in ("returncode", "seconds")},
+                "identical": not problems,
+                "differences": problems,
+            }
+        )
+        print(
+            f"[{index + 1}/{args.points}] {point}: {'killed' if hit else 'finished before the kill'}, "
+            f"{'identical' if not problems else 'DIFFERENT: ' + '; '.join(problems)}",
+            flush=True,
+        )
         if not problems:
             shutil.rmtree(run_dir, ignore_errors=True)
 

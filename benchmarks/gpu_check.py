@@ -1,8 +1,8 @@
 """Python parts of ``benchmarks/gpu_check.sh``: a small real-architecture model and a vLLM smoke.
 
 ``build-model``  a random ``Qwen3ForCausalLM`` (hidden 1024, 8 layers, 16 heads / 8 KV heads,
-                 head dim 64, MLP 3072: about 0.1 B parameters; ``--tiny``: hidden 64, 2 layers), built in-process from a
-                 transformers config over a tokenizer trained on the embedded world. Nothing is
+                 head dim 64, MLP 3072: about 0.1 B parameters; ``--tiny``: hidden 64, 2 layers),
+                 built in-process from a transformers config over a tokenizer trained on the embedded world. Nothing is
                  downloaded. Saved in Hugging Face format, so the trainer, vLLM and the throughput
                  benchmark all load the same directory. ``--ptx-data`` also writes the world's
                  passages as a PPO-ptx file (``{"text"}`` lines) for the Stage II step.
@@ -25,8 +25,16 @@ from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
 from training.ptx import write_rows
 
-CHECK_MODEL = TinyModelConfig(hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8, head_dim=64,
-                              intermediate_size=3072, initializer_range=0.02, seed=0)
+CHECK_MODEL = TinyModelConfig(
+    hidden_size=1024,
+    num_layers=8,
+    num_heads=16,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=3072,
+    initializer_range=0.02,
+    seed=0,
+)
 
 
 def build_model(out: Path, ptx_data: Path | None, tiny: bool = False) -> dict:
@@ -38,8 +46,7 @@ def build_model(out: Path, ptx_data: Path | None, tiny: bool = False) -> dict:
     save_model(model, tokenizer, out)
     if ptx_data is not None:
         write_rows([{"text": d.contents} for d in world.corpus.documents], ptx_data)
-    return {"model_dir": str(out), "parameters": sum(p.numel() for p in model.parameters()),
-            "config": config.__dict__}
+    return {"model_dir": str(out), "parameters": sum(p.numel() for p in model.parameters()), "config": config.__dict__}
 
 
 def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
@@ -54,8 +61,9 @@ def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
     questions = env.questions[:prompts]
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens)
     started = time.perf_counter()
-    with VLLMPolicy(model_dir, sampling, seed=0, dtype="bfloat16",
-                    engine_args={"gpu_memory_utilization": 0.3}) as policy:
+    with VLLMPolicy(
+        model_dir, sampling, seed=0, dtype="bfloat16", engine_args={"gpu_memory_utilization": 0.3}
+    ) as policy:
         startup_s = time.perf_counter() - started
         ids = []
         for question in questions:
@@ -72,12 +80,20 @@ def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
     batch = pad_batch(sequences, masks, policy.tokenizer.pad_token_id)
     with torch.no_grad():
         rescored = score_tokens(model, batch.to("cuda"), 1.0).logprobs.cpu()
-    gaps = [abs(float(rescored[row, len(prompt) + t]) - c.logprobs[t])
-            for row, (prompt, c) in enumerate(zip(ids, candidates)) for t in range(len(c.token_ids))]
-    return {"engine_startup_s": startup_s, "prompts": len(ids), "generated_tokens": generated,
-            "generate_s": generate_s, "tokens_per_s": generated / generate_s,
-            "finish_reasons": sorted({c.finish_reason for c in candidates}),
-            "logprob_gap_vs_rescore": {"max": max(gaps, default=0.0), "mean": sum(gaps) / max(len(gaps), 1)}}
+    gaps = [
+        abs(float(rescored[row, len(prompt) + t]) - c.logprobs[t])
+        for row, (prompt, c) in enumerate(zip(ids, candidates))
+        for t in range(len(c.token_ids))
+    ]
+    return {
+        "engine_startup_s": startup_s,
+        "prompts": len(ids),
+        "generated_tokens": generated,
+        "generate_s": generate_s,
+        "tokens_per_s": generated / generate_s,
+        "finish_reasons": sorted({c.finish_reason for c in candidates}),
+        "logprob_gap_vs_rescore": {"max": max(gaps, default=0.0), "mean": sum(gaps) / max(len(gaps), 1)},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

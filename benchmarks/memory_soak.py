@@ -63,10 +63,17 @@ def run_soak(args: argparse.Namespace, run_dir: Path) -> list[dict[str, float]]:
     from training.config import load_config
 
     overrides = [
-        f"run_dir={run_dir}", f"steps={args.steps}", f"rollout.batch_size={args.batch_size}",
-        f"rollout.group_size={args.group_size}", f"rollout.max_new_tokens={args.max_new_tokens}",
-        "env.max_steps=3", "optim.minibatches=1", f"checkpoint.every={args.checkpoint_every}",
-        "checkpoint.keep_last=2", "logging.sample_every=1", "logging.keep_samples=5",
+        f"run_dir={run_dir}",
+        f"steps={args.steps}",
+        f"rollout.batch_size={args.batch_size}",
+        f"rollout.group_size={args.group_size}",
+        f"rollout.max_new_tokens={args.max_new_tokens}",
+        "env.max_steps=3",
+        "optim.minibatches=1",
+        f"checkpoint.every={args.checkpoint_every}",
+        "checkpoint.keep_last=2",
+        "logging.sample_every=1",
+        "logging.keep_samples=5",
         "logging.progress=true",
     ]
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny_cpu_stage1.yaml", overrides)
@@ -76,8 +83,9 @@ def run_soak(args: argparse.Namespace, run_dir: Path) -> list[dict[str, float]]:
     def train_step_then_measure(trainer):
         metrics = measured_step(trainer)
         # measured before the loop logs and saves this step, so disk is as of the previous step
-        samples.append({"step": trainer.step, "rss_mb": rss_mb(), "time_s": time.perf_counter() - started,
-                        **disk_usage(run_dir)})
+        samples.append(
+            {"step": trainer.step, "rss_mb": rss_mb(), "time_s": time.perf_counter() - started, **disk_usage(run_dir)}
+        )
         return metrics
 
     trainer_module.Trainer.train_step = train_step_then_measure
@@ -86,8 +94,15 @@ def run_soak(args: argparse.Namespace, run_dir: Path) -> list[dict[str, float]]:
         trainer_module.train_stage(config, resume=False)
     finally:
         trainer_module.Trainer.train_step = measured_step
-    samples.append({"step": args.steps, "rss_mb": rss_mb(), "time_s": time.perf_counter() - started,
-                    **disk_usage(run_dir), "after_run": True})
+    samples.append(
+        {
+            "step": args.steps,
+            "rss_mb": rss_mb(),
+            "time_s": time.perf_counter() - started,
+            **disk_usage(run_dir),
+            "after_run": True,
+        }
+    )
     return samples
 
 
@@ -100,11 +115,17 @@ def summarize(samples: list[dict[str, float]], args: argparse.Namespace) -> dict
     growth = float(rss[-1] - at_warmup)
     peak_growth = float(rss[after_warmup].max() - at_warmup)
     final = samples[-1]
-    per_step = {name: (final[name] - samples[args.warmup - 1][name]) / (args.steps - args.warmup + 1)
-                for name in ("metrics_kb", "tensorboard_kb")}
+    per_step = {
+        name: (final[name] - samples[args.warmup - 1][name]) / (args.steps - args.warmup + 1)
+        for name in ("metrics_kb", "tensorboard_kb")
+    }
     return {
-        "rss_mb": {"step_1": float(rss[0]), f"step_{args.warmup}": at_warmup, f"step_{args.steps}": float(rss[-1]),
-                   "peak_after_warmup": float(rss[after_warmup].max())},
+        "rss_mb": {
+            "step_1": float(rss[0]),
+            f"step_{args.warmup}": at_warmup,
+            f"step_{args.steps}": float(rss[-1]),
+            "peak_after_warmup": float(rss[after_warmup].max()),
+        },
         "rss_growth_mb": growth,
         "rss_peak_growth_mb": peak_growth,
         "rss_slope_mb_per_100_steps": 100 * slope,
@@ -133,8 +154,14 @@ def plot(samples: list[dict[str, float]], path: Path, args: argparse.Namespace) 
     top.set_ylabel("resident memory (MiB)")
     top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     top.set_title(f"Tiny Stage I soak: {args.steps} steps, B={args.batch_size}, G={args.group_size}")
-    for (name, scale, label), style in zip((("checkpoints_mb", 1, "checkpoints/"), ("metrics_kb", 1 / 1024, "metrics.jsonl"),
-                                            ("tensorboard_kb", 1 / 1024, "tb/")), ("-", "--", "-.")):
+    for (name, scale, label), style in zip(
+        (
+            ("checkpoints_mb", 1, "checkpoints/"),
+            ("metrics_kb", 1 / 1024, "metrics.jsonl"),
+            ("tensorboard_kb", 1 / 1024, "tb/"),
+        ),
+        ("-", "--", "-."),
+    ):
         middle.plot(steps, [s[name] * scale for s in samples[:-1]], linestyle=style, label=label)
     middle.set_ylabel("disk used (MiB)")
     middle.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
@@ -159,9 +186,11 @@ def write_markdown(summary: dict, path: Path, command: str) -> None:
         "",
         f"Command: `{command}`",
         "",
-        (f"Bound: RSS may grow by less than {s['bound_mb']:.0f} MiB between the end of warm-up and the "
-        f"last step (peak after warm-up minus RSS at warm-up). Measured: {s['rss_peak_growth_mb']:.1f} MiB, "
-        f"{verdict} the bound."),
+        (
+            f"Bound: RSS may grow by less than {s['bound_mb']:.0f} MiB between the end of warm-up and the "
+            f"last step (peak after warm-up minus RSS at warm-up). Measured: {s['rss_peak_growth_mb']:.1f} MiB, "
+            f"{verdict} the bound."
+        ),
         "",
         "| measure | value |",
         "|---|---|",
@@ -191,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--run-dir", help="keep the run here (default: a temporary directory)")
-    parser.add_argument("--out", default=str(RESULTS / "memory_soak" / "memory_soak"), help="path prefix of .json/.md/.png")
+    parser.add_argument(
+        "--out", default=str(RESULTS / "memory_soak" / "memory_soak"), help="path prefix of .json/.md/.png"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.warmup < args.steps:
         parser.error("--warmup must be in [1, --steps)")
@@ -202,9 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(samples, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "threads": os.environ.get("OMP_NUM_THREADS"), "summary": summary,
-         "per_step": samples}, indent=1) + "\n", encoding="utf-8")
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {"command": command, "threads": os.environ.get("OMP_NUM_THREADS"), "summary": summary, "per_step": samples},
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     write_markdown(summary, out.with_suffix(".md"), command)
     plot(samples, out.with_suffix(".png"), args)
     print(json.dumps(summary, indent=1))

@@ -14,7 +14,12 @@ def git_commit(short: bool = False) -> str:
     if os.environ.get("MAOPD_COMMIT"):
         return os.environ["MAOPD_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", *(["--short"] if short else []), "HEAD"], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     runs = {}
     for workers in (1, 2):
-        collector = RayRolloutCollector(model_dir, "hierarchical", sampling, work, RayRolloutConfig(num_workers=workers, env_kwargs=env))
+        collector = RayRolloutCollector(
+            model_dir, "hierarchical", sampling, work, RayRolloutConfig(num_workers=workers, env_kwargs=env)
+        )
         start = time.perf_counter()
         batch = collector.collect(questions, args.group_size, seed=0)
         seconds = time.perf_counter() - start
@@ -61,8 +63,13 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "command": "python benchmarks/ray_rollout_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
-        "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size,
-                    "max_new_tokens": args.max_new_tokens, "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
+        "setting": {
+            "workflow": "hierarchical",
+            "B": args.questions,
+            "G": args.group_size,
+            "max_new_tokens": args.max_new_tokens,
+            "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)",
+        },
         "workers": runs,
         "ratio_2_workers_vs_1": runs[2]["tokens_per_s"] / runs[1]["tokens_per_s"],
         "same_tokens": runs[1]["generated_tokens"] == runs[2]["generated_tokens"],

@@ -67,7 +67,9 @@ def load_probes(data: Path) -> tuple[list[Probe], list[tuple[str, str]]]:
     for row in json.loads((data / "popqa1000_paragraphs.json").read_text(encoding="utf-8")):
         pairs = [(p["title"], p["text"]) for p in row["paragraphs"]]
         paragraphs += pairs
-        probes.append(Probe("popqa", row["question"], [pair for pair, p in zip(pairs, row["paragraphs"]) if p["is_supporting"]]))
+        probes.append(
+            Probe("popqa", row["question"], [pair for pair, p in zip(pairs, row["paragraphs"]) if p["is_supporting"]])
+        )
     return probes, paragraphs
 
 
@@ -124,8 +126,13 @@ def time_calls(retriever, queries: list[str], batch: int, k: int, budget_s: floa
         if len(latencies) >= 3 and spent > budget_s / 2 and batch >= 256:
             break
     mean = float(np.mean(latencies))
-    return {"batch": batch, "calls": len(latencies), "latency_ms": 1000 * mean,
-            "p90_latency_ms": 1000 * float(np.percentile(latencies, 90)), "qps": batch / mean}
+    return {
+        "batch": batch,
+        "calls": len(latencies),
+        "latency_ms": 1000 * mean,
+        "p90_latency_ms": 1000 * float(np.percentile(latencies, 90)),
+        "qps": batch / mean,
+    }
 
 
 def perf_table(retrievers: dict, queries: list[str], k: int = 3) -> dict:
@@ -161,18 +168,26 @@ def ratios(perf: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# Retrieval benchmark\n\nCommand: `{result['command']}`\n", f"Machine: {result['machine']}\n",
-             f"Closed corpus: {result['corpus_size']} paragraphs (fingerprint {result['corpus_fingerprint']}).\n",
-             "## Recall of supporting paragraphs\n"]
+    lines = [
+        f"# Retrieval benchmark\n\nCommand: `{result['command']}`\n",
+        f"Machine: {result['machine']}\n",
+        f"Closed corpus: {result['corpus_size']} paragraphs (fingerprint {result['corpus_fingerprint']}).\n",
+        "## Recall of supporting paragraphs\n",
+    ]
     columns = [c for c in next(iter(result["recall"].values())) if "@" in c]
     lines.append("| retriever | " + " | ".join(columns) + " |")
     lines.append("|---" * (len(columns) + 1) + "|")
     for name, row in result["recall"].items():
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
-    lines.append("\n## Throughput (k=3)\n\n| retriever | batch | calls | latency ms | p90 ms | QPS |\n|---|---|---|---|---|---|")
+    lines.append(
+        "\n## Throughput (k=3)\n\n| retriever | batch | calls | latency ms | p90 ms | QPS |\n|---|---|---|---|---|---|"
+    )
     for name, rows in result["perf"].items():
         for r in rows:
-            lines.append(f"| {name} | {r['batch']} | {r['calls']} | {r['latency_ms']:.2f} | {r['p90_latency_ms']:.2f} | {r['qps']:.1f} |")
+            lines.append(
+                f"| {name} | {r['batch']} | {r['calls']} | {r['latency_ms']:.2f} | {r['p90_latency_ms']:.2f} | "
+                f"{r['qps']:.1f} |"
+            )
     lines.append("\n## Ratios (same run)\n\n| ratio | batch 1 | batch 32 | batch 256 |\n|---|---|---|---|")
     for name, values in result["ratios"].items():
         lines.append(f"| {name} | " + " | ".join(f"{values[str(b)]:.2f}" for b in BATCH_SIZES) + " |")
@@ -207,7 +222,9 @@ def main() -> int:
     retrievers["bm25s"] = BM25Retriever(corpus)
     builds["bm25s"] = time.perf_counter() - start
     start = time.perf_counter()
-    retrievers["dense MiniLM flat"] = DenseRetriever.build(corpus, TextEncoder("minilm", batch_size=64), show_progress=True)
+    retrievers["dense MiniLM flat"] = DenseRetriever.build(
+        corpus, TextEncoder("minilm", batch_size=64), show_progress=True
+    )
     builds["dense MiniLM flat (encode + index)"] = time.perf_counter() - start
     workdir = tempfile.TemporaryDirectory()
     available, why = pyserini_available()
@@ -223,7 +240,9 @@ def main() -> int:
 
     result = {
         "command": "python " + " ".join(sys.argv),
-        "machine": f"{platform.processor() or platform.machine()}, {platform.system()}, python {platform.python_version()}",
+        "machine": (
+            f"{platform.processor() or platform.machine()}, {platform.system()}, python {platform.python_version()}"
+        ),
         "corpus_size": len(corpus),
         "corpus_fingerprint": corpus.fingerprint,
         "build_seconds": builds,

@@ -60,10 +60,22 @@ from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher, teacher_rows
 
-PAPER = {"questions": 32, "group_size": 5, "max_new_tokens": 512, "max_batch_size": 512, "naive_questions": 1,
-         "repeats": 1}
-SMALL = {"questions": 8, "group_size": 5, "max_new_tokens": 48, "max_batch_size": 64, "naive_questions": 2,
-         "repeats": 3}
+PAPER = {
+    "questions": 32,
+    "group_size": 5,
+    "max_new_tokens": 512,
+    "max_batch_size": 512,
+    "naive_questions": 1,
+    "repeats": 1,
+}
+SMALL = {
+    "questions": 8,
+    "group_size": 5,
+    "max_new_tokens": 48,
+    "max_batch_size": 64,
+    "naive_questions": 2,
+    "repeats": 3,
+}
 
 
 class GenerateRecorder:
@@ -121,19 +133,27 @@ def collect(policy, make_env, questions, group_size, device):
 
 
 @torch.inference_mode()
-def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: int, pad_id: int,
-                     device: str, static: bool) -> dict:
+def generate_ceiling(
+    model, rows: list[list[int]], batch_size: int, new_tokens: int, pad_id: int, device: str, static: bool
+) -> dict:
     """HF ``generate`` over ``rows`` (sorted by length) in full batches of ``batch_size``, each row
     sampling exactly ``new_tokens`` tokens; the first batch warms up and is not timed."""
     rows = sorted(rows, key=len)
-    batches = [rows[i:i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size)]
+    batches = [rows[i : i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size)]
     if len(batches) < 2:
         batches = [rows[:batch_size]] * 2  # too few rows: time a repeat of the only batch
     # On CUDA, where HF compiles the static-cache step, one width for all batches (one compiled
     # shape); on CPU nothing is compiled, so each batch keeps its own width.
     common = max(len(r) for r in rows) if device.startswith("cuda") else None
-    options = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": new_tokens,
-               "min_new_tokens": new_tokens, "pad_token_id": pad_id}
+    options = {
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+        "pad_token_id": pad_id,
+    }
     if static:
         options["cache_implementation"] = "static"
     seconds, tokens = 0.0, 0
@@ -142,8 +162,8 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(chunk):
-            ids[i, width - len(r):] = torch.tensor(r)
-            mask[i, width - len(r):] = 1
+            ids[i, width - len(r) :] = torch.tensor(r)
+            mask[i, width - len(r) :] = 1
         synchronize(device)
         start = time.perf_counter()
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **options)
@@ -151,9 +171,15 @@ def generate_ceiling(model, rows: list[list[int]], batch_size: int, new_tokens: 
         if index:
             seconds += time.perf_counter() - start
             tokens += len(chunk) * (out.shape[1] - width)
-    return {"batch_size": batch_size, "new_tokens_per_row": new_tokens, "timed_batches": len(batches) - 1,
-            "prompt_width": "one width for all batches" if static and common else "per batch",
-            "seconds": seconds, "generated_tokens": tokens, "tokens_per_s": tokens / seconds}
+    return {
+        "batch_size": batch_size,
+        "new_tokens_per_row": new_tokens,
+        "timed_batches": len(batches) - 1,
+        "prompt_width": "one width for all batches" if static and common else "per batch",
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+    }
 
 
 def time_teacher(teacher: Teacher, tokens, rows=None, keys=None) -> float:
@@ -191,8 +217,9 @@ def main(argv: list[str] | None = None) -> dict:
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens)
 
     def policy(engine, compile=None):
-        return HFPolicy(model, tokenizer, sampling, seed=0, max_batch_size=args.max_batch_size, engine=engine,
-                        compile=compile)
+        return HFPolicy(
+            model, tokenizer, sampling, seed=0, max_batch_size=args.max_batch_size, engine=engine, compile=compile
+        )
 
     def make_env():
         return hierarchical_search_v0.env(split="dev", num_candidates=5, num_searchers=3)
@@ -220,31 +247,69 @@ def main(argv: list[str] | None = None) -> dict:
         per_row = max(1, round(generated / len(rows)))
         ceiling_batch = max(1, min(round(live), len(rows)))
         dynamic = generate_ceiling(model, rows, ceiling_batch, per_row, continuous.pad_id, args.device, static=False)
-        repeats.append({"collector_s": collector_s, "generated_tokens": generated, "teacher_s": teacher_s,
-                        "generate_dynamic": dynamic, "engine_stats": stats, "mean_live_rows": live})
-        print(json.dumps({"collector_tokens_per_s": generated / collector_s,
-                          "generate_dynamic_tokens_per_s": dynamic["tokens_per_s"],
-                          "teacher_fraction": teacher_s / collector_s}), flush=True)
+        repeats.append(
+            {
+                "collector_s": collector_s,
+                "generated_tokens": generated,
+                "teacher_s": teacher_s,
+                "generate_dynamic": dynamic,
+                "engine_stats": stats,
+                "mean_live_rows": live,
+            }
+        )
+        print(
+            json.dumps(
+                {
+                    "collector_tokens_per_s": generated / collector_s,
+                    "generate_dynamic_tokens_per_s": dynamic["tokens_per_s"],
+                    "teacher_fraction": teacher_s / collector_s,
+                }
+            ),
+            flush=True,
+        )
     collector_s = statistics.median(r["collector_s"] for r in repeats)
     result = {
         "command": "python benchmarks/rollout_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": git_commit(short=True),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
-                    "device": str(next(model.parameters()).device),
-                    "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
-                    "torch": torch.__version__, "load_average_at_start": load_at_start},
-        "setting": {"workflow": "hierarchical", "B": args.questions, "G": args.group_size, "searchers": 3,
-                    "answer_candidates": 5, "max_new_tokens": args.max_new_tokens,
-                    "max_batch_size": args.max_batch_size, "compile": args.compile, "repeats": args.repeats,
-                    "dtype": str(next(model.parameters()).dtype),
-                    "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)"},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch_threads": args.threads,
+            "device": str(next(model.parameters()).device),
+            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
+            "torch": torch.__version__,
+            "load_average_at_start": load_at_start,
+        },
+        "setting": {
+            "workflow": "hierarchical",
+            "B": args.questions,
+            "G": args.group_size,
+            "searchers": 3,
+            "answer_candidates": 5,
+            "max_new_tokens": args.max_new_tokens,
+            "max_batch_size": args.max_batch_size,
+            "compile": args.compile,
+            "repeats": args.repeats,
+            "dtype": str(next(model.parameters()).dtype),
+            "model": args.model or "random tiny Qwen3 (hidden 128, 2 layers)",
+        },
         # Every repeat generates the same rows (same seeds); times are medians over the repeats.
-        "collector_continuous": {"seconds": collector_s, "seconds_per_repeat": [r["collector_s"] for r in repeats],
-                                 "generated_tokens": generated, "tokens_per_s": generated / collector_s,
-                                 "rounds": len(rounds), "rows": len(rows), "sequences": len(batch.sequences),
-                                 "mean_live_rows": live, "engine_stats": stats},
-        "generate_dynamic": {**dynamic, "seconds": statistics.median(r["generate_dynamic"]["seconds"] for r in repeats),
-                             "seconds_per_repeat": [r["generate_dynamic"]["seconds"] for r in repeats]},
+        "collector_continuous": {
+            "seconds": collector_s,
+            "seconds_per_repeat": [r["collector_s"] for r in repeats],
+            "generated_tokens": generated,
+            "tokens_per_s": generated / collector_s,
+            "rounds": len(rounds),
+            "rows": len(rows),
+            "sequences": len(batch.sequences),
+            "mean_live_rows": live,
+            "engine_stats": stats,
+        },
+        "generate_dynamic": {
+            **dynamic,
+            "seconds": statistics.median(r["generate_dynamic"]["seconds"] for r in repeats),
+            "seconds_per_repeat": [r["generate_dynamic"]["seconds"] for r in repeats],
+        },
     }
     result["generate_dynamic"]["tokens_per_s"] = dynamic["generated_tokens"] / result["generate_dynamic"]["seconds"]
 
@@ -257,36 +322,48 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds_per_repeat": [r["teacher_s"] for r in repeats],
         "rows": int(trainer_rows.sum()),
         "previous_all_rows_no_sharing_s": time_teacher(
-            Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens),
+            Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens
+        ),
         "all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
         "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False), keys),
         "max_batch_tokens": teacher.max_batch_tokens,
     }
 
     if "static" not in skip:
-        result["generate_static"] = generate_ceiling(model, rows, ceiling_batch, per_row, continuous.pad_id, args.device,
-                                                     static=True)
+        result["generate_static"] = generate_ceiling(
+            model, rows, ceiling_batch, per_row, continuous.pad_id, args.device, static=True
+        )
 
     if "naive" not in skip:
-        naive_tokens, naive_s = naive_loop(policy("continuous"), questions[: args.naive_questions], args.group_size,
-                                           make_env)
-        result["naive"] = {"seconds": naive_s, "generated_tokens": naive_tokens,
-                           "tokens_per_s": naive_tokens / naive_s, "questions": args.naive_questions}
+        naive_tokens, naive_s = naive_loop(
+            policy("continuous"), questions[: args.naive_questions], args.group_size, make_env
+        )
+        result["naive"] = {
+            "seconds": naive_s,
+            "generated_tokens": naive_tokens,
+            "tokens_per_s": naive_tokens / naive_s,
+            "questions": args.naive_questions,
+        }
 
     rate = generated / collector_s
     per_repeat = [r["generated_tokens"] / r["collector_s"] / r["generate_dynamic"]["tokens_per_s"] for r in repeats]
     teacher_per_repeat = [r["teacher_s"] / r["collector_s"] for r in repeats]
-    ratios = {"collector_vs_generate_dynamic": statistics.median(per_repeat),
-              "collector_vs_generate_dynamic_per_repeat": per_repeat}
+    ratios = {
+        "collector_vs_generate_dynamic": statistics.median(per_repeat),
+        "collector_vs_generate_dynamic_per_repeat": per_repeat,
+    }
     if "generate_static" in result:
         ratios["collector_vs_generate_static"] = rate / result["generate_static"]["tokens_per_s"]
     if "collector_chunked" in result:
         ratios["collector_vs_old_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
     ratios["teacher_scoring_fraction_of_rollout"] = statistics.median(teacher_per_repeat)
     ratios["teacher_scoring_fraction_of_rollout_per_repeat"] = teacher_per_repeat
-    ratios["teacher_scoring_fraction_searcher_rows_only"] = result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
+    ratios["teacher_scoring_fraction_searcher_rows_only"] = (
+        result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
+    )
     ratios["previous_teacher_scoring_fraction_of_rollout"] = (
-        result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s)
+        result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s
+    )
     if "naive" in result:
         ratios["collector_vs_naive"] = rate / result["naive"]["tokens_per_s"]
     result["ratios"] = ratios

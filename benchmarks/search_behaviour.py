@@ -48,8 +48,10 @@ def searches(records: list[dict]) -> list[str]:
         without = 1 - len(searched) / len(rows)
         unknown = sum((r["strict_answer"] or "").lower() == "unknown" for r in rows) / len(rows)
         em = sum(r["score"] for r in searched) / max(1, len(searched))
-        lines.append(f"{method}: {len(rows)} workflows; without a search {without:.1%}; answer 'unknown' {unknown:.1%}; "
-                     f"EM of workflows with a search {em:.1%} ({len(searched)})")
+        lines.append(
+            f"{method}: {len(rows)} workflows; without a search {without:.1%}; answer 'unknown' {unknown:.1%}; "
+            f"EM of workflows with a search {em:.1%} ({len(searched)})"
+        )
     return lines
 
 
@@ -67,23 +69,30 @@ def near_misses(records: list[dict], max_distance: int = 2, examples_shown: int 
         elif answer and min(edit_distance(answer, g) for g in golds) <= max_distance:
             counts[method]["near_miss"] += 1
             examples[method].append(f"{record['golden_answers'][0]} -> {record['strict_answer']}")
-    return [f"{method}: {c['workflows']} workflows, {c['correct']} correct, {c['near_miss']} near misses; "
-            f"e.g. {', '.join(examples[method][:examples_shown])}" for method, c in sorted(counts.items())]
+    return [
+        f"{method}: {c['workflows']} workflows, {c['correct']} correct, {c['near_miss']} near misses; "
+        f"e.g. {', '.join(examples[method][:examples_shown])}"
+        for method, c in sorted(counts.items())
+    ]
 
 
 def variants(run_dir: Path, steps: int = 5) -> list[str]:
     per_method: dict[str, list[int]] = collections.defaultdict(list)
     for record in read_jsonl(run_dir / "eval" / "records.jsonl"):
         per_method[record["method"]].append(record["search_actions"])
-    lines = [f"{method}: {sum(counts) / len(counts):.2f} search actions per test workflow, "
-             f"{sum(c == 0 for c in counts)} / {len(counts)} workflows without a search"
-             for method, counts in sorted(per_method.items())]
+    lines = [
+        f"{method}: {sum(counts) / len(counts):.2f} search actions per test workflow, "
+        f"{sum(c == 0 for c in counts)} / {len(counts)} workflows without a search"
+        for method, counts in sorted(per_method.items())
+    ]
     for metrics in sorted(run_dir.glob("stage2_*/metrics.jsonl")):
         rows = read_jsonl(metrics)
         first = sum(r["workflow/search_actions"] for r in rows[:steps]) / steps
         last = sum(r["workflow/search_actions"] for r in rows[-steps:]) / steps
-        lines.append(f"{metrics.parent.name}: training search actions {first:.2f} (first {steps} steps) -> "
-                     f"{last:.2f} (last {steps})")
+        lines.append(
+            f"{metrics.parent.name}: training search actions {first:.2f} (first {steps} steps) -> "
+            f"{last:.2f} (last {steps})"
+        )
     return lines
 
 
@@ -91,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("searches", help="searching, giving up and EM per method").add_argument("records", type=Path)
-    commands.add_parser("near-misses", help="1-hop answers within edit distance 2 of the gold").add_argument("records", type=Path)
-    commands.add_parser("variants", help="test and training search actions per Stage II variant").add_argument("run_dir", type=Path)
+    commands.add_parser("near-misses", help="1-hop answers within edit distance 2 of the gold").add_argument(
+        "records", type=Path
+    )
+    commands.add_parser("variants", help="test and training search actions per Stage II variant").add_argument(
+        "run_dir", type=Path
+    )
     args = parser.parse_args(argv)
     if args.command == "searches":
         lines = searches(read_jsonl(args.records))

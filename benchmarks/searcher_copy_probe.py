@@ -30,7 +30,9 @@ def copy_rate(model_dir: str, count: int) -> dict:
     for task in tasks:
         ids = torch.tensor([prompt_ids(tokenizer, [system_message("searcher"), task_message(task)])])
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=48, do_sample=False, eos_token_id=tokenizer.convert_tokens_to_ids("</search>"))
+            out = model.generate(
+                ids, max_new_tokens=48, do_sample=False, eos_token_id=tokenizer.convert_tokens_to_ids("</search>")
+            )
         text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
         copied += text.startswith(f"<search>{task}</search>")
         examples.append({"task": task, "output": text})

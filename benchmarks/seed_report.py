@@ -73,8 +73,9 @@ def _nanmean(values: np.ndarray) -> float | None:
     return float(np.nanmean(values)) if np.isfinite(values).any() else None
 
 
-def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS,
-                  seed: int = BOOTSTRAP_SEED) -> dict:
+def window_change(
+    series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
+) -> dict:
     """Mean of the last ``window`` steps minus the first ``window``, pooled over seeds (each seed's
     series weighted equally), with a bootstrap CI resampling steps within each window and seed."""
     rng = np.random.default_rng(seed)
@@ -83,16 +84,26 @@ def window_change(series: Sequence[np.ndarray], window: int, draws: int = BOOTST
     if any(len(f) == 0 or len(x) == 0 for f, x in zip(firsts, lasts)):
         return {}
     point = float(np.mean([x.mean() - f.mean() for f, x in zip(firsts, lasts)]))
-    samples = np.mean([
-        x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1) - f[rng.integers(0, len(f), (draws, len(f)))].mean(axis=1)
-        for f, x in zip(firsts, lasts)
-    ], axis=0)
-    return {"first": float(np.mean([f.mean() for f in firsts])), "last": float(np.mean([x.mean() for x in lasts])),
-            "change": point, "ci": list(percentile_interval(samples)), "window": window}
+    samples = np.mean(
+        [
+            x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)
+            - f[rng.integers(0, len(f), (draws, len(f)))].mean(axis=1)
+            for f, x in zip(firsts, lasts)
+        ],
+        axis=0,
+    )
+    return {
+        "first": float(np.mean([f.mean() for f in firsts])),
+        "last": float(np.mean([x.mean() for x in lasts])),
+        "change": point,
+        "ci": list(percentile_interval(samples)),
+        "window": window,
+    }
 
 
-def plot_over_training(curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str],
-                       ylabel: str, title: str, scale: float = 1.0) -> Path:
+def plot_over_training(
+    curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str], ylabel: str, title: str, scale: float = 1.0
+) -> Path:
     """One line per stage run: the mean over seeds of a metric (times ``scale``), each seed's
     series smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of the run),
     with the seeds' min–max band."""
@@ -109,8 +120,9 @@ def plot_over_training(curves: dict[str, list[np.ndarray]], path: Path, labels: 
         values = scale * np.stack([smooth(s[:length], window) for s in series])
         steps = np.arange(1, length + 1)
         seeds = f"{len(series)} seed{'s' if len(series) > 1 else ''}"
-        line, = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2,
-                        label=f"{labels.get(name, name)} ({seeds})")
+        (line,) = ax.plot(
+            steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2, label=f"{labels.get(name, name)} ({seeds})"
+        )
         ax.fill_between(steps, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=line.get_color(), alpha=0.15)
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel)
@@ -129,12 +141,20 @@ def _window_means(series: np.ndarray, window: int) -> dict:
 def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
     """``report.md``: the pooled accuracy per method with each seed's, the paired differences, the
     searches over training, the divergence and the judge."""
-    pct = lambda v: f"{100 * v:.2f}"
-    ci = lambda e: f"{pct(e['macro'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]"
+
+    def pct(v):
+        return f"{100 * v:.2f}"
+
+    def ci(e):
+        return f"{pct(e['macro'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]"
+
     seeds = list(per_seed)
-    lines = ["## Accuracy (macro over question types, %)", "",
-             f"| method | pooled mean over {len(seeds)} seeds [95% CI] | " + " | ".join(seeds) + " |",
-             "|---|---|" + "---|" * len(seeds)]
+    lines = [
+        "## Accuracy (macro over question types, %)",
+        "",
+        f"| method | pooled mean over {len(seeds)} seeds [95% CI] | " + " | ".join(seeds) + " |",
+        "|---|---|" + "---|" * len(seeds),
+    ]
     for method, summary in sorted(pooled_summary["methods"].items()):
         avg = next(v for k, v in summary["accuracy"].items() if k.startswith("avg@"))
         cells = []
@@ -142,36 +162,65 @@ def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
             values = per_seed[seed].get(method, {})
             cells.append(next((pct(v) for k, v in values.items() if k.startswith("avg@")), "–"))
         lines.append(f"| {method} | {ci(avg)} | " + " | ".join(cells) + " |")
-    lines += ["", "## Paired differences A − B, pooled over seeds (percentage points, 95% CI)", "",
-              "| A | B | difference |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Paired differences A − B, pooled over seeds (percentage points, 95% CI)",
+        "",
+        "| A | B | difference |",
+        "|---|---|---|",
+    ]
     for c in report["comparisons"]:
         diff = next(v for k, v in c.items() if k.startswith("avg@"))
         lines.append(f"| {c['a']} | {c['b']} | {ci(diff)} |")
-    for key, title, scale in (("searches", "Search actions per workflow", 1.0),
-                              ("training_em", "Team outcome of the training rollouts (EM, %)", 100.0)):
-        lines += ["", f"## {title}, first vs last training steps (mean over seeds)", "",
-                  "| run | first | last | change [95% CI] |", "|---|---|---|---|"]
+    for key, title, scale in (
+        ("searches", "Search actions per workflow", 1.0),
+        ("training_em", "Team outcome of the training rollouts (EM, %)", 100.0),
+    ):
+        lines += [
+            "",
+            f"## {title}, first vs last training steps (mean over seeds)",
+            "",
+            "| run | first | last | change [95% CI] |",
+            "|---|---|---|---|",
+        ]
         for name, change in report[key].items():
             if change:
                 first, last, diff = (scale * change[k] for k in ("first", "last", "change"))
                 low, high = (scale * bound for bound in change["ci"])
-                lines.append(f"| {report['labels'].get(name, name)} | {first:.2f} | {last:.2f} | "
-                             f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] |")
-    for title, figures in (("Teacher–student divergence on Searcher tokens (Stage II, first / last steps)",
-                            report["divergence"]), ("The Prompted Critic's judge (mean over its steps)", report["judge"])):
+                lines.append(
+                    f"| {report['labels'].get(name, name)} | {first:.2f} | {last:.2f} | "
+                    f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] |"
+                )
+    for title, figures in (
+        ("Teacher–student divergence on Searcher tokens (Stage II, first / last steps)", report["divergence"]),
+        ("The Prompted Critic's judge (mean over its steps)", report["judge"]),
+    ):
         if not figures:
             continue
         keys = list(next(iter(figures.values())))
         lines += ["", f"## {title}", "", "| seed | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
         for seed, values in figures.items():
-            cells = [(f"{v['first']:.4f} / {v['last']:.4f}" if isinstance(v, dict) and v["first"] is not None
-                      else f"{v:.3f}" if isinstance(v, float) else "–") for v in values.values()]
+            cells = [
+                (
+                    f"{v['first']:.4f} / {v['last']:.4f}"
+                    if isinstance(v, dict) and v["first"] is not None
+                    else f"{v:.3f}"
+                    if isinstance(v, float)
+                    else "–"
+                )
+                for v in values.values()
+            ]
             lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str, str]], out: str | Path,
-                 labels: dict[str, str] | None = None, window: int = 10) -> dict:
+def write_report(
+    run_dirs: Sequence[str | Path],
+    comparisons: Sequence[tuple[str, str]],
+    out: str | Path,
+    labels: dict[str, str] | None = None,
+    window: int = 10,
+) -> dict:
     """Write the report (module docstring) to ``out`` and return ``report.json``'s content.
     ``labels`` names the stage runs (``stage1``, ``stage2_<variant>``) in the plot and tables."""
     labels = labels or {}
@@ -185,8 +234,9 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
     seed_scores = {}
     for run, records in zip(run_dirs, per_seed):
         methods_of_seed = summarize(records, draws=1)["methods"]  # the point estimates only
-        seed_scores[run.name] = {m: {name: a["macro"] for name, a in s["accuracy"].items()}
-                                 for m, s in methods_of_seed.items()}
+        seed_scores[run.name] = {
+            m: {name: a["macro"] for name, a in s["accuracy"].items()} for m, s in methods_of_seed.items()
+        }
     (out / "per_seed.json").write_text(json.dumps(seed_scores, indent=2) + "\n", encoding="utf-8")
 
     searches: dict[str, list[np.ndarray]] = {}
@@ -204,12 +254,27 @@ def write_report(run_dirs: Sequence[str | Path], comparisons: Sequence[tuple[str
                 divergence[run.name] = {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
             if stage.name == "stage2_prompted_critic":
                 judge[run.name] = {key: _nanmean(metric_series(rows, key)) for key in JUDGE}
-    plots = [
-        plot_over_training(searches, out / "searches_over_training.png", labels,
-                           "search actions per workflow (count)", "Searches per workflow over training"),
-        plot_over_training(training_em, out / "training_em_over_training.png", labels,
-                           "team outcome R_EM of the training rollouts (%)", "Training exact match", scale=100),
-    ] if searches else []
+    plots = (
+        [
+            plot_over_training(
+                searches,
+                out / "searches_over_training.png",
+                labels,
+                "search actions per workflow (count)",
+                "Searches per workflow over training",
+            ),
+            plot_over_training(
+                training_em,
+                out / "training_em_over_training.png",
+                labels,
+                "team outcome R_EM of the training rollouts (%)",
+                "Training exact match",
+                scale=100,
+            ),
+        ]
+        if searches
+        else []
+    )
     report = {
         "run_dirs": [str(r) for r in run_dirs],
         "labels": labels,

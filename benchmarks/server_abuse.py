@@ -4,7 +4,8 @@ The baseline is the same server answering one request at a time, measured in the
 loaded figures are reported next to it and as ratios. Each wave sends ``--concurrency`` requests at
 once (one query each, BM25 over a small synthetic corpus) and waits for all of them; every answer
 must be 200 or a clear 503. The load generator runs in its own process, so that it does not share
-the server's interpreter; memory is the server process's resident set before and after the waves. Writes benchmarks/results/server_abuse/server_abuse.{json,md}.
+the server's interpreter; memory is the server process's resident set before and after the waves.
+Writes benchmarks/results/server_abuse/server_abuse.{json,md}.
 
     python benchmarks/server_abuse.py --concurrency 1000 --waves 3
 """
@@ -41,7 +42,10 @@ def rss_mib() -> float:
 
 
 def corpus(size: int) -> Corpus:
-    return Corpus(Document(str(i), f"Entity {i}", f"Entity {i} was born in city {i % 97} and works on topic {i % 31}.") for i in range(size))
+    return Corpus(
+        Document(str(i), f"Entity {i}", f"Entity {i} was born in city {i % 97} and works on topic {i % 31}.")
+        for i in range(size)
+    )
 
 
 async def timed_requests(url: str, count: int, concurrent: bool) -> tuple[list[float], Counter]:
@@ -52,7 +56,9 @@ async def timed_requests(url: str, count: int, concurrent: bool) -> tuple[list[f
         async def one(i: int) -> None:
             start = time.perf_counter()
             try:
-                response = await client.post(f"{url}/retrieve", json={"queries": [f"topic {i % 31} city {i % 97}"], "topk": 3})
+                response = await client.post(
+                    f"{url}/retrieve", json={"queries": [f"topic {i % 31} city {i % 97}"], "topk": 3}
+                )
                 statuses[response.status_code] += 1
             except httpx.HTTPError as exc:
                 statuses[type(exc).__name__] += 1
@@ -92,14 +98,23 @@ def main() -> int:
     limits = ServerLimits(max_concurrency=args.max_concurrency)
     retriever = BM25Retriever(corpus(args.corpus_size))
     context = multiprocessing.get_context("spawn")
-    with BackgroundServer(create_app(retriever, limits), limits=limits) as server, ProcessPoolExecutor(1, mp_context=context) as client:
+    with (
+        BackgroundServer(create_app(retriever, limits), limits=limits) as server,
+        ProcessPoolExecutor(1, mp_context=context) as client,
+    ):
         client.submit(run_wave, server.url, 20, False).result()  # warm-up
         baseline, baseline_status, _ = client.submit(run_wave, server.url, args.baseline_requests, False).result()
         rss_before = rss_mib()
         waves = []
         for _ in range(args.waves):
             latencies, statuses, wall = client.submit(run_wave, server.url, args.concurrency, True).result()
-            waves.append({"wall_s": wall, "statuses": {str(k): v for k, v in statuses.items()}, "latency_ms": percentiles(latencies)})
+            waves.append(
+                {
+                    "wall_s": wall,
+                    "statuses": {str(k): v for k, v in statuses.items()},
+                    "latency_ms": percentiles(latencies),
+                }
+            )
         rss_after = rss_mib()
 
     base = percentiles(baseline)
@@ -133,16 +148,21 @@ def markdown(report: dict) -> str:
         "",
         "| run | answers | wall s | p50 ms | p90 ms | p99 ms | max ms | p50 / baseline | p99 / baseline |",
         "|---|---|---|---|---|---|---|---|---|",
-        f"| baseline, sequential | {report['baseline_statuses']} | | {base['p50']:.1f} | {base['p90']:.1f} | {base['p99']:.1f} | {base['max']:.1f} | 1 | 1 |",
+        f"| baseline, sequential | {report['baseline_statuses']} | | {base['p50']:.1f} | {base['p90']:.1f} | "
+        f"{base['p99']:.1f} | {base['max']:.1f} | 1 | 1 |",
     ]
     for i, wave in enumerate(report["waves"]):
         lat = wave["latency_ms"]
         lines.append(
-            f"| wave {i + 1}, {report['settings']['concurrency']} concurrent | {wave['statuses']} | {wave['wall_s']:.2f} | "
+            f"| wave {i + 1}, {report['settings']['concurrency']} concurrent | {wave['statuses']} | "
+            f"{wave['wall_s']:.2f} | "
             f"{lat['p50']:.1f} | {lat['p90']:.1f} | {lat['p99']:.1f} | {lat['max']:.1f} | "
             f"{report['p50_ratio_vs_baseline'][i]:.1f} | {report['p99_ratio_vs_baseline'][i]:.1f} |"
         )
-    memory = f"Server resident memory: {report['rss_mib_before_waves']:.0f} MiB before the waves, {report['rss_mib_after_waves']:.0f} MiB after."
+    memory = (
+        f"Server resident memory: {report['rss_mib_before_waves']:.0f} MiB before the waves, "
+        f"{report['rss_mib_after_waves']:.0f} MiB after."
+    )
     lines += ["", memory, ""]
     return "\n".join(lines)
 

@@ -65,7 +65,9 @@ def retrieval_recall(retriever: BM25Retriever, questions: list[Question]) -> dic
     return {"gold_subquestion": mean_by_kind(gold), "full_question": mean_by_kind(full)}
 
 
-def team_accuracy(workflow: str, team, retriever: BM25Retriever, questions: list[Question], label: str) -> dict[str, float]:
+def team_accuracy(
+    workflow: str, team, retriever: BM25Retriever, questions: list[Question], label: str
+) -> dict[str, float]:
     env = make_env(workflow, retriever, questions)
     pairs = []
     for index, question in enumerate(tqdm(questions, desc=label, unit="q")):
@@ -106,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="small")
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
-    parser.add_argument("--out", default=str(RESULTS / "synthwiki_calibration" / "synthwiki_calibration"), help="output path without suffix")
+    parser.add_argument(
+        "--out",
+        default=str(RESULTS / "synthwiki_calibration" / "synthwiki_calibration"),
+        help="output path without suffix",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -115,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     questions = world.splits[args.split]
     retriever = BM25Retriever(world.corpus)
     report = {
-        "command": " ".join(["python benchmarks/synthwiki_calibration.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            ["python benchmarks/synthwiki_calibration.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "seed": args.seed,
         "size": args.size,
         "split": args.split,
@@ -126,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         "expert": {w: team_accuracy(w, expert_team(), retriever, questions, f"expert {w}") for w in WORKFLOWS},
         "noisy": {
             w: {
-                str(rate): team_accuracy(w, NoisyTeam(NoiseConfig.uniform(rate), args.seed), retriever, questions, f"noisy {rate} {w}")
+                str(rate): team_accuracy(
+                    w, NoisyTeam(NoiseConfig.uniform(rate), args.seed), retriever, questions, f"noisy {rate} {w}"
+                )
                 for rate in NOISE_RATES
             }
             for w in WORKFLOWS

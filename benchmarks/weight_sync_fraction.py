@@ -33,10 +33,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="sync-bench-"))
-    config = build_config({
-        "stage": "stage1", "steps": 1, "run_dir": str(work / "run"), "model": {"path": args.model},
-        "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 48},
-    })
+    config = build_config(
+        {
+            "stage": "stage1",
+            "steps": 1,
+            "run_dir": str(work / "run"),
+            "model": {"path": args.model},
+            "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 48},
+        }
+    )
     trainer = Trainer(config)
     start = time.perf_counter()
     trainer.train_step()
@@ -64,8 +69,15 @@ def main(argv: list[str] | None = None) -> dict:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({"train_step_s": step_s, "sync_s_median": statistics.median(syncs),
-                      "fraction": result["sync_fraction_of_step_median"]}))
+    print(
+        json.dumps(
+            {
+                "train_step_s": step_s,
+                "sync_s_median": statistics.median(syncs),
+                "fraction": result["sync_fraction_of_step_median"],
+            }
+        )
+    )
     return result
 
 

@@ -56,13 +56,9 @@ STRUCTURAL_TAGS = ("information", "think", "task", "reports")
 
 # A complete tag holds no opening tag of its own kind: in "<select> the reports … <select>all</select>"
 # (a model echoing the last-turn notice) the action is "all", not " the reports … <select>all".
-_TAG_PATTERNS = {
-    kind: re.compile(rf"<{kind}>((?:(?!<{kind}>).)*?)</{kind}>", re.DOTALL) for kind in ACTION_KINDS
-}
+_TAG_PATTERNS = {kind: re.compile(rf"<{kind}>((?:(?!<{kind}>).)*?)</{kind}>", re.DOTALL) for kind in ACTION_KINDS}
 _LIST_MARKER = re.compile(r"^\s*(?:[-*•]|\(?\d+[.):]|task\s*\d+\s*:)\s*", re.IGNORECASE)
-_ANY_TAG = re.compile(
-    r"<(/?)\s*(" + "|".join(ACTION_KINDS + STRUCTURAL_TAGS) + r")\s*>", re.IGNORECASE
-)
+_ANY_TAG = re.compile(r"<(/?)\s*(" + "|".join(ACTION_KINDS + STRUCTURAL_TAGS) + r")\s*>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,9 @@ class raw_env(SearchEnv):
             self._resolve_searchers(actions)
             if not self.active:
                 reports = self.reports[self._wave_start :]
-                self.leader.messages.append(prompts.reports_message([(r["number"], r["task"], r["text"]) for r in reports]))
+                self.leader.messages.append(
+                    prompts.reports_message([(r["number"], r["task"], r["text"]) for r in reports])
+                )
 
     def _resolve_leader(self, action: Any) -> None:
         step = self.env_step

@@ -102,8 +102,16 @@ class Option:
 
     def features(self) -> list[float]:
         finishes = self.kind in ("report", "select", "answer")
-        return [1.0, float(finishes), float(self.hint), float(self.repeated), self.overlap,
-                float(self.from_evidence), self.size, float(self.fallback)]
+        return [
+            1.0,
+            float(finishes),
+            float(self.hint),
+            float(self.repeated),
+            self.overlap,
+            float(self.from_evidence),
+            self.size,
+            float(self.fallback),
+        ]
 
 
 def mentions(text: str) -> list[str]:
@@ -156,19 +164,38 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
             if isinstance(plan, Chain) and missing and missing[0].predicate != plan.steps[-1]:
                 skip = [subquestion(plan.steps[-1], missing[0].subject)]
         fresh = [task for task in wanted if task not in delegated]
-        candidates = [(fresh, True, False), (wanted[:1], False, False), (skip, False, False),
-                      ([question], not plan and question not in delegated, True),
-                      (mentions(question)[:num_searchers], False, False)]
+        candidates = [
+            (fresh, True, False),
+            (wanted[:1], False, False),
+            (skip, False, False),
+            ([question], not plan and question not in delegated, True),
+            (mentions(question)[:num_searchers], False, False),
+        ]
         for tasks, hint, fallback in candidates:
             if tasks:
-                menu.append(Option(
-                    "delegate", "<delegate>\n" + "\n".join(tasks) + "\n</delegate>", " | ".join(tasks),
-                    hint=hint, repeated=all(t in delegated for t in tasks), overlap=overlap(" ".join(tasks), question),
-                    size=min(len(tasks), num_searchers) / num_searchers, fallback=fallback,
-                ))
+                menu.append(
+                    Option(
+                        "delegate",
+                        "<delegate>\n" + "\n".join(tasks) + "\n</delegate>",
+                        " | ".join(tasks),
+                        hint=hint,
+                        repeated=all(t in delegated for t in tasks),
+                        overlap=overlap(" ".join(tasks), question),
+                        size=min(len(tasks), num_searchers) / num_searchers,
+                        fallback=fallback,
+                    )
+                )
     finish_now = not any(o.hint for o in menu)
-    menu.append(Option("select", "<select>all</select>", "all reports", hint=finish_now,
-                       from_evidence=bool(report_lines), fallback=not report_lines))
+    menu.append(
+        Option(
+            "select",
+            "<select>all</select>",
+            "all reports",
+            hint=finish_now,
+            from_evidence=bool(report_lines),
+            fallback=not report_lines,
+        )
+    )
     latest = parse_reports(user_texts(turn, "Reports:")[-1]) if report_lines else []
     if latest and len(latest) < len(report_lines):
         numbers = ", ".join(str(number) for number, _, _ in latest)
@@ -196,26 +223,52 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
         evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
         candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
         for query, from_evidence in first_seen(candidates):
-            menu.append(Option("search", f"<search>{query}</search>", query, hint=query == expert_query,
-                               repeated=query in searched, overlap=overlap(query, task),
-                               from_evidence=from_evidence, fallback=query == task))
+            menu.append(
+                Option(
+                    "search",
+                    f"<search>{query}</search>",
+                    query,
+                    hint=query == expert_query,
+                    repeated=query in searched,
+                    overlap=overlap(query, task),
+                    from_evidence=from_evidence,
+                    fallback=query == task,
+                )
+            )
     report = " ".join(step.sentence() for step in resolved) or NO_FACTS
-    menu.append(Option("report", f"<report>{report}</report>", report,
-                       hint=expert_query is None or "search" not in turn.allowed,
-                       from_evidence=bool(resolved), size=len(resolved) / hops, fallback=not resolved))
+    menu.append(
+        Option(
+            "report",
+            f"<report>{report}</report>",
+            report,
+            hint=expert_query is None or "search" not in turn.allowed,
+            from_evidence=bool(resolved),
+            size=len(resolved) / hops,
+            fallback=not resolved,
+        )
+    )
     # Every fact the passages state about an entity the task names: useful for entity-only tasks.
     named = set(mentions(task))
     facts = [f for text in passages for f in parse_facts(text) if f.subject in named]
     if facts:
         digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
-        menu.append(Option("report", f"<report>{digest}</report>", digest, from_evidence=True,
-                           size=min(len(facts), hops) / hops))
+        menu.append(
+            Option(
+                "report", f"<report>{digest}</report>", digest, from_evidence=True, size=min(len(facts), hops) / hops
+            )
+        )
     if book is not None and missing:
         recalled = [step for step in book.recall_steps(plan, known) if step.value]
         if recalled:
             memory = " ".join(step.sentence() for step in [*resolved, *recalled])
-            menu.append(Option("report", f"<report>{memory}</report>", f"from memory: {memory}",
-                               size=(len(resolved) + len(recalled)) / hops))
+            menu.append(
+                Option(
+                    "report",
+                    f"<report>{memory}</report>",
+                    f"from memory: {memory}",
+                    size=(len(resolved) + len(recalled)) / hops,
+                )
+            )
     return menu
 
 
@@ -231,16 +284,25 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
     # Keep the values stated as facts first: they are the likely answers when the menu overflows.
     spans.sort(key=lambda item: item[0] not in facts)
     menu = [
-        Option("answer", f"<answer>{span}</answer>", span, hint=span == answer, repeated=span in question,
-               overlap=overlap(span, question), from_evidence=from_evidence, size=float(span in facts))
+        Option(
+            "answer",
+            f"<answer>{span}</answer>",
+            span,
+            hint=span == answer,
+            repeated=span in question,
+            overlap=overlap(span, question),
+            from_evidence=from_evidence,
+            size=float(span in facts),
+        )
         for span, from_evidence in first_seen(spans)
     ]
     menu.append(Option("answer", f"<answer>{UNKNOWN}</answer>", UNKNOWN, hint=answer == UNKNOWN, fallback=True))
     return menu
 
 
-def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "",
-               book: ClosedBook | None = None) -> list[Option]:
+def build_menu(
+    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
+) -> list[Option]:
     """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
     if turn.role == "leader":
         menu = leader_menu(turn, num_searchers)
@@ -261,8 +323,9 @@ def build_menu(turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt:
 class OptionWrapper(BaseWrapper):
     """An AEC search environment with ``Discrete`` option actions; see the module docstring."""
 
-    def __init__(self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True,
-                 closed_book: ClosedBook | None = None):
+    def __init__(
+        self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True, closed_book: ClosedBook | None = None
+    ):
         super().__init__(env)
         self.hints = hints
         self.closed_book = closed_book
@@ -270,11 +333,13 @@ class OptionWrapper(BaseWrapper):
             raise ValueError(f"menu_size={menu_size!r} is invalid: must be at least 2")
         self.menu_size = menu_size
         size = GLOBAL_FEATURES + menu_size * ITEM_FEATURES
-        self._option_observation_space = spaces.Dict({
-            "observations": spaces.Box(0.0, 1.0, (size,), np.float32),
-            # int8, so that ``action_space.sample(mask=...)`` takes it as it is.
-            "action_mask": spaces.Box(0, 1, (menu_size,), np.int8),
-        })
+        self._option_observation_space = spaces.Dict(
+            {
+                "observations": spaces.Box(0.0, 1.0, (size,), np.float32),
+                # int8, so that ``action_space.sample(mask=...)`` takes it as it is.
+                "action_mask": spaces.Box(0, 1, (menu_size,), np.int8),
+            }
+        )
         self._option_action_space = spaces.Discrete(menu_size)
         self._menus: dict[tuple[str, int], list[Option]] = {}
 
@@ -296,8 +361,9 @@ class OptionWrapper(BaseWrapper):
         # A menu is observed, then rendered: build it once per (agent, environment step).
         key = (agent, raw.env_step)
         if key not in self._menus:
-            self._menus[key] = build_menu(raw.turn(agent), raw.config.num_searchers, self.menu_size,
-                                          raw.question.id, self.closed_book)
+            self._menus[key] = build_menu(
+                raw.turn(agent), raw.config.num_searchers, self.menu_size, raw.question.id, self.closed_book
+            )
         return self._menus[key]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
@@ -320,8 +386,9 @@ class OptionWrapper(BaseWrapper):
         self.env.step(self.render_action(agent, action))
 
 
-def option_observation(env: SearchEnv, agent: str, menu: Sequence[Option], menu_size: int,
-                       hints: bool = True) -> dict[str, np.ndarray]:
+def option_observation(
+    env: SearchEnv, agent: str, menu: Sequence[Option], menu_size: int, hints: bool = True
+) -> dict[str, np.ndarray]:
     """Fixed-size features of ``agent``'s situation and menu, plus the action mask; ``hints=False``
     zeroes the expert-hint feature (the harder setting for learning)."""
     role = env.role_of(agent)
@@ -363,14 +430,20 @@ class OptionParallelEnv(SearchParallelEnv):
         return self.aec_env.unwrapped.acting_agents()
 
 
-def option_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,
-               closed_book: ClosedBook | None = None, **kwargs: Any) -> OptionWrapper:
+def option_env(
+    workflow: str = "hierarchical",
+    menu_size: int = MENU_SIZE,
+    hints: bool = True,
+    closed_book: ClosedBook | None = None,
+    **kwargs: Any,
+) -> OptionWrapper:
     """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
     return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints, closed_book)
 
 
-def option_parallel_env(workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True,
-                        **kwargs: Any) -> OptionParallelEnv:
+def option_parallel_env(
+    workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True, **kwargs: Any
+) -> OptionParallelEnv:
     """An option-mode parallel environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
     return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size, hints)
 

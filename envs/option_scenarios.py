@@ -13,7 +13,8 @@ setting gets a new version (``_v1``), so results that name a scenario stay compa
 | Workflow | hierarchical: Leader → waves of 3 Searchers → Answerer, the workflow's budget of 12 environment steps |
 | Actions | ``Discrete(8)`` menus (``envs.option_mode``), no expert-hint feature |
 | Closed book | none: every fact must be searched |
-| Budget exhaustion | forced finish (``force_finish=True``): Searchers must report in their last step and a Leader that fails its last step hands every report over, so every workflow gets an answer |
+| Budget exhaustion | forced finish (``force_finish=True``): Searchers must report in their last step and a Leader |
+| | that fails its last step hands every report over, so every workflow gets an answer |
 | Rewards | the text environment's: R_EM, Leader R_L (Eq. 6), Answerer R_A, each Searcher assignment R_S |
 
 Searching is the only way to an answer, so no Searcher is tempted to stop searching.
@@ -25,8 +26,10 @@ As ``synthwiki_v0`` with two changes that pose the paper's credit-assignment pro
 
 | | |
 |---|---|
-| Closed book | ``ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)``: a Searcher may "report from memory"; 63% of single facts come back right, a 2-hop chain about 40%, a 3-hop chain about 25% |
-| Budget | 8 environment steps instead of 12: every search spends budget that a multi-hop question needs, and a team that runs out answers from what it has |
+| Closed book | ``ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)``: a Searcher may "report from memory"; |
+| | 63% of single facts come back right, a 2-hop chain about 40%, a 3-hop chain about 25% |
+| Budget | 8 environment steps instead of 12: every search spends budget that a multi-hop question needs, |
+| | and a team that runs out answers from what it has |
 
 Skipping search is a tempting local optimum: it is cheap, often right on 1-hop questions, and the
 team outcome cannot tell a lucky recall from a search. Team-outcome credit lets Searchers free-ride
@@ -67,8 +70,12 @@ class OptionScenario:
         world = load_default_world(self.world_seed, self.world_size)
         knowledge = closed_book(world.corpus, self.closed_book) if self.closed_book is not None else None
         # One BM25 index and one result cache per world: a query is searched once per process.
-        options: dict[str, Any] = {"retriever": _cached_retriever(world.corpus), "corpus": world.corpus,
-                                   "questions": world.splits[split], "force_finish": self.force_finish}
+        options: dict[str, Any] = {
+            "retriever": _cached_retriever(world.corpus),
+            "corpus": world.corpus,
+            "questions": world.splits[split],
+            "force_finish": self.force_finish,
+        }
         if workflow in (None, self.workflow):  # another workflow (a Teacher's cascade) keeps its own budget
             workflow, options["max_steps"] = self.workflow, self.max_steps
         if workflow == "hierarchical":
@@ -77,10 +84,17 @@ class OptionScenario:
 
     def card(self) -> dict[str, Any]:
         """The scenario's settings, as saved with results."""
-        return {"name": self.name, "workflow": self.workflow, "max_steps": self.max_steps,
-                "num_searchers": self.num_searchers, "hints": self.hints, "world_seed": self.world_seed,
-                "world_size": self.world_size, "force_finish": self.force_finish,
-                "closed_book": None if self.closed_book is None else vars(self.closed_book)}
+        return {
+            "name": self.name,
+            "workflow": self.workflow,
+            "max_steps": self.max_steps,
+            "num_searchers": self.num_searchers,
+            "hints": self.hints,
+            "world_seed": self.world_seed,
+            "world_size": self.world_size,
+            "force_finish": self.force_finish,
+            "closed_book": None if self.closed_book is None else vars(self.closed_book),
+        }
 
 
 _RETRIEVERS: dict[str, CachedRetriever] = {}
@@ -94,8 +108,9 @@ def _cached_retriever(corpus) -> CachedRetriever:
 
 SCENARIOS = {
     "synthwiki_v0": OptionScenario("synthwiki_v0"),
-    "lazy_searcher_v0": OptionScenario("lazy_searcher_v0", max_steps=8,
-                                       closed_book=ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)),
+    "lazy_searcher_v0": OptionScenario(
+        "lazy_searcher_v0", max_steps=8, closed_book=ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)
+    ),
 }
 
 

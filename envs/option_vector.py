@@ -122,7 +122,7 @@ class OptionVectorEnv:
             env.reset(options={"question_index": question})
             _settle(env)
             live = (question, ())
-        for action in actions[len(live[1]):]:
+        for action in actions[len(live[1]) :]:
             env.step(action)
             _settle(env)
         self._live[slot] = key

@@ -78,6 +78,7 @@ def has_verdict(text: str) -> bool:
     """Whether a judge output holds a verdict ``parse_judgement`` can read."""
     return bool(_JUDGE.search(text))
 
+
 LAST_TURN_NOTICE = {
     "searcher": "This is your last turn: write your <report> now.",
     "leader": "This is your last turn: <select> the reports for the Answerer now.",
@@ -155,7 +156,7 @@ _REPORT_LINE = re.compile(r"^\[Report (?P<number>\d+)\] \((?P<task>.*?)\) (?P<te
 def strip_label(text: str, label: str) -> str:
     """The first line of ``text`` without its ``label`` ("Question:", "Task:")."""
     first = text.split("\n", 1)[0].strip()
-    return first[len(label):].strip() if first.startswith(label) else first
+    return first[len(label) :].strip() if first.startswith(label) else first
 
 
 def user_texts(turn: AgentTurn, prefix: str) -> list[str]:

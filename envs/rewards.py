@@ -44,9 +44,7 @@ def normalize_answer(text: str) -> str:
     quotes and dashes do not break a match.
     """
     text = text.lower()
-    text = "".join(
-        ch for ch in text if ch not in _PUNCTUATION and not unicodedata.category(ch).startswith("P")
-    )
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION and not unicodedata.category(ch).startswith("P"))
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 

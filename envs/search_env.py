@@ -295,9 +295,7 @@ class SearchEnv(AECEnv):
         self.possible_agents = self._agent_names()
         self.agents = []
         self._action_space_cache = {agent: self._make_action_space(agent) for agent in self.possible_agents}
-        message = spaces.Dict(
-            {"role": spaces.Text(16), "content": UnicodeText(MAX_OBSERVATION_CHARS, min_length=0)}
-        )
+        message = spaces.Dict({"role": spaces.Text(16), "content": UnicodeText(MAX_OBSERVATION_CHARS, min_length=0)})
         self._observation_space = spaces.Dict(
             {
                 "role": spaces.Text(16),
@@ -335,14 +333,18 @@ class SearchEnv(AECEnv):
             question = options["question"]
             question = question if isinstance(question, Question) else Question.from_dict(question)
             if len(question.question) > MAX_QUESTION_CHARS:
-                raise ValueError(f"options['question']: the question has {len(question.question):,} characters; "
-                                 f"at most {MAX_QUESTION_CHARS:,} are allowed")
+                raise ValueError(
+                    f"options['question']: the question has {len(question.question):,} characters; "
+                    f"at most {MAX_QUESTION_CHARS:,} are allowed"
+                )
             self.question = question
         elif "question_index" in options:
             index = options["question_index"]
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
-                raise ValueError(f"options['question_index']={index!r} is invalid: must be an integer in "
-                                 f"[0, {len(self.questions) - 1}]")
+                raise ValueError(
+                    f"options['question_index']={index!r} is invalid: must be an integer in "
+                    f"[0, {len(self.questions) - 1}]"
+                )
             self.question = self.questions[index]
         else:
             self.question = self.questions[int(self.np_random.integers(len(self.questions)))]
@@ -485,7 +487,9 @@ class SearchEnv(AECEnv):
             self._log(f"  ! {agent}: format failure: {parsed.error}")
         return parsed
 
-    def _take_turn(self, agent: str, call: SearcherCall | Turn, action: Any, allowed: tuple[str, ...]) -> tuple[str, ParsedAction]:
+    def _take_turn(
+        self, agent: str, call: SearcherCall | Turn, action: Any, allowed: tuple[str, ...]
+    ) -> tuple[str, ParsedAction]:
         """Record one single-text output in its call (text, tokens, history) and parse it."""
         texts, n_in, n_out = self._texts(action, 1)
         text = texts[0]
@@ -553,7 +557,14 @@ class SearchEnv(AECEnv):
             if call.done:
                 number = len(self.reports) + 1
                 self.reports.append(
-                    {"number": number, "wave": call.wave, "agent": agent, "task": call.task, "text": call.report, "forced": call.forced}
+                    {
+                        "number": number,
+                        "wave": call.wave,
+                        "agent": agent,
+                        "task": call.task,
+                        "text": call.report,
+                        "forced": call.forced,
+                    }
                 )
                 self._log(f"  [Report {number}] {agent}: {short_text(call.report)}")
                 del self.active[agent]

@@ -55,8 +55,18 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from maopd.config import ConfigError
     from maopd.paths import PathOutsideRunError
 
-    return (UserError, ConfigError, PathOutsideRunError, yaml.YAMLError, DatasetError, RecordError,
-            CorpusError, RetrievalServerError, ModelFileError, *USER_OS_ERRORS)
+    return (
+        UserError,
+        ConfigError,
+        PathOutsideRunError,
+        yaml.YAMLError,
+        DatasetError,
+        RecordError,
+        CorpusError,
+        RetrievalServerError,
+        ModelFileError,
+        *USER_OS_ERRORS,
+    )
 
 
 def is_user_error(exc: BaseException) -> bool:
@@ -71,7 +81,9 @@ def path_error_message(exc: OSError) -> str:
     if path is None:  # raised by the project with its own message
         return " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, FileExistsError):  # every mkdir of the project passes exist_ok=True
-        return f"{path} exists and is not a directory; a directory is needed there: remove the file or choose another path"
+        return (
+            f"{path} exists and is not a directory; a directory is needed there: remove the file or choose another path"
+        )
     if isinstance(exc, NotADirectoryError):
         return f"{path}: not a directory (it or a parent is a file); give a path under a directory"
     if isinstance(exc, IsADirectoryError):
@@ -79,8 +91,10 @@ def path_error_message(exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"{path} does not exist; check the path"
     if isinstance(exc, PermissionError):
-        return (f"{path}: permission denied; choose a location you may write to (or read, for an input), "
-                "or change its permissions")
+        return (
+            f"{path}: permission denied; choose a location you may write to (or read, for an input), "
+            "or change its permissions"
+        )
     if exc.errno == errno.EROFS:
         return f"{path}: read-only file system; choose a writable location"
     if exc.errno == errno.ENOSPC:

@@ -98,8 +98,11 @@ def _unknown_key(cls: type, key: Any, path: str) -> ConfigError:
     if isinstance(key, str) and "." in key:
         head, _, rest = key.partition(".")
         hint = f"; config files nest their keys ({head}: {{{rest}: ...}}), dotted paths are for key=value overrides"
-    return ConfigError(f"{path}.{key}: unknown key{hint} (known keys: {known})" if path
-                       else f"{key}: unknown key{hint} (known keys: {known})")
+    return ConfigError(
+        f"{path}.{key}: unknown key{hint} (known keys: {known})"
+        if path
+        else f"{key}: unknown key{hint} (known keys: {known})"
+    )
 
 
 def _prefixed(path: str, exc: Exception) -> ConfigError:

@@ -21,7 +21,9 @@ class PathOutsideRunError(ValueError):
     """A configured output path escapes the run directory. The message names the field."""
 
 
-def resolve_inside(run_dir: str | os.PathLike, path: str | os.PathLike, *, field: str = "path", allow_outside: bool = False) -> Path:
+def resolve_inside(
+    run_dir: str | os.PathLike, path: str | os.PathLike, *, field: str = "path", allow_outside: bool = False
+) -> Path:
     """The absolute, symlink-resolved form of ``path`` (relative paths are taken from ``run_dir``).
 
     Raises ``PathOutsideRunError`` naming ``field`` when the result is not inside ``run_dir``

@@ -63,14 +63,16 @@ VARIANT_METHODS = {
 STAGES = ("stage1", "stage2", "single")
 SINGLE_AGENT_BASE, SINGLE_AGENT_RL = "Single agent base", "Search-R1 (single agent + RL)"
 # Keys of a stage's TrainConfig that the pipeline sets itself, so a stage section may not set them.
-_PI0 = ("π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
-        "your own, use `maopd train --config FILE model.path=DIR`")
+_PI0 = (
+    "π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
+    "your own, use `maopd train --config FILE model.path=DIR`"
+)
 PIPELINE_KEYS = {
     "stage": "the pipeline runs stage1 as Stage I, stage2 as Stage II and single as the single-agent baseline",
     "variant": "Stage II's variants are the top-level `variants` list",
     "seed": "every stage takes the top-level `seed`",
     "run_dir": "each stage writes under the top-level run_dir (<run_dir>/stage1, <run_dir>/stage2_<variant>, "
-               "<run_dir>/single)",
+    "<run_dir>/single)",
     "model.path": _PI0,
     "model.tiny": _PI0,
     "model.tiny_vocab_size": _PI0,
@@ -94,8 +96,9 @@ class EvalConfig:
         if self.split not in ("dev", "test"):
             raise ConfigError(f"split: must be 'dev' or 'test', got {self.split!r}")
         if self.questions_per_type is not None and self.questions_per_type < 1:
-            raise ConfigError(f"questions_per_type: must be at least 1 or null (every question), "
-                              f"got {self.questions_per_type}")
+            raise ConfigError(
+                f"questions_per_type: must be at least 1 or null (every question), got {self.questions_per_type}"
+            )
         for name in ("attempts", "max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -141,11 +144,15 @@ class PipelineConfig:
             if variant in self.variants[:i]:
                 raise ConfigError(f"variants[{i}]: {variant!r} is listed twice")
         if "single" not in self.base_model.workflows:
-            raise ConfigError("base_model.workflows: the job trains and evaluates the single-agent baseline, so π_0 "
-                              "needs demonstrations of the single workflow; add 'single'")
+            raise ConfigError(
+                "base_model.workflows: the job trains and evaluates the single-agent baseline, so π_0 "
+                "needs demonstrations of the single workflow; add 'single'"
+            )
         if "prompted_critic" in self.variants and not self.base_model.critic_demos:
-            raise ConfigError("variants: prompted_critic needs a π_0 that has seen the judge prompt; "
-                              "set base_model.critic_demos: true")
+            raise ConfigError(
+                "variants: prompted_critic needs a π_0 that has seen the judge prompt; "
+                "set base_model.critic_demos: true"
+            )
         for stage in STAGES:
             section = check_partial(TrainConfig, getattr(self, stage), stage)
             for key, why in PIPELINE_KEYS.items():
@@ -177,8 +184,14 @@ def _has_key(data: dict[str, Any], dotted: str) -> bool:
 EXPERIMENTS: dict[str, list[str]] = {
     "table3": [f"variants={list(VARIANT_METHODS)}"],
     # the default job cut to a first look in minutes, in a run directory of its own
-    "quick": ["run_dir=runs/quick", "stage1.steps=10", "stage2.steps=10", "single.steps=10", "eval.questions_per_type=10",
-              "eval.attempts=2"],
+    "quick": [
+        "run_dir=runs/quick",
+        "stage1.steps=10",
+        "stage2.steps=10",
+        "single.steps=10",
+        "eval.questions_per_type=10",
+        "eval.attempts=2",
+    ],
     # the paper's OPD coefficient instead of the one chosen on dev, in a run directory of its own
     "paper_beta": ["run_dir=runs/paper_beta", "stage2.advantage.opd_beta=0.01"],
 }
@@ -212,8 +225,13 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
     from training.config import build_config
 
     settings = copy.deepcopy(getattr(config, stage))
-    pipeline = {"stage": stage, "variant": variant, "seed": config.seed,
-                "run_dir": str(stage_dir(config, stage, variant)), "model.path": str(base_model)}
+    pipeline = {
+        "stage": stage,
+        "variant": variant,
+        "seed": config.seed,
+        "run_dir": str(stage_dir(config, stage, variant)),
+        "model.path": str(base_model),
+    }
     if teacher is not None:
         pipeline["teacher.path"] = str(teacher)
     if _needs_ptx_data(settings):
@@ -265,8 +283,9 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
     from benchmarks.eval.solvers import checkpoint_solver
 
     ev = config.eval
-    solve = checkpoint_solver(workflow, str(model_dir), None, [e.question for e in manifest],
-                              ev.temperature, ev.top_p, ev.max_new_tokens)
+    solve = checkpoint_solver(
+        workflow, str(model_dir), None, [e.question for e in manifest], ev.temperature, ev.top_p, ev.max_new_tokens
+    )
     settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
     run_attempts(solve, manifest, records, method, settings)
 
@@ -283,7 +302,7 @@ def _relocated(data: Any, old_root: str, new_root: str) -> Any:
     if isinstance(data, dict):
         return {k: _relocated(v, old_root, new_root) for k, v in data.items()}
     if isinstance(data, str) and (data == old_root or data.startswith(old_root + os.sep)):
-        return new_root + data[len(old_root):]
+        return new_root + data[len(old_root) :]
     return data
 
 
@@ -325,8 +344,12 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
             stale.append(directory)
     records = run_dir / "eval" / "records.jsonl"
     if records.is_file():
-        changed = [f"{section}.{line}" for section in ("eval", "base_model") if section in saved
-                   for line in config_diff(saved[section], new[section])]
+        changed = [
+            f"{section}.{line}"
+            for section in ("eval", "base_model")
+            if section in saved
+            for line in config_diff(saved[section], new[section])
+        ]
         differences += changed
         if changed or stale:
             stale.append(run_dir / "eval")
@@ -350,8 +373,13 @@ def format_timings(timings: dict[str, float], machine: dict) -> str:
 def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
     """The paired differences the job reports: the paper's directions, then the full method against
     each Table 3 variant."""
-    comparisons = [("C-MAS + RL", "C-MAS base"), ("MultiAgent-OPD", "H-MAS base"), ("MultiAgent-OPD", "C-MAS + RL"),
-                   ("MultiAgent-OPD", SINGLE_AGENT_RL), (SINGLE_AGENT_RL, SINGLE_AGENT_BASE)]
+    comparisons = [
+        ("C-MAS + RL", "C-MAS base"),
+        ("MultiAgent-OPD", "H-MAS base"),
+        ("MultiAgent-OPD", "C-MAS + RL"),
+        ("MultiAgent-OPD", SINGLE_AGENT_RL),
+        (SINGLE_AGENT_RL, SINGLE_AGENT_BASE),
+    ]
     return comparisons + [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
 
 
@@ -388,16 +416,24 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None), None, False)
     teacher = resolve_model_dir(stage1_run)
     stage2_runs = {
-        variant: timed(f"stage2_{variant}", train_stage,
-                       stage_config(config, "stage2", variant, base_model, stage1_run), None, False)
+        variant: timed(
+            f"stage2_{variant}",
+            train_stage,
+            stage_config(config, "stage2", variant, base_model, stage1_run),
+            None,
+            False,
+        )
         for variant in config.variants
     }
     single_run = timed("single", train_stage, stage_config(config, "single", "full", base_model, None), None, False)
 
     manifest = held_out_manifest(config)
     records = run_dir / "eval" / "records.jsonl"
-    systems = [("C-MAS base", "cascade", base_model), ("H-MAS base", "hierarchical", base_model),
-               ("C-MAS + RL", "cascade", teacher)]
+    systems = [
+        ("C-MAS base", "cascade", base_model),
+        ("H-MAS base", "hierarchical", base_model),
+        ("C-MAS + RL", "cascade", teacher),
+    ]
     systems += [(VARIANT_METHODS[v], "hierarchical", resolve_model_dir(r)) for v, r in stage2_runs.items()]
     systems += [(SINGLE_AGENT_BASE, "single", base_model), (SINGLE_AGENT_RL, "single", resolve_model_dir(single_run))]
     for method, workflow, model_dir in systems:
@@ -443,8 +479,15 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
         raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
     # each seed also samples its evaluation with its own seed: the base model's workflows, which no
     # training seed changes, are then new samples in every seed rather than copies
-    configs = {seed: replace(config, seed=seed, run_dir=str(seed_dir(config, seed)),
-                             eval=replace(config.eval, seed=config.eval.seed + seed)) for seed in seeds}
+    configs = {
+        seed: replace(
+            config,
+            seed=seed,
+            run_dir=str(seed_dir(config, seed)),
+            eval=replace(config.eval, seed=config.eval.seed + seed),
+        )
+        for seed in seeds
+    }
     for seed_config in configs.values():  # every seed's directory is checked before any work
         check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
     run_dir = Path(config.run_dir)
@@ -456,7 +499,15 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     for seed, seed_config in configs.items():
         config_file = run_dir / f"seed_{seed}.yaml"
         save_yaml(seed_config, config_file)
-        command = [sys.executable, "-m", "maopd.cli", "train", "--preset", str(config_file), *(["--fresh"] if fresh else [])]
+        command = [
+            sys.executable,
+            "-m",
+            "maopd.cli",
+            "train",
+            "--preset",
+            str(config_file),
+            *(["--fresh"] if fresh else []),
+        ]
         log = logs[seed].open("w", encoding="utf-8")
         jobs[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment), log)
         print(f"seed {seed}: {' '.join(command)} > {logs[seed]}")
@@ -467,9 +518,13 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
         log.close()
     if failed:
         raise RuntimeError(f"seed(s) {failed} failed; see {', '.join(str(logs[s]) for s in failed)}")
-    labels = {"stage1": "Stage I: C-MAS + RL", **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
-              "single": SINGLE_AGENT_RL}
-    report = write_report([Path(c.run_dir) for c in configs.values()], pipeline_comparisons(config),
-                          run_dir / "report", labels)
+    labels = {
+        "stage1": "Stage I: C-MAS + RL",
+        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
+        "single": SINGLE_AGENT_RL,
+    }
+    report = write_report(
+        [Path(c.run_dir) for c in configs.values()], pipeline_comparisons(config), run_dir / "report", labels
+    )
     print(f"report over seeds {seeds} in {run_dir / 'report'}")
     return report

@@ -52,19 +52,26 @@ def search_figures(records) -> dict[str, Any]:
     split: dict[str, dict[str, list[float]]] = {}
     for record, searched in zip(records, searches):
         split.setdefault(record.dataset, {"with_search": [], "without_search": []})[
-            "with_search" if searched > 0 else "without_search"].append(record.score)
+            "with_search" if searched > 0 else "without_search"
+        ].append(record.score)
     return {
         "workflows": len(records),
         "searching_share": sum(s > 0 for s in searches) / count,
         "searches_per_workflow": sum(searches) / count,
         "no_answer_share": sum(r.counters.get("no_answer", 0) > 0 for r in records) / count,
-        "em_by_search": {dataset: {kind: {"workflows": len(scores), "em": sum(scores) / len(scores) if scores else None}
-                                   for kind, scores in kinds.items()} for dataset, kinds in sorted(split.items())},
+        "em_by_search": {
+            dataset: {
+                kind: {"workflows": len(scores), "em": sum(scores) / len(scores) if scores else None}
+                for kind, scores in kinds.items()
+            }
+            for dataset, kinds in sorted(split.items())
+        },
     }
 
 
-def dev_eval(config: PipelineConfig, systems: list[tuple[str, str, Path]], comparisons: list[tuple[str, str]],
-             out: Path) -> dict[str, Any]:
+def dev_eval(
+    config: PipelineConfig, systems: list[tuple[str, str, Path]], comparisons: list[tuple[str, str]], out: Path
+) -> dict[str, Any]:
     """Play and score ``systems`` on ``config.eval`` (its split must be dev); writes ``out``'s
     records.jsonl (resumable), summary.json and tables."""
     from benchmarks.eval.records import load_records
@@ -89,11 +96,19 @@ def dev_eval(config: PipelineConfig, systems: list[tuple[str, str, Path]], compa
     summary = score_records(records, comparisons, out)
     avg = f"avg@{config.eval.attempts}"
     return {
-        "split": "dev", "attempts": config.eval.attempts, "questions": len(manifest),
-        "systems": {name: {"workflow": workflow, "model": str(model), "seconds": seconds[name],
-                           avg: summary["methods"][name]["accuracy"][avg],
-                           **search_figures([r for r in records if r.method == name])}
-                    for name, workflow, model in systems},
+        "split": "dev",
+        "attempts": config.eval.attempts,
+        "questions": len(manifest),
+        "systems": {
+            name: {
+                "workflow": workflow,
+                "model": str(model),
+                "seconds": seconds[name],
+                avg: summary["methods"][name]["accuracy"][avg],
+                **search_figures([r for r in records if r.method == name]),
+            }
+            for name, workflow, model in systems
+        },
         "differences": [{"a": c["a"], "b": c["b"], avg: c["differences"][avg]} for c in summary["comparisons"]],
     }
 
@@ -112,15 +127,16 @@ def judge_figures(model: Path, records_path: Path, limit: int | None = None) -> 
 
     workflows = [r.trajectory for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
     if not workflows:
-        raise ConfigError(f"{records_path}: no recorded workflow holds a report to judge; record hierarchical or "
-                          "cascade workflows with `maopd tune eval` first")
+        raise ConfigError(
+            f"{records_path}: no recorded workflow holds a report to judge; record hierarchical or "
+            "cascade workflows with `maopd tune eval` first"
+        )
     workflows = workflows[:limit]
     config = CriticConfig()
     policy = model_policy(str(resolve_model_dir(model)), max_new_tokens=config.max_new_tokens)
     critic = PromptedCritic(policy, config, world_report_gold(corpus=None))
     critic.searcher_rewards([[workflow] for workflow in workflows])
-    return {"model": str(model), "records": str(records_path), "workflows": len(workflows),
-            **critic.last_metrics}
+    return {"model": str(model), "records": str(records_path), "workflows": len(workflows), **critic.last_metrics}
 
 
 def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progress=print) -> dict[str, Any]:
@@ -150,13 +166,21 @@ def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progre
             ppo_batch, metrics = trainer.prepare(batch)
             norms = role_gradient_norms(trainer, ppo_batch)
             ratio = norms["leader_answerer"] / norms["searcher"] if norms["searcher"] > 0 else None
-            rows.append({"batch": index, **norms, "beta_equal_norms": ratio,
-                         "searcher_kl_k1": metrics.get("teacher/searcher_kl_k1")})
+            rows.append(
+                {
+                    "batch": index,
+                    **norms,
+                    "beta_equal_norms": ratio,
+                    "searcher_kl_k1": metrics.get("teacher/searcher_kl_k1"),
+                }
+            )
             progress(rows[-1])
     usable = [r["beta_equal_norms"] for r in rows if r["beta_equal_norms"] and r["leader_answerer"] > 0]
     beta = statistics.median(usable) if usable else None
     return {
-        "seed": seed, "batches": rows, "usable_batches": len(usable),
+        "seed": seed,
+        "batches": rows,
+        "usable_batches": len(usable),
         "beta_equal_norms": beta,
         "beta_range_0.3_to_3x": [0.3 * beta, 3 * beta] if beta else None,
         "paper_beta": PAPER_OPD_BETA,

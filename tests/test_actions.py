@@ -28,7 +28,9 @@ def test_format_failures():
     # another role's tag is not an action of this role
     assert parse_action("<answer>x</answer>", "searcher").kind is None
     # a kind the mask forbids now
-    assert parse_action("<search>q</search>", "searcher", allowed=("report",)).error.startswith("<search> is not allowed")
+    assert parse_action("<search>q</search>", "searcher", allowed=("report",)).error.startswith(
+        "<search> is not allowed"
+    )
 
 
 def test_over_long_output_is_truncated_and_flagged():

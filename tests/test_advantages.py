@@ -53,9 +53,7 @@ def test_grpo_zero_variance_groups_give_exactly_zero():
     # in the last bit, and (R − μ)/(0 + ε) would turn that round-off into advantages of ~0.06.
     leader_reward = 0.9 + 0.1 * 5 / 6
     rewards = torch.tensor([[leader_reward] * 5, [1.0] * 5, [0.0] * 5, [1.0, 0.0, 1.0, 0.0, 0.0]])
-    naive = (rewards - rewards.mean(-1, keepdim=True)) / (
-        rewards.std(-1, unbiased=False, keepdim=True) + 1e-6
-    )
+    naive = (rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, unbiased=False, keepdim=True) + 1e-6)
     assert naive[0].abs().max() > 0.01
     adv = grpo_advantages(rewards)
     assert torch.equal(adv[:3], torch.zeros(3, 5))
@@ -123,8 +121,12 @@ def test_a_registered_searcher_estimator_is_what_team_advantages_dispatch_to():
     try:
         config = AdvantageConfig(searcher_signal="constant_for_test", kl_in_reward_coef=0.0)
         batch = _team_batch()
-        result = team_token_advantages(**batch, config=config, leader_rewards=torch.tensor([[0.9, 0.1]]),
-                                       answerer_rewards=torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]))
+        result = team_token_advantages(
+            **batch,
+            config=config,
+            leader_rewards=torch.tensor([[0.9, 0.1]]),
+            answerer_rewards=torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]),
+        )
         is_searcher = batch["role_ids"] == SEARCHER
         searcher = result.token_advantages[is_searcher]
         mask = batch["response_mask"][is_searcher].bool()
@@ -163,8 +165,9 @@ def test_assign_token_advantages_gives_searcher_tokens_the_searcher_part():
 
 
 def _searcher_part(signal: str, sequence: torch.Tensor) -> torch.Tensor:
-    inputs = SearcherInputs(ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence,
-                            AdvantageConfig(searcher_signal=signal))
+    inputs = SearcherInputs(
+        ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence, AdvantageConfig(searcher_signal=signal)
+    )
     return get_searcher_estimator(signal)(inputs)
 
 
@@ -204,9 +207,7 @@ def _team_batch():
     Sequences: trajectory 0 has a Leader call, two Searcher calls and two Answerer candidates;
     trajectory 1 has a Leader call, one Searcher call and two candidates.
     """
-    role_ids = torch.tensor(
-        [LEADER, SEARCHER, SEARCHER, ANSWERER, ANSWERER, LEADER, SEARCHER, ANSWERER, ANSWERER]
-    )
+    role_ids = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER, ANSWERER, LEADER, SEARCHER, ANSWERER, ANSWERER])
     traj_index = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1])
     candidate_index = torch.tensor([-1, -1, -1, 0, 1, -1, -1, 0, 1])
     response_mask = torch.ones(9, 3)
@@ -266,17 +267,13 @@ def test_team_advantages_kl_enters_leader_and_answerer_rewards_before_normalizat
         config=config,
     )
     torch.testing.assert_close(result.shaped_rewards["leader"], torch.tensor([[0.7, 1.0]]))
-    torch.testing.assert_close(
-        result.shaped_rewards["answerer"], torch.tensor([[[1.0, 0.85], [0.0, 1.0]]])
-    )
+    torch.testing.assert_close(result.shaped_rewards["answerer"], torch.tensor([[[1.0, 0.85], [0.0, 1.0]]]))
     # equal outcomes but different KL: the penalty alone orders the group
     assert result.sequence_advantages[0] < 0 < result.sequence_advantages[5]
     assert result.sequence_advantages[3] > 0 > result.sequence_advantages[4]
 
 
-@pytest.mark.parametrize(
-    ("signal", "field"), [("grpo_final_em", "final_em"), ("grpo_rs", "searcher_rewards")]
-)
+@pytest.mark.parametrize(("signal", "field"), [("grpo_final_em", "final_em"), ("grpo_rs", "searcher_rewards")])
 def test_team_outcome_searcher_variants_give_every_call_its_trajectory_advantage(signal, field):
     batch = _team_batch()
     config = AdvantageConfig(searcher_signal=signal, kl_in_reward_coef=0.0, grpo_eps=0.0)
@@ -319,17 +316,13 @@ def test_team_stage_one_without_leader_or_teacher():
         searcher_rewards=torch.tensor([[0.95, -1.0]]),
         config=AdvantageConfig(searcher_signal="grpo_rs", kl_in_reward_coef=0.0, grpo_eps=0.0),
     )
-    torch.testing.assert_close(
-        result.sequence_advantages, torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0])
-    )
+    torch.testing.assert_close(result.sequence_advantages, torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0]))
 
 
 def test_team_nan_reward_raises_naming_the_role():
     rewards = torch.tensor([[1.0, float("nan")]])
     with pytest.raises(NonFiniteError, match="leader rewards .*role\\(s\\): leader") as info:
-        team_token_advantages(
-            **_team_batch(), leader_rewards=rewards, answerer_rewards=torch.zeros(1, 2, 2)
-        )
+        team_token_advantages(**_team_batch(), leader_rewards=rewards, answerer_rewards=torch.zeros(1, 2, 2))
     assert info.value.tensor_name == "leader rewards" and info.value.roles == ("leader",)
 
 
@@ -337,21 +330,15 @@ def test_team_inf_teacher_logprob_on_a_searcher_token_raises():
     batch = _team_batch()
     batch["teacher_logprobs"][2, 1] = float("-inf")
     with pytest.raises(NonFiniteError, match="teacher_logprobs") as info:
-        team_token_advantages(
-            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
-        )
+        team_token_advantages(**batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2))
     assert info.value.roles == ("searcher",)
 
 
 def test_team_rejects_out_of_range_candidate_index():
     batch = _team_batch()
     batch["candidate_index"][3] = 2
-    with pytest.raises(
-        ValueError, match="candidate_index of the answerer sequences must lie in 0..1"
-    ):
-        team_token_advantages(
-            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
-        )
+    with pytest.raises(ValueError, match="candidate_index of the answerer sequences must lie in 0..1"):
+        team_token_advantages(**batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2))
 
 
 def test_advantage_config_loads_from_dict_and_names_bad_fields():
@@ -367,7 +354,5 @@ def test_team_inf_teacher_logprob_on_a_leader_token_raises_before_kl_shaping():
     batch = _team_batch()
     batch["teacher_logprobs"][5, 0] = float("nan")
     with pytest.raises(NonFiniteError, match="teacher_logprobs") as info:
-        team_token_advantages(
-            **batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2)
-        )
+        team_token_advantages(**batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2))
     assert info.value.roles == ("leader",)

@@ -76,8 +76,10 @@ def test_cascade_format_failure_on_the_last_step_ends_unreported_with_the_penalt
 
 
 def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
-    rules = {"searcher": lambda t: SEARCH if n_searches(t) < 2 else "<report>born in Tarvel</report>",
-             "answerer": always(ANSWER)}
+    rules = {
+        "searcher": lambda t: SEARCH if n_searches(t) < 2 else "<report>born in Tarvel</report>",
+        "answerer": always(ANSWER),
+    }
     forced = run_episode(cascade_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(cascade_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
@@ -119,16 +121,22 @@ def test_single_agent_forcing_allows_only_an_answer_in_the_last_step():
 
 
 def test_hierarchy_forcing_forces_a_finish():
-    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
-                   searcher=always(SEARCH), answerer=always(ANSWER))
+    policy = Rules(
+        leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+        searcher=always(SEARCH),
+        answerer=always(ANSWER),
+    )
     record = run_episode(hierarchical_search_v0.env(force_finish=True), policy, options=OPTIONS)
     assert record["selected_reports"] == [1] and record["extracted_answers"] == ["Tarvel"]
     assert "no_answer" not in record["counters"]
 
 
 def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
-    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
-                   searcher=always(SEARCH), answerer=always(ANSWER))
+    policy = Rules(
+        leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+        searcher=always(SEARCH),
+        answerer=always(ANSWER),
+    )
     record = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
     c = record["counters"]
     # leader delegates at 1, the Searcher searches 2..10 (no report), the Leader fails at 11
@@ -156,8 +164,11 @@ def test_hierarchy_unreported_call_gives_no_report_but_the_leader_may_still_sele
 
 
 def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
-    rules = {"leader": delegate_once, "answerer": always(ANSWER),
-             "searcher": lambda t: SEARCH if n_searches(t) < 1 else "<report>born in Tarvel</report>"}
+    rules = {
+        "leader": delegate_once,
+        "answerer": always(ANSWER),
+        "searcher": lambda t: SEARCH if n_searches(t) < 1 else "<report>born in Tarvel</report>",
+    }
     forced = run_episode(hierarchical_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(hierarchical_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
@@ -169,8 +180,11 @@ def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
 
 
 def test_no_answer_records_give_finite_rewards_and_advantages():
-    policy = Rules(leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
-                   searcher=always(SEARCH), answerer=always(ANSWER))
+    policy = Rules(
+        leader=always("<delegate>\nWhere was Orlen Vask born?\n</delegate>"),
+        searcher=always(SEARCH),
+        answerer=always(ANSWER),
+    )
     empty = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
     batch = SimpleNamespace(records=[[empty, empty]], group_size=2)
     rewards = record_rewards(batch)
@@ -180,10 +194,17 @@ def test_no_answer_records_give_finite_rewards_and_advantages():
     role_ids = torch.tensor([0, 1, 0, 1])
     mask = torch.ones(4, 3)
     advantages = team_token_advantages(
-        role_ids=role_ids, traj_index=torch.tensor([0, 0, 1, 1]), candidate_index=torch.zeros(4, dtype=torch.long),
-        response_mask=mask, old_logprobs=-torch.ones(4, 3), teacher_logprobs=-torch.ones(4, 3),
-        leader_rewards=rewards["leader"], answerer_rewards=rewards["answerer"],
-        searcher_rewards=rewards["searcher"], final_em=rewards["em"], candidate_mask=rewards["candidate_mask"],
+        role_ids=role_ids,
+        traj_index=torch.tensor([0, 0, 1, 1]),
+        candidate_index=torch.zeros(4, dtype=torch.long),
+        response_mask=mask,
+        old_logprobs=-torch.ones(4, 3),
+        teacher_logprobs=-torch.ones(4, 3),
+        leader_rewards=rewards["leader"],
+        answerer_rewards=rewards["answerer"],
+        searcher_rewards=rewards["searcher"],
+        final_em=rewards["em"],
+        candidate_mask=rewards["candidate_mask"],
         config=AdvantageConfig(),
     )
     assert torch.isfinite(advantages.token_advantages).all()

@@ -54,8 +54,7 @@ def test_sampled_ids_are_kept_even_when_not_canonical(tokenizer):
     """The documented difference: we keep what the model sampled, a re-render would merge it."""
     start = [system_message("searcher"), task_message("x")]
     text = "<search>capital</search>"
-    split_ids = [i for ch in text.replace("<search>", "").replace("</search>", "")
-                 for i in encode_text(tokenizer, ch)]
+    split_ids = [i for ch in text.replace("<search>", "").replace("</search>", "") for i in encode_text(tokenizer, ch)]
     sampled = encode_text(tokenizer, "<search>") + split_ids + encode_text(tokenizer, "</search>")
     assert tokenizer.decode(sampled) == text and sampled != encode_text(tokenizer, text)
     prompt = prompt_ids(tokenizer, start)

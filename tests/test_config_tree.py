@@ -76,20 +76,28 @@ def test_a_bad_pipeline_key_is_refused_at_load_with_its_full_dotted_path(overrid
 
 
 def test_every_key_the_pipeline_sets_is_refused_in_a_stage_section():
-    values = {"stage": "stage2", "variant": "full", "seed": "1", "model.tiny": "{hidden_size: 8}",
-              "model.tiny_vocab_size": "8"}
+    values = {
+        "stage": "stage2",
+        "variant": "full",
+        "seed": "1",
+        "model.tiny": "{hidden_size: 8}",
+        "model.tiny_vocab_size": "8",
+    }
     for key in PIPELINE_KEYS:
         for stage in ("stage1", "stage2"):
             with pytest.raises(ConfigError, match=f"{stage}.{key}: set by the pipeline"):
                 load_preset("smoke", [f"{stage}.{key}={values.get(key, 'x')}"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["stage1.steps=abc"], "stage1.steps: expected an integer"),
-    (["stage1.optim.lr=nan"], "stage1.optim.lr: expected a finite number"),
-    (["variants=[../../escape]"], "variants[0]"),
-    (["stage1.model.path=/some/model"], "stage1.model.path: set by the pipeline"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["stage1.steps=abc"], "stage1.steps: expected an integer"),
+        (["stage1.optim.lr=nan"], "stage1.optim.lr: expected a finite number"),
+        (["variants=[../../escape]"], "variants[0]"),
+        (["stage1.model.path=/some/model"], "stage1.model.path: set by the pipeline"),
+    ],
+)
 def test_the_cli_refuses_in_one_line_with_exit_2_and_writes_nothing(tmp_path, capsys, argv, message):
     run_dir = tmp_path / "run"
     assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir), *argv]) == 2
@@ -193,11 +201,26 @@ def test_one_stage_resumes_only_under_its_config(tmp_path):
 def test_opd_config_reaches_every_section():
     from training.algorithm import SECTIONS, OPDConfig
 
-    config = (OPDConfig().environment(stage="stage1", num_candidates=3).rollouts(batch_size=2)
-              .training(lr=0.01, steps=4).model(dtype="bfloat16").teacher(source="none").ptx(coef=0.5, data="d.jsonl")
-              .distributed(timeout_s=60).checkpointing(every=2).reporting(progress=False).to_train_config())
+    config = (
+        OPDConfig()
+        .environment(stage="stage1", num_candidates=3)
+        .rollouts(batch_size=2)
+        .training(lr=0.01, steps=4)
+        .model(dtype="bfloat16")
+        .teacher(source="none")
+        .ptx(coef=0.5, data="d.jsonl")
+        .distributed(timeout_s=60)
+        .checkpointing(every=2)
+        .reporting(progress=False)
+        .to_train_config()
+    )
     assert (config.env.num_candidates, config.rollout.batch_size, config.optim.lr, config.steps) == (3, 2, 0.01, 4)
-    assert (config.model.dtype, config.ptx.coef, config.ptx.data, config.distributed.timeout_s) == ("bfloat16", 0.5, "d.jsonl", 60)
+    assert (config.model.dtype, config.ptx.coef, config.ptx.data, config.distributed.timeout_s) == (
+        "bfloat16",
+        0.5,
+        "d.jsonl",
+        60,
+    )
     assert set(SECTIONS) == {name for name, value in to_dict(config).items() if isinstance(value, dict)}
     with pytest.raises(ConfigError, match="ptx.coef: must be >= 0"):
         OPDConfig().environment(stage="stage1").ptx(coef=-1).to_train_config()

@@ -32,8 +32,15 @@ from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 4
-OVERRIDES = [f"steps={STEPS}", "env.max_steps=3", "rollout.max_new_tokens=8", "checkpoint.every=1",
-             "checkpoint.keep_last=2", "logging.progress=false", "logging.tensorboard=false"]
+OVERRIDES = [
+    f"steps={STEPS}",
+    "env.max_steps=3",
+    "rollout.max_new_tokens=8",
+    "checkpoint.every=1",
+    "checkpoint.keep_last=2",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 
 
 # --------------------------------------------------------------------------- damaged checkpoints
@@ -57,17 +64,22 @@ def _truncate(path: Path) -> None:
 
 DAMAGE = {
     "truncated weights": (lambda c: _truncate(c / "model" / "model.safetensors"), "model.safetensors: .* bytes"),
-    "weights header garbage": (lambda c: (c / "model" / "model.safetensors").write_bytes(b"\xff" * 64),
-                               "model.safetensors: truncated header"),
+    "weights header garbage": (
+        lambda c: (c / "model" / "model.safetensors").write_bytes(b"\xff" * 64),
+        "model.safetensors: truncated header",
+    ),
     "missing weights": (lambda c: (c / "model" / "model.safetensors").unlink(), "model.safetensors is missing"),
     "truncated trainer state": (lambda c: _truncate(c / "trainer_state.pt"), "trainer_state.pt: unreadable"),
-    "trainer state garbage": (lambda c: (c / "trainer_state.pt").write_bytes(b"not a zip"),
-                              "trainer_state.pt: unreadable"),
+    "trainer state garbage": (
+        lambda c: (c / "trainer_state.pt").write_bytes(b"not a zip"),
+        "trainer_state.pt: unreadable",
+    ),
     "missing trainer state": (lambda c: (c / "trainer_state.pt").unlink(), "trainer_state.pt is missing"),
-    "model config garbage": (lambda c: (c / "model" / "config.json").write_text("{"),
-                             "model/config.json: unreadable"),
-    "missing tokenizer": (lambda c: (c / "model" / "tokenizer_config.json").unlink(),
-                          "tokenizer_config.json is missing"),
+    "model config garbage": (lambda c: (c / "model" / "config.json").write_text("{"), "model/config.json: unreadable"),
+    "missing tokenizer": (
+        lambda c: (c / "model" / "tokenizer_config.json").unlink(),
+        "tokenizer_config.json is missing",
+    ),
 }
 
 
@@ -122,8 +134,9 @@ def _logged_rows(run_dir: Path) -> int:
     return path.read_bytes().count(b"\n") if path.is_file() else 0
 
 
-def _train(run_dir: Path, crash_at: str | None = None, kill_after: float | None = None,
-           count_from_next_row: bool = False) -> int:
+def _train(
+    run_dir: Path, crash_at: str | None = None, kill_after: float | None = None, count_from_next_row: bool = False
+) -> int:
     """``maopd train`` in a subprocess; returns its exit code (-9 when killed).
 
     ``kill_after`` seconds from the start, or from its first new metrics row when
@@ -133,10 +146,17 @@ def _train(run_dir: Path, crash_at: str | None = None, kill_after: float | None 
     env.pop(ckpt.CRASH_ENV, None)
     if crash_at:
         env[ckpt.CRASH_ENV] = crash_at
-    command = [sys.executable, "-m", "maopd.cli", "train", "--config", "configs/tiny_cpu_stage1.yaml",
-               f"run_dir={run_dir}", *OVERRIDES]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "maopd.cli",
+        "train",
+        "--config",
+        "configs/tiny_cpu_stage1.yaml",
+        f"run_dir={run_dir}",
+        *OVERRIDES,
+    ]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if count_from_next_row:
         rows = _logged_rows(run_dir)
         while _logged_rows(run_dir) == rows and process.poll() is None:
@@ -176,8 +196,10 @@ def _assert_matches(run_dir: Path, reference: Path) -> None:
     a = load_file(final / "model" / "model.safetensors")
     b = load_file(reference / "checkpoints" / f"step_{STEPS}" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
-    assert ckpt.load_trainer_state(final)["loader"] == ckpt.load_trainer_state(
-        reference / "checkpoints" / f"step_{STEPS}")["loader"]
+    assert (
+        ckpt.load_trainer_state(final)["loader"]
+        == ckpt.load_trainer_state(reference / "checkpoints" / f"step_{STEPS}")["loader"]
+    )
 
 
 # Which checkpoint survives a kill while step_2 is being saved.
@@ -236,11 +258,25 @@ def _eval(manifest: Path, out: Path, kill_after_records: int | None = None) -> i
 
     The kill comes once ``kill_after_records`` records are on disk, not after a delay, so it lands
     mid-run however fast the machine is."""
-    command = [sys.executable, "-m", "maopd.cli", "eval", "run", "--manifest", str(manifest), "--workflow",
-               "cascade", "--attempts", str(EVAL_ATTEMPTS), "--batch-size", "4", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "maopd.cli",
+        "eval",
+        "run",
+        "--manifest",
+        str(manifest),
+        "--workflow",
+        "cascade",
+        "--attempts",
+        str(EVAL_ATTEMPTS),
+        "--batch-size",
+        "4",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if kill_after_records is not None:
         while process.poll() is None and (not out.is_file() or out.read_bytes().count(b"\n") < kill_after_records):
             time.sleep(0.001)
@@ -264,8 +300,21 @@ def test_sigkill_during_an_evaluation_run_then_rerun_equals_the_uninterrupted_ru
     from maopd.cli import main
 
     manifest = tmp_path / "manifest.jsonl"
-    assert main(["eval", "manifest", "--dataset", f"hotpotqa={REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
-                 "--count", "hotpotqa=60", "--out", str(manifest)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "manifest",
+                "--dataset",
+                f"hotpotqa={REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
+                "--count",
+                "hotpotqa=60",
+                "--out",
+                str(manifest),
+            ]
+        )
+        == 0
+    )
     uninterrupted = tmp_path / "uninterrupted.jsonl"
     assert _eval(manifest, uninterrupted) == 0
     resumed = tmp_path / "resumed.jsonl"

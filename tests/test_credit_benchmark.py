@@ -25,9 +25,30 @@ def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path)
     plugin.write_text(PLUGIN)
     out = tmp_path / "out"
     try:
-        summary = main(["--plugin", str(plugin), "--methods", "zero_for_test", "role", "--scenarios", "lazy_searcher_v0",
-                        "--seeds", "0", "1", "--iterations", "2", "--episodes", "4", "--eval-questions", "4",
-                        "--workers", "1", "--out", str(out)])
+        summary = main(
+            [
+                "--plugin",
+                str(plugin),
+                "--methods",
+                "zero_for_test",
+                "role",
+                "--scenarios",
+                "lazy_searcher_v0",
+                "--seeds",
+                "0",
+                "1",
+                "--iterations",
+                "2",
+                "--episodes",
+                "4",
+                "--eval-questions",
+                "4",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
     finally:
         CREDIT_METHODS.pop("zero_for_test", None)
         _LOADED_PLUGINS.clear()
@@ -41,8 +62,10 @@ def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path)
 
 
 def test_paired_differences_pair_runs_by_seed():
-    runs = {"a": [{"config": {"seed": s}, "em": 0.5 + 0.1 * s} for s in range(5)],
-            "b": [{"config": {"seed": s}, "em": 0.4 + 0.1 * s} for s in reversed(range(5))]}
+    runs = {
+        "a": [{"config": {"seed": s}, "em": 0.5 + 0.1 * s} for s in range(5)],
+        "b": [{"config": {"seed": s}, "em": 0.4 + 0.1 * s} for s in reversed(range(5))],
+    }
     (row,) = paired_differences(runs)
     assert abs(row["mean"] - 0.1) < 1e-9 and abs(row["low"] - 0.1) < 1e-9 and abs(row["high"] - 0.1) < 1e-9
     assert row["excludes_zero"] and bootstrap_ci([1.0]) is None

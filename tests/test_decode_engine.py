@@ -23,6 +23,7 @@ def boost(model, token_ids, amount):
     def hook(module, args, output):
         output.logits[..., token_ids] += amount
         return output
+
     return model.register_forward_hook(hook)
 
 
@@ -63,9 +64,12 @@ def test_slot_count_and_refill_batching_do_not_change_records(model, tokenizer):
     sampling = SamplingConfig(temperature=0.8, top_p=0.9, max_new_tokens=16)
     stops = StopMatcher(tokenizer, sampling.stop_strings)
     seeds = list(range(len(prompts)))
-    runs = [DecodeEngine(model, slots=slots, refill_fraction=fraction, max_prefill_tokens=budget).run(
-                prompts, seeds, sampling, stops, [tokenizer.eos_token_id], 0)
-            for slots, fraction, budget in ((1, 0.1, 16384), (4, 0.5, 16384), (5, 0.1, 40), (11, 1.0, 16384))]
+    runs = [
+        DecodeEngine(model, slots=slots, refill_fraction=fraction, max_prefill_tokens=budget).run(
+            prompts, seeds, sampling, stops, [tokenizer.eos_token_id], 0
+        )
+        for slots, fraction, budget in ((1, 0.1, 16384), (4, 0.5, 16384), (5, 0.1, 40), (11, 1.0, 16384))
+    ]
     for other in runs[1:]:
         assert_same([runs[0]], [other])
 
@@ -81,11 +85,16 @@ def test_multi_token_stop_string_and_eager_attention(tokenizer):
     chunked = generate(model, tokenizer, prompts, 2, "chunked", 4, sampling)
     continuous = generate(model, tokenizer, prompts, 2, "continuous", 3, sampling)
     assert_same(chunked, continuous)
-    assert generate(model, tokenizer, prompts[:1], 1, "continuous", 3, replace_stop(greedy, stop_text))[0][0].finish_reason == "stop"
+    assert (
+        generate(model, tokenizer, prompts[:1], 1, "continuous", 3, replace_stop(greedy, stop_text))[0][0].finish_reason
+        == "stop"
+    )
 
 
 def replace_stop(sampling, stop_text):
-    return SamplingConfig(temperature=sampling.temperature, max_new_tokens=sampling.max_new_tokens, stop_strings=(stop_text,))
+    return SamplingConfig(
+        temperature=sampling.temperature, max_new_tokens=sampling.max_new_tokens, stop_strings=(stop_text,)
+    )
 
 
 def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
@@ -126,8 +135,10 @@ def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer
     assert policy.decoder.last_layer_at_last_token  # prefills run the last layer at their last token only
     first = policy.generate(prompts, n=1, seeds=list(range(100, 108)))
     rng = random.Random(5)
-    continued = [p + c.token_ids + [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(1, 20))]
-                 for p, (c,) in zip(prompts, first)]
+    continued = [
+        p + c.token_ids + [rng.randrange(3, len(tokenizer)) for _ in range(rng.randrange(1, 20))]
+        for p, (c,) in zip(prompts, first)
+    ]
     continued.append(list(continued[0]))  # identical prompts share one prefill row, as in prefill
     counts, seeds = [1] * 8 + [2], list(range(200, 209))
     chunked = HFPolicy(model, tokenizer, sampling, engine="chunked").generate(continued, n=counts, seeds=seeds)
@@ -150,8 +161,15 @@ def test_llama_prefills_run_the_last_layer_at_the_last_token(tokenizer):
     """Another plain decoder (Llama, grouped-query heads): fresh and continued prompts give the
     chunked path's records, and a forward hook on the model (it may change the logits) makes the
     engine run prefills whole."""
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     prompts = random_prompts(tokenizer, 6, seed=6)
@@ -161,8 +179,10 @@ def test_llama_prefills_run_the_last_layer_at_the_last_token(tokenizer):
     first = policy.generate(prompts, n=2, seeds=list(range(1000, 1006)))
     assert_same(generate(model, tokenizer, prompts, 2, "chunked", 4, sampling), first)
     continued = [p + c.token_ids + [7, 8, 9] for p, (c, _) in zip(prompts, first)]
-    assert_same(generate(model, tokenizer, continued, 1, "chunked", 4, sampling),
-                policy.generate(continued, n=1, seeds=list(range(1000, 1006))))
+    assert_same(
+        generate(model, tokenizer, continued, 1, "chunked", 4, sampling),
+        policy.generate(continued, n=1, seeds=list(range(1000, 1006))),
+    )
     assert policy.decoder.stats["reused_tokens"] > 0
     handle = boost(model, [tokenizer.eos_token_id], 50.0)
     try:
@@ -173,8 +193,10 @@ def test_llama_prefills_run_the_last_layer_at_the_last_token(tokenizer):
 
 def test_prefix_store_budget_evicts_the_oldest_entries():
     store = PrefixStore(budget_bytes=3 * 4 * 8)  # three entries of 2 x 4 floats
+
     def kv():
         return [torch.zeros(1, 4)], [torch.zeros(1, 4)]
+
     for first in range(4):
         store.add([first, 7, 8], kv())
     assert store.find([0, 7, 8, 9]) is None and store.find([3, 7, 8, 9])[1] == 3

@@ -54,7 +54,9 @@ def assert_same_adam_step(got: dict, expected: dict, atol: float, steps: int = 1
 def stage2_data(models: Path, run_dir: Path, **distributed) -> dict:
     """Stage II with OPD from a Teacher; B = 4 so each of 2 ranks rolls out 2 questions."""
     return {
-        "stage": "stage2", "steps": 1, "run_dir": str(run_dir),
+        "stage": "stage2",
+        "steps": 1,
+        "run_dir": str(run_dir),
         "model": {"path": str(models / "pi0"), "device": "cpu"},
         "teacher": {"path": str(models / "teacher")},
         "env": {"max_steps": 6, "num_searchers": 2, "num_candidates": 2, "force_finish": True},  # every role trains
@@ -73,11 +75,28 @@ def free_port() -> int:
 
 
 def torchrun_train(config_path: Path, nproc: int = 2) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-               "-m", "maopd.cli", "train", "--config", str(config_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "maopd.cli",
+        "train",
+        "--config",
+        str(config_path),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(command, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    result = subprocess.run(
+        command, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result
 
@@ -137,8 +156,9 @@ def test_two_fsdp_ranks_with_ptx_and_dynamic_sampling_take_the_single_process_st
     _, tokenizer = load_model(models / "pi0")
     text = "Minikas River is 2492 km long."
     ptx_file = write_rows([{"text": text}], tmp_path / "ptx.jsonl")
-    settings = {"ptx": {"coef": 0.5, "data": str(ptx_file), "batch_size": 2,
-                        "seq_len": len(tokenizer.encode(text)) + 1}}
+    settings = {
+        "ptx": {"coef": 0.5, "data": str(ptx_file), "batch_size": 2, "seq_len": len(tokenizer.encode(text)) + 1}
+    }
 
     def with_settings(data: dict) -> dict:
         data = {**data, **settings}
@@ -195,12 +215,15 @@ def test_context_reads_torchrun_variables():
         DistributedContext.from_env({"RANK": "x"})
 
 
-@pytest.mark.parametrize(("settings", "field"), [
-    ({"mixed_precision": "bfloat16"}, "distributed.mixed_precision"),
-    ({"cpu_offload": True}, "distributed.cpu_offload"),
-    ({"timeout_s": 0}, "distributed.timeout_s"),
-    ({"backend": "mpi"}, "distributed.backend"),
-])
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"mixed_precision": "bfloat16"}, "distributed.mixed_precision"),
+        ({"cpu_offload": True}, "distributed.cpu_offload"),
+        ({"timeout_s": 0}, "distributed.timeout_s"),
+        ({"backend": "mpi"}, "distributed.backend"),
+    ],
+)
 def test_distributed_config_errors_name_the_field(models, tmp_path, settings, field):
     with pytest.raises(ConfigError, match=field):
         build_config(stage2_data(models, tmp_path / "run", **settings))

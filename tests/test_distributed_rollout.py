@@ -34,14 +34,18 @@ def test_two_workers_match_one_process_and_survive_a_worker_death(model_dir, tmp
     local = TeamRolloutCollector(lambda: hierarchical_search_v0.env(**ENV), HFPolicy(model, tokenizer, SAMPLING))
     expected = local.collect(questions, 2, seed=9)
 
-    collector = RayRolloutCollector(model_dir, "hierarchical", SAMPLING, tmp_path,
-                                    RayRolloutConfig(num_workers=2, env_kwargs=ENV))
+    collector = RayRolloutCollector(
+        model_dir, "hierarchical", SAMPLING, tmp_path, RayRolloutConfig(num_workers=2, env_kwargs=ENV)
+    )
     try:
         got = collector.collect(questions, 2, seed=9)
         assert [s.input_ids for s in got.sequences] == [s.input_ids for s in expected.sequences]
-        assert [(s.group, s.trajectory, s.call_id, s.candidate) for s in got.sequences] == \
-               [(s.group, s.trajectory, s.call_id, s.candidate) for s in expected.sequences]
-        assert [[r["candidates"] for r in row] for row in got.records] == [[r["candidates"] for r in row] for row in expected.records]
+        assert [(s.group, s.trajectory, s.call_id, s.candidate) for s in got.sequences] == [
+            (s.group, s.trajectory, s.call_id, s.candidate) for s in expected.sequences
+        ]
+        assert [[r["candidates"] for r in row] for row in got.records] == [
+            [r["candidates"] for r in row] for row in expected.records
+        ]
 
         ray.kill(collector.workers[0])
         again = collector.collect(questions, 2, seed=9)

@@ -86,10 +86,10 @@ def _commands(line: str) -> list[str]:
         words = piece.split()
         for i, word in enumerate(words):
             if word == "maopd" or word.endswith("/maopd"):
-                found.append(" ".join(words[i + 1:]))
+                found.append(" ".join(words[i + 1 :]))
                 break
             if word == "-m" and i + 1 < len(words) and words[i + 1] == "maopd.cli":
-                found.append(" ".join(words[i + 2:]))
+                found.append(" ".join(words[i + 2 :]))
                 break
     return found
 
@@ -99,8 +99,8 @@ def _expand_groups(text: str) -> list[str]:
     if match is None:
         return [text]
     inner = " ".join(word for word in match.group(1).split() if word != "...")
-    without = text[:match.start()] + text[match.end():]
-    with_group = text[:match.start()] + inner + text[match.end():]
+    without = text[: match.start()] + text[match.end() :]
+    with_group = text[: match.start()] + inner + text[match.end() :]
     return [*_expand_groups(without), *_expand_groups(with_group)]
 
 
@@ -192,12 +192,20 @@ def test_doc_command_parses(where, arguments):
 
 
 def test_synopsis_notation_is_expanded():
-    assert sorted(map(tuple, _forms("play [--workflow hierarchical|cascade] [--seed N]"))) == sorted([
-        ("play",), ("play", "--seed", "N"), ("play", "--workflow", "hierarchical"),
-        ("play", "--workflow", "cascade"), ("play", "--workflow", "hierarchical", "--seed", "N"),
-        ("play", "--workflow", "cascade", "--seed", "N")])
+    assert sorted(map(tuple, _forms("play [--workflow hierarchical|cascade] [--seed N]"))) == sorted(
+        [
+            ("play",),
+            ("play", "--seed", "N"),
+            ("play", "--workflow", "hierarchical"),
+            ("play", "--workflow", "cascade"),
+            ("play", "--workflow", "hierarchical", "--seed", "N"),
+            ("play", "--workflow", "cascade", "--seed", "N"),
+        ]
+    )
     assert _forms("train 'variants=[full, x]'") == [["train", "variants=[full, x]"]]
     assert _forms("score r.jsonl [--compare A B]... --out o") == [
-        ["score", "r.jsonl", "--out", "o"], ["score", "r.jsonl", "--compare", "A", "B", "--out", "o"]]
+        ["score", "r.jsonl", "--out", "o"],
+        ["score", "r.jsonl", "--compare", "A", "B", "--out", "o"],
+    ]
     assert _commands("bash scripts/setup.sh && .venv/bin/maopd train  ") == ["train"]
     assert _commands("torchrun --nproc_per_node 8 -m maopd.cli train --config c.yaml") == ["train --config c.yaml"]

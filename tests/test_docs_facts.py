@@ -19,8 +19,17 @@ def docs() -> dict[Path, str]:
 def test_evaluation_doc_shows_checkpoint_runs():
     text = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
     assert "rule-based teams only" not in text
-    for flag in ("--policy checkpoint", "--model", "--device", "--dtype", "--max-new-tokens", "--backend vllm",
-                 "--backend openai", "kind=http", "HF_HUB_OFFLINE"):
+    for flag in (
+        "--policy checkpoint",
+        "--model",
+        "--device",
+        "--dtype",
+        "--max-new-tokens",
+        "--backend vllm",
+        "--backend openai",
+        "kind=http",
+        "HF_HUB_OFFLINE",
+    ):
         assert flag in text, flag
 
 
@@ -51,8 +60,14 @@ def test_demo_script_needs_no_activated_venv(tmp_path):
     fake = tmp_path / "repo" / "benchmarks" / "eval"
     fake.mkdir(parents=True)
     (fake / "demo_real_data.sh").write_text(script)
-    done = subprocess.run(["bash", str(fake / "demo_real_data.sh"), str(tmp_path / "out")], check=False,
-                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    done = subprocess.run(
+        ["bash", str(fake / "demo_real_data.sh"), str(tmp_path / "out")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert done.returncode == 1 and "scripts/setup.sh" in done.stderr
 
 
@@ -70,6 +85,8 @@ def test_readme_timings_come_from_the_job():
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "8.6 minutes" not in readme and "prints" in readme
-    text = format_timings({"stage1": 391.0, "stage2_full": 247.0, "evaluation": 437.0, "total": 1075.0},
-                          {"platform": "Linux-x86_64", "cpus": 2})
+    text = format_timings(
+        {"stage1": 391.0, "stage2_full": 247.0, "evaluation": 437.0, "total": 1075.0},
+        {"platform": "Linux-x86_64", "cpus": 2},
+    )
     assert "Linux-x86_64, 2 CPUs" in text and "stage1" in text and "391.0 s" in text and "17.9 min" in text

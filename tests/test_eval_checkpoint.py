@@ -30,8 +30,10 @@ def test_the_single_workflow_is_evaluated_like_the_teams(tmp_path):
     model, tokenizer = build_tiny_lm([q.question for q in world.splits["test"][:50]], vocab_size=600)
     save_model(model, tokenizer, tmp_path / "model")
     questions = world.splits["test"][:2]
-    for solve in (checkpoint_solver("single", str(tmp_path / "model"), None, questions, max_new_tokens=8),
-                  team_solver("single", debugging_policy("scripted"), None, questions)):
+    for solve in (
+        checkpoint_solver("single", str(tmp_path / "model"), None, questions, max_new_tokens=8),
+        team_solver("single", debugging_policy("scripted"), None, questions),
+    ):
         for question, record in zip(questions, solve(questions, [1, 2])):
             assert record["workflow"] == "single" and {c["role"] for c in record["calls"]} == {"solver"}
             scored = from_workflow(record, "solo", "synthwiki", 0, 1)

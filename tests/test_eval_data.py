@@ -52,7 +52,13 @@ def test_real_files_convert(name, fmt, count, first_answer):
 @needs_real
 def test_popqa_answers_and_pooled_corpus():
     examples = convert(REAL / "popqa1000_paragraphs.json", "popqa")
-    assert examples[0].question.golden_answers == ("politician", "political leader", "political figure", "polit.", "pol")
+    assert examples[0].question.golden_answers == (
+        "politician",
+        "political leader",
+        "political figure",
+        "polit.",
+        "pol",
+    )
     corpus = pool_corpus(examples[:3] + examples[:3])  # repeated paragraphs are kept once
     assert len(corpus) == len({p for e in examples[:3] for p in e.paragraphs})
 
@@ -67,7 +73,7 @@ def test_bad_lines_name_file_and_line(tmp_path, fmt):
 
 def test_missing_field_in_a_json_array_names_the_item(tmp_path):
     path = tmp_path / "pop.json"
-    path.write_text(json.dumps([{"id": 1, "question": "q?", "possible_answers": "[\"a\"]"}, {"id": 2}]))
+    path.write_text(json.dumps([{"id": 1, "question": "q?", "possible_answers": '["a"]'}, {"id": 2}]))
     with pytest.raises(DatasetError, match=r"pop.json: item 2: missing field"):
         convert(path, "popqa")
 
@@ -102,7 +108,9 @@ def test_manifest_removes_training_overlaps_and_samples_deterministically(tmp_pa
     report = json.loads(Path(f"{path}.report.json").read_text())
     assert report["manifest_sha256"] == digest and report["total"] == 25
     loaded = load_manifest(path)
-    assert [(e.dataset, e.question.id, e.hash) for e in loaded] == [(e.dataset, e.question.id, e.hash) for e in manifest.entries]
+    assert [(e.dataset, e.question.id, e.hash) for e in loaded] == [
+        (e.dataset, e.question.id, e.hash) for e in manifest.entries
+    ]
 
 
 def test_manifest_too_small_pool_names_the_dataset():
@@ -111,11 +119,22 @@ def test_manifest_too_small_pool_names_the_dataset():
 
 
 WORKFLOW = {
-    "workflow": "hierarchical", "question_id": "q1", "question": "Who?", "golden_answers": ["Ann"],
-    "subtasks": [{"wave": 0, "agent": "searcher_0", "task": "Who?"}], "reports": [],
+    "workflow": "hierarchical",
+    "question_id": "q1",
+    "question": "Who?",
+    "golden_answers": ["Ann"],
+    "subtasks": [{"wave": 0, "agent": "searcher_0", "task": "Who?"}],
+    "reports": [],
     "candidates": ["<answer>Bob</answer>", "Final answer: Ann"],
-    "counters": {"search_actions": 2, "searches_with_passages": 1, "reports": 1, "task_assignments": 1,
-                 "input_tokens": 100, "output_tokens": 20, "env_steps": 5},
+    "counters": {
+        "search_actions": 2,
+        "searches_with_passages": 1,
+        "reports": 1,
+        "task_assignments": 1,
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "env_steps": 5,
+    },
     "duration_s": 0.5,
 }
 
@@ -137,7 +156,14 @@ def test_workflow_record_to_eval_record_and_back(tmp_path):
 
 def test_record_errors_name_file_line_and_field(tmp_path):
     path = tmp_path / "r.jsonl"
-    good = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"], "final_output": "x"}
+    good = {
+        "method": "m",
+        "dataset": "d",
+        "question_id": "q",
+        "attempt": 0,
+        "golden_answers": ["a"],
+        "final_output": "x",
+    }
     path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, attempt=-1)) + "\n")
     with pytest.raises(RecordError, match=r"r.jsonl:2: field 'attempt'"):
         list(iter_records(path))
@@ -154,7 +180,14 @@ def test_record_errors_name_file_line_and_field(tmp_path):
 
 def test_a_stored_score_is_recomputed_from_the_output(tmp_path):
     path = tmp_path / "r.jsonl"
-    row = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"],
-           "final_output": "<answer>b</answer>", "score": 1}
+    row = {
+        "method": "m",
+        "dataset": "d",
+        "question_id": "q",
+        "attempt": 0,
+        "golden_answers": ["a"],
+        "final_output": "<answer>b</answer>",
+        "score": 1,
+    }
     path.write_text(json.dumps(row) + "\n")
     assert next(iter_records(path)).score == 0.0

@@ -23,7 +23,9 @@ def make_records(method, table, outputs=None, costs=None):
             for attempt, correct in enumerate(row):
                 output = (outputs or {}).get((dataset, q, attempt), RIGHT if correct else WRONG)
                 counters = (costs or {}).get((dataset, q, attempt), {})
-                records.append(scored(EvalRecord(method, dataset, f"q{q}", attempt, ["yes"], output, counters=dict(counters))))
+                records.append(
+                    scored(EvalRecord(method, dataset, f"q{q}", attempt, ["yes"], output, counters=dict(counters)))
+                )
     return records
 
 
@@ -54,9 +56,14 @@ def test_correct_count_distribution_sums_to_one():
 
 def test_costs_average_attempts_then_questions_then_datasets():
     # dataset a: q0 attempts 2 and 4 (mean 3), q1 attempts 10 and 10 (mean 10) -> 6.5; dataset b: 1
-    costs = {("a", 0, 0): {"search_actions": 2}, ("a", 0, 1): {"search_actions": 4},
-             ("a", 1, 0): {"search_actions": 10}, ("a", 1, 1): {"search_actions": 10},
-             ("b", 0, 0): {"search_actions": 1}, ("b", 0, 1): {"search_actions": 1}}
+    costs = {
+        ("a", 0, 0): {"search_actions": 2},
+        ("a", 0, 1): {"search_actions": 4},
+        ("a", 1, 0): {"search_actions": 10},
+        ("a", 1, 1): {"search_actions": 10},
+        ("b", 0, 0): {"search_actions": 1},
+        ("b", 0, 1): {"search_actions": 1},
+    }
     records = make_records("m", {"a": [[1, 0], [0, 0]], "b": [[1, 1]]}, costs=costs)
     method = summarize(records, draws=20)["methods"]["m"]
     assert method["costs"]["search_actions"]["per_dataset"] == pytest.approx({"a": 6.5, "b": 1.0})
@@ -93,8 +100,10 @@ def test_summary_intervals_repeat_exactly_under_the_seed():
     records = make_records("m", {"a": rng.integers(0, 2, (30, 4)).tolist(), "b": rng.integers(0, 2, (20, 4)).tolist()})
     first, again = summarize(records, draws=300, seed=3), summarize(records, draws=300, seed=3)
     assert first == again
-    assert summarize(records, draws=300, seed=4)["methods"]["m"]["accuracy"]["avg@4"]["ci"] != \
-        first["methods"]["m"]["accuracy"]["avg@4"]["ci"]
+    assert (
+        summarize(records, draws=300, seed=4)["methods"]["m"]["accuracy"]["avg@4"]["ci"]
+        != first["methods"]["m"]["accuracy"]["avg@4"]["ci"]
+    )
 
 
 def test_paired_differences_use_the_same_resampled_questions():
@@ -110,7 +119,10 @@ def test_paired_differences_use_the_same_resampled_questions():
     # Paired: every draw's difference is (count of question 0 in the draw) * its gap / 40, never negative,
     # and far tighter than the unpaired intervals of the two methods.
     assert diff["ci"][0] >= 0.0
-    width = lambda ci: ci[1] - ci[0]
+
+    def width(ci):
+        return ci[1] - ci[0]
+
     assert width(diff["ci"]) < width(summary["methods"]["A"]["accuracy"]["avg@4"]["ci"]) / 2
     # Identical methods differ by exactly zero in every draw.
     same = summarize(make_records("B", {"d": base}) + make_records("C", {"d": base}), [("B", "C")], draws=100)

@@ -11,12 +11,24 @@ from tests.test_eval_metrics import make_records
 
 
 def test_methods_with_different_attempt_counts_are_scored_each_with_its_own_k(tmp_path, capsys):
-    three = make_records("three", {"d": [[1, 0, 0], [1, 1, 1]]},
-                         costs={("d", q, a): {"search_actions": 1 + a, "input_tokens": 10, "output_tokens": 5}
-                                for q in range(2) for a in range(3)})
-    four = make_records("four", {"d": [[1, 1, 0, 0], [0, 0, 0, 0]]},
-                        costs={("d", q, a): {"search_actions": 2, "input_tokens": 20, "output_tokens": 8}
-                               for q in range(2) for a in range(4)})
+    three = make_records(
+        "three",
+        {"d": [[1, 0, 0], [1, 1, 1]]},
+        costs={
+            ("d", q, a): {"search_actions": 1 + a, "input_tokens": 10, "output_tokens": 5}
+            for q in range(2)
+            for a in range(3)
+        },
+    )
+    four = make_records(
+        "four",
+        {"d": [[1, 1, 0, 0], [0, 0, 0, 0]]},
+        costs={
+            ("d", q, a): {"search_actions": 2, "input_tokens": 20, "output_tokens": 8}
+            for q in range(2)
+            for a in range(4)
+        },
+    )
     summary = score_records(three + four, [], tmp_path, draws=20)
     assert {name: m["k"] for name, m in summary["methods"].items()} == {"three": 3, "four": 4}
     tables = build_tables(summary)

@@ -29,8 +29,15 @@ def run_dir(tmp_path, world):
     from training.config import build_config
 
     model, tokenizer = build_tiny_lm([q.question for q in world.splits["test"][:50]], vocab_size=600)
-    ckpt.save_checkpoint(tmp_path / "run", 2, model, tokenizer, {"step": 2, "rng": ckpt.capture_rng_state()},
-                         build_config({"stage": "stage1"}), 2)
+    ckpt.save_checkpoint(
+        tmp_path / "run",
+        2,
+        model,
+        tokenizer,
+        {"step": 2, "rng": ckpt.capture_rng_state()},
+        build_config({"stage": "stage1"}),
+        2,
+    )
     return tmp_path / "run"
 
 
@@ -42,14 +49,16 @@ def manifest_path(tmp_path, world):
     return path
 
 
-def test_checkpoint_run_takes_device_dtype_tokens_retriever_and_a_run_dir(run_dir, manifest_path, tmp_path,
-                                                                          monkeypatch, world):
+def test_checkpoint_run_takes_device_dtype_tokens_retriever_and_a_run_dir(
+    run_dir, manifest_path, tmp_path, monkeypatch, world
+):
     from envs.retrieval import factory
     from envs.retrieval.bm25 import BM25Retriever
 
     built, loaded = [], []
-    monkeypatch.setattr(factory, "build_retriever",
-                        lambda config, corpus: built.append(config) or BM25Retriever(world.corpus))
+    monkeypatch.setattr(
+        factory, "build_retriever", lambda config, corpus: built.append(config) or BM25Retriever(world.corpus)
+    )
     from agents import tiny_model
 
     original = tiny_model.load_model
@@ -60,10 +69,37 @@ def test_checkpoint_run_takes_device_dtype_tokens_retriever_and_a_run_dir(run_di
 
     monkeypatch.setattr(tiny_model, "load_model", spy)
     out = tmp_path / "records.jsonl"
-    assert main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint", "--model", str(run_dir),
-                 "--device", "cpu", "--dtype", "bfloat16", "--max-new-tokens", "3", "--workflow", "cascade",
-                 "--retriever-set", "kind=bm25", "--retriever-set", "cache=false",
-                 "--attempts", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--manifest",
+                str(manifest_path),
+                "--policy",
+                "checkpoint",
+                "--model",
+                str(run_dir),
+                "--device",
+                "cpu",
+                "--dtype",
+                "bfloat16",
+                "--max-new-tokens",
+                "3",
+                "--workflow",
+                "cascade",
+                "--retriever-set",
+                "kind=bm25",
+                "--retriever-set",
+                "cache=false",
+                "--attempts",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert loaded == [(str(run_dir / "checkpoints" / "step_2" / "model"), torch.bfloat16, "cpu")]
     assert [c.kind for c in built] == ["bm25"]
     records = load_records([out])
@@ -76,8 +112,9 @@ def test_backends_reuse_the_training_side_policies(monkeypatch):
     from agents import vllm_policy
     from agents.openai_policy import OpenAIPolicy
 
-    policy = solvers.model_policy("served-model", "openai", temperature=0.3, top_p=0.9, max_new_tokens=77,
-                                  base_url="http://127.0.0.1:9/v1")
+    policy = solvers.model_policy(
+        "served-model", "openai", temperature=0.3, top_p=0.9, max_new_tokens=77, base_url="http://127.0.0.1:9/v1"
+    )
     assert isinstance(policy, OpenAIPolicy)
     assert (policy.config.model, policy.config.max_tokens, policy.config.temperature) == ("served-model", 77, 0.3)
     with pytest.raises(ValueError, match="--base-url"):
@@ -101,6 +138,21 @@ def test_eval_settings_hold_only_what_the_runner_reads():
 
 
 def test_a_model_that_is_nowhere_is_a_one_line_error(manifest_path, tmp_path, capsys):
-    assert main(["eval", "run", "--manifest", str(manifest_path), "--policy", "checkpoint",
-                 "--model", str(tmp_path / "nothing" / "here"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--manifest",
+                str(manifest_path),
+                "--policy",
+                "checkpoint",
+                "--model",
+                str(tmp_path / "nothing" / "here"),
+                "--out",
+                str(tmp_path / "r.jsonl"),
+            ]
+        )
+        == 2
+    )
     assert re.fullmatch(r"maopd eval run: --model: .*no such model directory.*\n", capsys.readouterr().err)

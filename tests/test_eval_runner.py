@@ -18,8 +18,10 @@ if not REAL.is_dir():
 
 
 def manifest(n):
-    return [ManifestEntry("d", q, question_hash(q.question)) for q in
-            (Question(f"q{i}", f"question {i}?", (f"a{i}",)) for i in range(n))]
+    return [
+        ManifestEntry("d", q, question_hash(q.question))
+        for q in (Question(f"q{i}", f"question {i}?", (f"a{i}",)) for i in range(n))
+    ]
 
 
 class EchoSolver:
@@ -33,9 +35,17 @@ class EchoSolver:
             raise RuntimeError("simulated crash")
         self.calls += 1
         self.solved += [(q.id, s) for q, s in zip(questions, seeds)]
-        return [{"question_id": q.id, "question": q.question, "golden_answers": list(q.golden_answers),
-                 "candidates": [f"<answer>{q.golden_answers[0] if s % 2 == 0 else 'x'}</answer>"],
-                 "counters": {"search_actions": 1}, "duration_s": 0.1} for q, s in zip(questions, seeds)]
+        return [
+            {
+                "question_id": q.id,
+                "question": q.question,
+                "golden_answers": list(q.golden_answers),
+                "candidates": [f"<answer>{q.golden_answers[0] if s % 2 == 0 else 'x'}</answer>"],
+                "counters": {"search_actions": 1},
+                "duration_s": 0.1,
+            }
+            for q, s in zip(questions, seeds)
+        ]
 
 
 def test_resume_never_reruns_or_loses_records(tmp_path):
@@ -52,7 +62,9 @@ def test_resume_never_reruns_or_loses_records(tmp_path):
     assert run_attempts(resumed, manifest(5), out, "m", settings) == 7
     assert not set(resumed.solved) & set(crashing.solved)
     records = load_records([out])
-    assert sorted((r.question_id, r.attempt) for r in records) == sorted((f"q{i}", a) for i in range(5) for a in range(3))
+    assert sorted((r.question_id, r.attempt) for r in records) == sorted(
+        (f"q{i}", a) for i in range(5) for a in range(3)
+    )
     for record in records:
         assert record.seed == attempt_seed(1, "d", record.question_id, record.attempt)
         assert record.score == float(record.seed % 2 == 0)
@@ -73,25 +85,92 @@ def test_solve_must_answer_the_questions_it_was_given(tmp_path):
 @pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")
 def test_cli_end_to_end_on_real_data(tmp_path, capsys):
     corpus, manifest_path, records = tmp_path / "corpus.jsonl", tmp_path / "manifest.jsonl", tmp_path / "records.jsonl"
-    assert main(["eval", "corpus", f"{REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
-                 f"{REAL}/musique_ans_dev200_paragraphs.jsonl:musique", "--out", str(corpus)]) == 0
-    assert main(["eval", "manifest", "--dataset", f"hotpotqa={REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
-                 "--dataset", f"musique={REAL}/musique_ans_dev200_paragraphs.jsonl:musique",
-                 "--count", "hotpotqa=4", "--count", "musique=3", "--out", str(manifest_path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "corpus",
+                f"{REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
+                f"{REAL}/musique_ans_dev200_paragraphs.jsonl:musique",
+                "--out",
+                str(corpus),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "eval",
+                "manifest",
+                "--dataset",
+                f"hotpotqa={REAL}/hotpotqa_distractor_dev300.jsonl:hotpotqa",
+                "--dataset",
+                f"musique={REAL}/musique_ans_dev200_paragraphs.jsonl:musique",
+                "--count",
+                "hotpotqa=4",
+                "--count",
+                "musique=3",
+                "--out",
+                str(manifest_path),
+            ]
+        )
+        == 0
+    )
     for workflow in ("hierarchical", "cascade"):
-        assert main(["eval", "run", "--manifest", str(manifest_path), "--corpus", str(corpus), "--workflow", workflow,
-                     "--attempts", "2", "--out", str(records)]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "run",
+                    "--manifest",
+                    str(manifest_path),
+                    "--corpus",
+                    str(corpus),
+                    "--workflow",
+                    workflow,
+                    "--attempts",
+                    "2",
+                    "--out",
+                    str(records),
+                ]
+            )
+            == 0
+        )
     assert len(records.read_text().splitlines()) == 2 * 7 * 2
     out = tmp_path / "report"
-    assert main(["eval", "score", str(records), "--compare", "scripted-hierarchical", "scripted-cascade",
-                 "--draws", "200", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "score",
+                str(records),
+                "--compare",
+                "scripted-hierarchical",
+                "scripted-cascade",
+                "--draws",
+                "200",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "| scripted-cascade |" in printed and "pass@2" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"]["scripted-cascade"]["num_questions"] == {"hotpotqa": 4, "musique": 3}
     assert summary["methods"]["scripted-cascade"]["costs"]["task_assignments"]["macro"] == 0.0
-    for name in ("tables.md", "main.csv", "table4.csv", "costs.csv", "completion.csv", "paired.csv",
-                 "cost_accuracy.png", "viewer.html"):
+    for name in (
+        "tables.md",
+        "main.csv",
+        "table4.csv",
+        "costs.csv",
+        "completion.csv",
+        "paired.csv",
+        "cost_accuracy.png",
+        "viewer.html",
+    ):
         assert (out / name).stat().st_size > 0, name
     assert "scripted-hierarchical" in (out / "viewer.html").read_text()
 

@@ -46,9 +46,27 @@ MANY_SUBTASKS = "<delegate>\n" + "\n".join(f"{i}. subtask {i}" for i in range(30
 
 unicode_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
 TAG_VARIANTS = tuple(
-    variant for name in TAG_NAMES for variant in (f"<{name}>", f"</{name}>", f"<{name.upper()}>", f"< {name} >", f"</ {name}>", f"<{name}")
+    variant
+    for name in TAG_NAMES
+    for variant in (f"<{name}>", f"</{name}>", f"<{name.upper()}>", f"< {name} >", f"</ {name}>", f"<{name}")
 )
-SPECIAL_FRAGMENTS = ("", " ", "\n", "\t \n", "\x00", "\x00" * 8, "```", "```python\n", "\ufeff", "\u202e", "1.", "- ", "all", "3, 1", "0")
+SPECIAL_FRAGMENTS = (
+    "",
+    " ",
+    "\n",
+    "\t \n",
+    "\x00",
+    "\x00" * 8,
+    "```",
+    "```python\n",
+    "\ufeff",
+    "\u202e",
+    "1.",
+    "- ",
+    "all",
+    "3, 1",
+    "0",
+)
 fragments = st.one_of(
     unicode_text,
     st.sampled_from(TAG_VARIANTS),
@@ -86,9 +104,15 @@ ROLE_ALLOWED = [
     for role, kinds in ROLE_ACTION_KINDS.items()
     for allowed in ([kinds] if len(kinds) == 1 else [kinds, *((kind,) for kind in kinds)])
 ]
-role_allowed_output = st.one_of([st.tuples(st.just(role), st.just(allowed), outputs(role)) for role, allowed in ROLE_ALLOWED])
+role_allowed_output = st.one_of(
+    [st.tuples(st.just(role), st.just(allowed), outputs(role)) for role, allowed in ROLE_ALLOWED]
+)
 role_kind_action = st.one_of(
-    [st.tuples(st.just(role), st.just(kind), valid_action(kind)) for role, kinds in ROLE_ACTION_KINDS.items() for kind in kinds]
+    [
+        st.tuples(st.just(role), st.just(kind), valid_action(kind))
+        for role, kinds in ROLE_ACTION_KINDS.items()
+        for kind in kinds
+    ]
 )
 TAG_LOOKALIKE = re.compile(r"<\s*/?\s*(" + "|".join(TAG_NAMES) + r")\s*>", re.IGNORECASE)
 
@@ -129,7 +153,9 @@ def test_a_valid_action_after_any_garbage_is_the_action(prefix, role_kind_action
 
 
 @fuzz_settings(2500)
-@given(st.lists(st.one_of(nested, st.sampled_from(INJECTION_PAYLOADS)), max_size=6).map("".join), st.sampled_from(ROLES))
+@given(
+    st.lists(st.one_of(nested, st.sampled_from(INJECTION_PAYLOADS)), max_size=6).map("".join), st.sampled_from(ROLES)
+)
 def test_neutralized_text_can_never_act(text, role):
     """Environment-inserted text is neutralized; echoing it verbatim is never an action."""
     safe = neutralize_tags(text)

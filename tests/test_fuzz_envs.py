@@ -67,7 +67,10 @@ def compose_output(rng: random.Random, role: str) -> object:
 
 
 # Dataset files are valid UTF-8: lone surrogates can only come from policy outputs.
-as_utf8 = lambda text: text.encode("utf-8", "replace").decode()
+def as_utf8(text):
+    return text.encode("utf-8", "replace").decode()
+
+
 questions = st.builds(
     Question,
     id=st.just("fuzz"),
@@ -79,7 +82,9 @@ questions = st.builds(
 def configs(module):
     return st.fixed_dictionaries(
         {
-            "max_steps": st.one_of(st.none(), st.integers(module.raw_env.min_steps, module.raw_env.default_max_steps + 3)),
+            "max_steps": st.one_of(
+                st.none(), st.integers(module.raw_env.min_steps, module.raw_env.default_max_steps + 3)
+            ),
             "max_rounds": st.integers(1, 6),
             "num_searchers": st.integers(1, 4),
             "num_candidates": st.integers(1, 3),
@@ -178,8 +183,9 @@ def check_invariants(env, policy, record):
     assert json.loads(text) == record
 
 
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0, single_search_v0],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [cascade_search_v0, hierarchical_search_v0, single_search_v0], ids=lambda m: m.__name__
+)
 @fuzz_settings(1500)
 @given(questions, st.data())
 def test_environment_survives_any_output(module, question, data):
@@ -191,10 +197,14 @@ def test_environment_survives_any_output(module, question, data):
 def test_regression_lone_surrogates_are_replaced():
     """Found by fuzzing: a lone surrogate in an output (possible in a JSON-decoded API answer)
     made the record impossible to write as UTF-8."""
-    env = cascade_search_v0.env(retriever=RETRIEVER, questions=[Question("s", "Where was Orlen Vask born?", ("Tarvel",))])
+    env = cascade_search_v0.env(
+        retriever=RETRIEVER, questions=[Question("s", "Where was Orlen Vask born?", ("Tarvel",))]
+    )
     env.reset(seed=0)
     env.step("<search>Orlen\ud800 Vask</search>")
     env.step("<report>Tarvel \udfff</report>")
     env.step(["<answer>Tarvel\ud83d</answer>"])
     json.dumps(env.record, ensure_ascii=False).encode("utf-8")
-    assert env.record["reports"][0]["text"] == "Tarvel \ufffd" and env.record["searches"][0]["query"] == "Orlen\ufffd Vask"
+    assert (
+        env.record["reports"][0]["text"] == "Tarvel \ufffd" and env.record["searches"][0]["query"] == "Orlen\ufffd Vask"
+    )

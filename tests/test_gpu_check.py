@@ -19,13 +19,24 @@ def test_gpu_check_config_is_the_paper_batch_with_the_compiled_engine():
 
 def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_check.sh"), "--cpu-smoke", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks/gpu_check.sh"), "--cpu-smoke", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     summary = (tmp_path / "summary.txt").read_text()
     assert done.returncode == 0, summary + done.stderr[-2000:]
     for part in ("build_model", "stage2_step", "rollout_throughput"):
         assert f"{part}: ok" in summary
     throughput = json.loads((tmp_path / "rollout_throughput.json").read_text())
-    assert {"collector_vs_generate_dynamic", "collector_vs_generate_static", "collector_vs_old_chunked_collector",
-            "teacher_scoring_fraction_of_rollout"} <= set(throughput["ratios"])
+    assert {
+        "collector_vs_generate_dynamic",
+        "collector_vs_generate_static",
+        "collector_vs_old_chunked_collector",
+        "teacher_scoring_fraction_of_rollout",
+    } <= set(throughput["ratios"])
     assert (tmp_path / "stage2_step_metrics.jsonl").read_text().strip()

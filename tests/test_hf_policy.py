@@ -13,8 +13,16 @@ from envs.policy import AgentTurn, Policy
 from envs.prompts import system_message, task_message
 from training.token_scoring import pad_batch, score_tokens
 
-TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "a", "river through Paris",
-         "author of the play Hamlet and its year", "b c", "largest ocean on Earth"]
+TASKS = [
+    "capital of France",
+    "who wrote Hamlet",
+    "the tallest mountain",
+    "a",
+    "river through Paris",
+    "author of the play Hamlet and its year",
+    "b c",
+    "largest ocean on Earth",
+]
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +79,11 @@ def test_candidates_differ_and_runs_reproduce_from_seed(model, tokenizer, prompt
 
 def boost(model, token_ids, amount):
     """Shift the logits of ``token_ids`` by ``amount`` until the returned handle is removed."""
+
     def hook(module, args, output):
         output.logits[..., token_ids] += amount
         return output
+
     return model.register_forward_hook(hook)
 
 
@@ -104,14 +114,14 @@ def test_eos_length_and_too_long_prompts(model, tokenizer, prompts):
     eos = tokenizer.eos_token_id
     handle = boost(model, [eos], 50.0)
     try:
-        (ended,), = policy(model, tokenizer).generate(prompts[:1])
+        ((ended,),) = policy(model, tokenizer).generate(prompts[:1])
     finally:
         handle.remove()
     assert ended.finish_reason == "eos" and ended.token_ids == [eos]
 
     handle = boost(model, [eos, *StopMatcher(tokenizer, SamplingConfig().stop_strings).token_ids], -1e4)
     try:
-        (long,), = policy(model, tokenizer, max_new_tokens=7).generate(prompts[:1])
+        ((long,),) = policy(model, tokenizer, max_new_tokens=7).generate(prompts[:1])
     finally:
         handle.remove()
     assert long.finish_reason == "length" and len(long.token_ids) == 7 == len(long.logprobs)
@@ -130,8 +140,13 @@ def test_act_fills_agent_outputs(model, tokenizer):
     team_policy = policy(model, tokenizer, temperature=1.0)
     assert isinstance(team_policy, Policy)
     turns = [
-        AgentTurn("searcher_1", "searcher", (system_message("searcher"), task_message(t)), ("search", "report"),
-                  num_candidates=n)
+        AgentTurn(
+            "searcher_1",
+            "searcher",
+            (system_message("searcher"), task_message(t)),
+            ("search", "report"),
+            num_candidates=n,
+        )
         for t, n in (("capital of France", 1), ("who wrote Hamlet", 3))
     ]
     outputs = team_policy.act(turns)
@@ -202,7 +217,9 @@ def test_descending_order_is_torchs_stable_descending_sort():
     probs = torch.softmax(torch.randn(64, 789, generator=generator) * 4, dim=-1)
     probs[0, ::3] = probs[0, 5]  # many exact ties
     probs[1, 100:200] = 0.0  # exact zeros (underflow)
-    probs[2, :10] = torch.tensor(0.25).view(torch.int32).add(torch.arange(10, dtype=torch.int32)).view(torch.float32)  # same high bits
+    probs[2, :10] = (
+        torch.tensor(0.25).view(torch.int32).add(torch.arange(10, dtype=torch.int32)).view(torch.float32)
+    )  # same high bits
     assert torch.equal(descending_order(probs), probs.sort(dim=-1, descending=True, stable=True).indices)
 
 

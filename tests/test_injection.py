@@ -39,7 +39,9 @@ def assert_inert(record):
 
 def test_poison_corpus_twins_every_document_and_payloads_cover_every_action():
     poisoned = poison_corpus(CORPUS)
-    assert len(poisoned) == 2 * len(CORPUS) and sum(map(is_adversarial, (d.id for d in poisoned.documents))) == len(CORPUS)
+    assert len(poisoned) == 2 * len(CORPUS) and sum(map(is_adversarial, (d.id for d in poisoned.documents))) == len(
+        CORPUS
+    )
     for kind in ACTION_KINDS:
         assert f"<{kind}>" in PAYLOAD
     with pytest.raises(ValueError, match="payloads"):
@@ -52,8 +54,12 @@ def test_adversarial_passages_neither_act_nor_shorten_episodes(module):
     lengths and reports as on the clean corpus, no format failure, nothing leaks."""
     retrieved_adversarial = 0
     for question in QUESTIONS:
-        clean = run_episode(module.env(retriever=CLEAN, questions=QUESTIONS), scripted_team(), options={"question": question})
-        record = run_episode(module.env(retriever=POISONED, questions=QUESTIONS), scripted_team(), options={"question": question})
+        clean = run_episode(
+            module.env(retriever=CLEAN, questions=QUESTIONS), scripted_team(), options={"question": question}
+        )
+        record = run_episode(
+            module.env(retriever=POISONED, questions=QUESTIONS), scripted_team(), options={"question": question}
+        )
         retrieved_adversarial += sum(is_adversarial(p["id"]) for s in record["searches"] for p in s["passages"])
         assert record["counters"]["env_steps"] == clean["counters"]["env_steps"]
         assert record["counters"]["reports"] == clean["counters"]["reports"]

@@ -70,9 +70,7 @@ def _reference_loss(logprobs, old, adv, mask, weight, mode, low=0.2, high=0.2):
 def test_ppo_loss_equals_loop_reference(mode):
     logprobs, old, adv, mask, role_ids = _batch()
     weight = torch.rand(4, 5, generator=torch.Generator().manual_seed(3))
-    config = PPOLossConfig(
-        entropy_coef=0.0, loss_agg_mode=mode, clip_ratio_low=0.1, clip_ratio_high=0.3
-    )
+    config = PPOLossConfig(entropy_coef=0.0, loss_agg_mode=mode, clip_ratio_low=0.1, clip_ratio_high=0.3)
     terms = ppo_loss(logprobs, old, adv, mask, role_ids, config, weight=weight)
     expected = _reference_loss(
         logprobs.tolist(),
@@ -105,9 +103,7 @@ def test_gradients_flow_only_through_counted_weighted_tokens():
     with torch.no_grad():
         old[0, 4] = float("nan")
         adv[2, 0] = float("inf")
-    ppo_loss(
-        logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.0), weight=weight
-    ).loss.backward()
+    ppo_loss(logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.0), weight=weight).loss.backward()
     grad = logprobs.grad
     assert torch.isfinite(grad).all()
     active = mask.bool() & (weight > 0)
@@ -126,9 +122,7 @@ def test_zero_weighted_role_stays_in_the_denominator():
     non_searcher = mask.clone()
     non_searcher[1:3] = 0
     # numerator keeps only Leader/Answerer tokens, denominator keeps every counted token
-    policy = (
-        aggregate_loss(full_terms.token_policy_loss, non_searcher) * non_searcher.sum() / mask.sum()
-    )
+    policy = aggregate_loss(full_terms.token_policy_loss, non_searcher) * non_searcher.sum() / mask.sum()
     mean_entropy = (entropy * non_searcher).sum() / mask.sum()
     torch.testing.assert_close(terms.policy_loss, policy)
     torch.testing.assert_close(terms.loss, policy - 0.1 * mean_entropy)
@@ -244,9 +238,7 @@ def test_missing_inputs_for_enabled_terms_are_named():
     with pytest.raises(ValueError, match="entropy"):
         ppo_loss(logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.01))
     with pytest.raises(ValueError, match="ref_logprobs"):
-        ppo_loss(
-            logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.0, kl_loss_coef=0.1)
-        )
+        ppo_loss(logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.0, kl_loss_coef=0.1))
     with pytest.raises(ValueError, match="role_ids must have shape"):
         ppo_loss(logprobs, old, adv, mask, role_ids[:2])
 
@@ -255,18 +247,12 @@ def test_per_role_metrics_average_each_roles_counted_tokens():
     logprobs, old, adv, mask, role_ids = _batch()
     terms = ppo_loss(logprobs, old, adv, mask, role_ids, PPOLossConfig(entropy_coef=0.0))
     entropy = torch.arange(20.0).reshape(4, 5)
-    metrics = ppo_role_metrics(
-        role_ids, mask, logprobs, old, adv, terms, ref_logprobs=old, entropy=entropy
-    )
+    metrics = ppo_role_metrics(role_ids, mask, logprobs, old, adv, terms, ref_logprobs=old, entropy=entropy)
     searcher = mask.clone()
     searcher[[0, 3]] = 0
-    assert metrics["searcher/advantage"] == pytest.approx(
-        float((adv * searcher).sum() / searcher.sum())
-    )
+    assert metrics["searcher/advantage"] == pytest.approx(float((adv * searcher).sum() / searcher.sum()))
     assert metrics["leader/entropy"] == pytest.approx((0 + 1 + 2) / 3)
-    assert metrics["answerer/clip_frac"] == pytest.approx(
-        float(terms.token_clipped[3, :4].float().mean())
-    )
+    assert metrics["answerer/clip_frac"] == pytest.approx(float(terms.token_clipped[3, :4].float().mean()))
     # π_T = π_old here, so both KL metrics agree
     assert metrics["leader/approx_kl_teacher"] == pytest.approx(metrics["leader/approx_kl_old"])
     assert {key.split("/")[1] for key in metrics} == {
@@ -277,9 +263,7 @@ def test_per_role_metrics_average_each_roles_counted_tokens():
         "advantage",
         "entropy",
     }
-    assert metrics["leader/policy_loss"] == pytest.approx(
-        float(terms.token_policy_loss[0, :3].mean())
-    )
+    assert metrics["leader/policy_loss"] == pytest.approx(float(terms.token_policy_loss[0, :3].mean()))
 
 
 def test_registries_reject_a_second_function_under_the_same_name():

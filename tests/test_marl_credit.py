@@ -43,7 +43,8 @@ def test_role_rewards_are_the_environment_reward_parts(batch):
     for ep in episodes:
         for d in ep.decisions:
             expected = {"leader": ep.parts["leader"], "answerer": np.mean(ep.parts["answerer"])}.get(
-                d.role, ep.parts["searcher_calls"][d.call] if d.call is not None else None)
+                d.role, ep.parts["searcher_calls"][d.call] if d.call is not None else None
+            )
             assert role_reward(d, ep.parts) == pytest.approx(expected)
 
 
@@ -110,8 +111,9 @@ def test_ppo_update_raises_the_probability_of_advantaged_actions(batch):
 @pytest.mark.slow
 def test_training_with_hints_learns_the_world_quickly(monkeypatch):
     monkeypatch.setitem(SCENARIOS, "hints_for_test", OptionScenario("hints_for_test", hints=True))
-    config = MarlConfig(method="role", scenario="hints_for_test", iterations=12, episodes_per_iteration=16,
-                        eval_questions=30)
+    config = MarlConfig(
+        method="role", scenario="hints_for_test", iterations=12, episodes_per_iteration=16, eval_questions=30
+    )
     _, metrics = train(config, progress=False)
     random_policy = evaluate(MenuPolicy(MENU_SIZE), config)
     assert metrics["em"] > random_policy["em"] + 0.3

@@ -36,11 +36,20 @@ def load_in_subprocess(source: str, tmp_path: Path, offline: bool = True) -> sub
     env.update(PYTHONPATH=str(ROOT), HF_HOME=str(tmp_path / "hf_home"), HF_HUB_CACHE=str(tmp_path / "hub"))
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    code = ("import sys; from training.trainer import model_source; from agents.tiny_model import load_model; "
-            "model, tok = load_model(model_source(sys.argv[1])); "
-            "print(type(model).__name__, model.config.num_hidden_layers, len(tok))")
-    return subprocess.run([sys.executable, "-c", code, source], check=False, env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    code = (
+        "import sys; from training.trainer import model_source; from agents.tiny_model import load_model; "
+        "model, tok = load_model(model_source(sys.argv[1])); "
+        "print(type(model).__name__, model.config.num_hidden_layers, len(tok))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, source],
+        check=False,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_hub_id_loads_from_the_standard_cache_offline(tmp_path, tiny):
@@ -64,8 +73,15 @@ def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
     from training.trainer import model_source
 
     model, tokenizer = tiny
-    step = ckpt.save_checkpoint(tmp_path, 3, model, tokenizer, {"step": 3, "rng": ckpt.capture_rng_state()},
-                                build_config({"stage": "stage1"}), 2)
+    step = ckpt.save_checkpoint(
+        tmp_path,
+        3,
+        model,
+        tokenizer,
+        {"step": 3, "rng": ckpt.capture_rng_state()},
+        build_config({"stage": "stage1"}),
+        2,
+    )
     for source in (tmp_path, step, step / "model"):
         assert model_source(source) == step / "model"
         loaded, _ = load_model(model_source(str(source)))

@@ -17,8 +17,13 @@ from training.run_logging import read_metrics
 from training.trainer import TrainingStopped, train_stage
 
 pytestmark = pytest.mark.slow
-OVERRIDES = ["env.max_steps=3", "rollout.max_new_tokens=8", "checkpoint.every=1", "logging.progress=false",
-             "logging.tensorboard=false"]
+OVERRIDES = [
+    "env.max_steps=3",
+    "rollout.max_new_tokens=8",
+    "checkpoint.every=1",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 
 
 def _config(run_dir, steps):
@@ -99,8 +104,7 @@ def test_nan_logits_stop_and_save_the_ppo_batch(one_step_run, tmp_path, monkeypa
     assert "rewards/em" in saved["tensors"]
 
 
-def test_a_non_finite_parameter_after_an_update_stops_before_it_is_checkpointed(one_step_run, tmp_path,
-                                                                               monkeypatch):
+def test_a_non_finite_parameter_after_an_update_stops_before_it_is_checkpointed(one_step_run, tmp_path, monkeypatch):
     real_step = torch.optim.AdamW.step
 
     def poisoned_step(self, *args, **kwargs):

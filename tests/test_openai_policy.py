@@ -73,12 +73,18 @@ class FakeServer:
     def answer(body: dict) -> dict:
         task = body["messages"][-1]["content"]
         # The first choice stops at a closing tag (cut, as OpenAI does), the others at EOS.
-        choices = [{"index": 0, "message": {"role": "assistant", "content": f"<search>{task}"},
-                    "finish_reason": "stop"}]
-        choices += [{"index": i, "message": {"role": "assistant", "content": f"plain {i}"},
-                     "finish_reason": "stop"} for i in range(1, body["n"])]
-        return {"model": body["model"], "choices": choices[::-1],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 5 * body["n"]}}
+        choices = [
+            {"index": 0, "message": {"role": "assistant", "content": f"<search>{task}"}, "finish_reason": "stop"}
+        ]
+        choices += [
+            {"index": i, "message": {"role": "assistant", "content": f"plain {i}"}, "finish_reason": "stop"}
+            for i in range(1, body["n"])
+        ]
+        return {
+            "model": body["model"],
+            "choices": choices[::-1],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 5 * body["n"]},
+        }
 
 
 @pytest.fixture
@@ -90,13 +96,26 @@ def server():
 
 
 def config(server, **overrides):
-    return OpenAIPolicyConfig(**{"base_url": server.base_url, "model": "fake-model", "api_key_env": "MAOPD_TEST_KEY",
-                                 "backoff_s": 0.01, "timeout_s": 5.0, **overrides})
+    return OpenAIPolicyConfig(
+        **{
+            "base_url": server.base_url,
+            "model": "fake-model",
+            "api_key_env": "MAOPD_TEST_KEY",
+            "backoff_s": 0.01,
+            "timeout_s": 5.0,
+            **overrides,
+        }
+    )
 
 
 def turn(task, role="searcher", n=1):
-    return AgentTurn(agent=f"{role}_0", role=role, messages=(system_message(role), task_message(task)),
-                     allowed=("search", "report"), num_candidates=n)
+    return AgentTurn(
+        agent=f"{role}_0",
+        role=role,
+        messages=(system_message(role), task_message(task)),
+        allowed=("search", "report"),
+        num_candidates=n,
+    )
 
 
 def test_requests_and_records(server):
@@ -161,8 +180,15 @@ def test_api_key_is_sent_but_never_shown(server, monkeypatch, caplog):
     assert server.headers[0]["Authorization"] == f"Bearer {SECRET}"
     assert "MAOPD_TEST_KEY set?" in str(error.value)
     outputs = policy.act([turn("x")])
-    shown = [repr(policy), str(policy), repr(policy.config), str(error.value), caplog.text, repr(outputs),
-             json.dumps(outputs[0].extra)]
+    shown = [
+        repr(policy),
+        str(policy),
+        repr(policy.config),
+        str(error.value),
+        caplog.text,
+        repr(outputs),
+        json.dumps(outputs[0].extra),
+    ]
     assert all(SECRET not in text for text in shown)
     assert "api key set via $MAOPD_TEST_KEY" in repr(policy)
 
@@ -179,21 +205,26 @@ def test_wrong_number_of_choices_is_an_error(server, monkeypatch):
         OpenAIPolicy(config(server)).act([turn("x")])
 
 
-@pytest.mark.parametrize("field,value", [("base_url", "127.0.0.1:8000"), ("max_concurrency", 0),
-                                         ("max_retries", -1), ("timeout_s", 0.0), ("top_p", 0.0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("base_url", "127.0.0.1:8000"), ("max_concurrency", 0), ("max_retries", -1), ("timeout_s", 0.0), ("top_p", 0.0)],
+)
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         OpenAIPolicyConfig(**{"base_url": "http://127.0.0.1:1/v1", "model": "m", field: value})
 
 
-@pytest.mark.parametrize("text,finish,stop_reason,expected", [
-    ("<search>q", "stop", None, "<search>q</search>"),
-    ("<search>q", "stop", "</search>", "<search>q</search>"),
-    ("<search>q</search>", "stop", "</search>", "<search>q</search>"),
-    ("<search>q", "length", None, "<search>q"),
-    ("just text", "stop", None, "just text"),
-    ("<search>a</search> then <report>r", "stop", None, "<search>a</search> then <report>r</report>"),
-    ("<answer>x", "stop", None, "<answer>x"),  # not a stop of this role
-])
+@pytest.mark.parametrize(
+    "text,finish,stop_reason,expected",
+    [
+        ("<search>q", "stop", None, "<search>q</search>"),
+        ("<search>q", "stop", "</search>", "<search>q</search>"),
+        ("<search>q</search>", "stop", "</search>", "<search>q</search>"),
+        ("<search>q", "length", None, "<search>q"),
+        ("just text", "stop", None, "just text"),
+        ("<search>a</search> then <report>r", "stop", None, "<search>a</search> then <report>r</report>"),
+        ("<answer>x", "stop", None, "<answer>x"),  # not a stop of this role
+    ],
+)
 def test_restore_stop_tag(text, finish, stop_reason, expected):
     assert restore_stop_tag(text, finish, stop_reason, ["</search>", "</report>"]) == expected

@@ -19,7 +19,16 @@ from envs.option_mode import (
 )
 
 TEXT_ENVS = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
-SAME_FIELDS = ("subtasks", "reports", "selected_reports", "searches", "candidates", "rewards", "counters", "format_errors")
+SAME_FIELDS = (
+    "subtasks",
+    "reports",
+    "selected_reports",
+    "searches",
+    "candidates",
+    "rewards",
+    "counters",
+    "format_errors",
+)
 
 
 def play(env, choose, question_index):
@@ -105,7 +114,10 @@ def test_masked_slot_is_a_format_failure():
 
 def test_mentions_skip_template_words_and_passage_ranks():
     assert mentions("[1] Dekuveth River: Which city is 2,684 km from University of Brask?") == [
-        "Dekuveth River", "2,684 km", "University of Brask"]
+        "Dekuveth River",
+        "2,684 km",
+        "University of Brask",
+    ]
 
 
 def test_menus_without_the_world_grammar_still_offer_generic_options():

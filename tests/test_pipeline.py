@@ -63,7 +63,10 @@ def test_derived_presets_change_only_what_they_name_and_write_elsewhere():
     assert quick.run_dir != default.run_dir != paper_beta.run_dir  # never mixes with the main job's run
     assert quick.base_model == paper_beta.base_model == default.base_model  # the shipped π_0
     assert (quick.stage1["steps"], quick.stage2["steps"], quick.eval.questions_per_type) == (10, 10, 10)
-    beta = [stage_config(c, "stage2", "full", Path("<π_0>"), Path("<stage1>")).advantage.opd_beta for c in (default, paper_beta)]
+    beta = [
+        stage_config(c, "stage2", "full", Path("<π_0>"), Path("<stage1>")).advantage.opd_beta
+        for c in (default, paper_beta)
+    ]
     assert beta[1] == 0.01 and beta[0] != 0.01
 
 
@@ -72,7 +75,10 @@ def test_the_job_refuses_a_pi0_that_cannot_play_a_baseline_it_runs():
         load_preset("smoke", ["base_model.workflows=[hierarchical,cascade]"])
     with pytest.raises(ConfigError, match="critic_demos"):
         load_preset("smoke", ["variants=[full,prompted_critic]"])
-    assert load_preset("smoke", ["variants=[full,prompted_critic]", "base_model.critic_demos=true"]).variants[1] == "prompted_critic"
+    assert (
+        load_preset("smoke", ["variants=[full,prompted_critic]", "base_model.critic_demos=true"]).variants[1]
+        == "prompted_critic"
+    )
 
 
 def test_unknown_preset_is_named():
@@ -87,13 +93,21 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     report = json.loads((run_dir / "pipeline.json").read_text())
     assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "single", "evaluation", "total"}
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
-    assert set(summary["methods"]) == {"C-MAS base", "H-MAS base", "C-MAS + RL", "MultiAgent-OPD",
-                                       "Single agent base", "Search-R1 (single agent + RL)"}
+    assert set(summary["methods"]) == {
+        "C-MAS base",
+        "H-MAS base",
+        "C-MAS + RL",
+        "MultiAgent-OPD",
+        "Single agent base",
+        "Search-R1 (single agent + RL)",
+    }
     assert (run_dir / "single" / "plots" / "learning_curves.png").is_file()
     for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
         assert (run_dir / "eval" / name).is_file()
     assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()
-    assert (run_dir / "ptx_data.jsonl").is_file()  # the smoke preset exercises PPO-ptx (an option; the default has none)
+    assert (
+        run_dir / "ptx_data.jsonl"
+    ).is_file()  # the smoke preset exercises PPO-ptx (an option; the default has none)
     assert "loss/ptx" in json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
     records = (run_dir / "eval" / "records.jsonl").read_text().splitlines()
     # a rerun resumes: no stage retrains, no record is run twice
@@ -101,15 +115,56 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert (run_dir / "eval" / "records.jsonl").read_text().splitlines() == records
     # the dev-split tools read a finished run: systems on dev, and the OPD β calibration
     dev = tmp_path / "dev"
-    assert main(["tune", "eval", "--preset", "smoke", "--out", str(dev), "--questions-per-type", "1", "--attempts", "1",
-                 "--system", f"C-MAS base=cascade:{run_dir / 'stage1'}",
-                 "--system", f"H=hierarchical:{run_dir / 'stage2_full'}", "--compare", "H,C-MAS base"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "eval",
+                "--preset",
+                "smoke",
+                "--out",
+                str(dev),
+                "--questions-per-type",
+                "1",
+                "--attempts",
+                "1",
+                "--system",
+                f"C-MAS base=cascade:{run_dir / 'stage1'}",
+                "--system",
+                f"H=hierarchical:{run_dir / 'stage2_full'}",
+                "--compare",
+                "H,C-MAS base",
+            ]
+        )
+        == 0
+    )
     figures = json.loads((dev / "dev_eval.json").read_text())
     assert figures["split"] == "dev" and figures["questions"] == 4 and figures["command"].startswith("maopd tune eval")
-    assert set(figures["systems"]["H"]) >= {"searching_share", "searches_per_workflow", "no_answer_share", "em_by_search", "avg@1"}
+    assert set(figures["systems"]["H"]) >= {
+        "searching_share",
+        "searches_per_workflow",
+        "no_answer_share",
+        "em_by_search",
+        "avg@1",
+    }
     dev_ids = {q.id for q in load_default_world().splits["dev"]}
     assert {json.loads(line)["question_id"] for line in (dev / "records.jsonl").read_text().splitlines()} <= dev_ids
     calibration = tmp_path / "beta.json"
-    assert main(["tune", "beta", "--preset", "smoke", "--run-dir", str(run_dir), "--batches", "1",
-                 "--out", str(calibration)]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "beta",
+                "--preset",
+                "smoke",
+                "--run-dir",
+                str(run_dir),
+                "--batches",
+                "1",
+                "--out",
+                str(calibration),
+            ]
+        )
+        == 0
+    )
     assert json.loads(calibration.read_text())["paper_beta"] == 0.01

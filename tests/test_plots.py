@@ -20,8 +20,13 @@ def write_stage(directory, roles, steps, seed=0):
     directory.mkdir(parents=True)
     with (directory / "metrics.jsonl").open("w") as handle:
         for step in range(1, steps + 1):
-            row = {"step": step, "reward/em": float(rng.random()), "em/answerer_candidates": float(rng.random()),
-                   "workflow/search_actions": float(rng.integers(0, 5)), "time/step_s": 1.0}
+            row = {
+                "step": step,
+                "reward/em": float(rng.random()),
+                "em/answerer_candidates": float(rng.random()),
+                "workflow/search_actions": float(rng.integers(0, 5)),
+                "time/step_s": 1.0,
+            }
             row.update({f"reward/{r}": float(rng.normal()) for r in roles})
             row.update({f"{r}/entropy": float(rng.random() + 1) for r in roles})
             handle.write(json.dumps(row) + "\n")
@@ -98,8 +103,10 @@ def test_learning_curves_are_readable_and_cover_every_stage(pipeline_run, figure
     from training.plot import plot_runs
 
     paths = plot_runs(pipeline_run)
-    assert paths == [pipeline_run / "stage1" / "plots" / "learning_curves.png",
-                     pipeline_run / "stage2_full" / "plots" / "learning_curves.png"]
+    assert paths == [
+        pipeline_run / "stage1" / "plots" / "learning_curves.png",
+        pipeline_run / "stage2_full" / "plots" / "learning_curves.png",
+    ]
     assert all(p.is_file() for p in paths)
     drawn = figures()
     assert len(drawn) == 2
@@ -139,10 +146,13 @@ def test_cost_accuracy_plot_is_readable_with_coinciding_points(tmp_path, figures
     from benchmarks.eval.report import plot_cost_accuracy
     from benchmarks.eval.summary import summarize
 
-    costs = {("d", q, a): {"search_actions": 2, "input_tokens": 100, "output_tokens": 10} for q in range(3) for a in range(2)}
+    costs = {
+        ("d", q, a): {"search_actions": 2, "input_tokens": 100, "output_tokens": 10} for q in range(3) for a in range(2)
+    }
     table = {"d": [[1, 0], [1, 1], [0, 0]]}
-    records = [r for name in ("alpha", "beta-with-a-long-name", "gamma")
-               for r in make_records(name, table, costs=costs)]  # three methods on one point
+    records = [
+        r for name in ("alpha", "beta-with-a-long-name", "gamma") for r in make_records(name, table, costs=costs)
+    ]  # three methods on one point
     assert plot_cost_accuracy(summarize(records, draws=20), tmp_path / "cost.png").is_file()
     (figure,) = figures()
     check_readable(figure, str(tmp_path))
@@ -151,8 +161,18 @@ def test_cost_accuracy_plot_is_readable_with_coinciding_points(tmp_path, figures
 def test_memory_soak_plot_keeps_one_unit_per_axis(tmp_path, figures):
     from benchmarks.memory_soak import plot
 
-    samples = [{"step": s, "rss_mb": 500 + s, "checkpoints_mb": 3.0 * min(s, 2), "metrics_kb": 2.0 * s,
-                "tensorboard_kb": 4.0 * s, "samples_files": min(s, 5), "checkpoint_dirs": 2} for s in range(1, 12)]
+    samples = [
+        {
+            "step": s,
+            "rss_mb": 500 + s,
+            "checkpoints_mb": 3.0 * min(s, 2),
+            "metrics_kb": 2.0 * s,
+            "tensorboard_kb": 4.0 * s,
+            "samples_files": min(s, 5),
+            "checkpoint_dirs": 2,
+        }
+        for s in range(1, 12)
+    ]
     args = argparse.Namespace(warmup=3, steps=10, batch_size=2, group_size=2)
     plot(samples, tmp_path / "soak.png", args)
     (figure,) = figures()

@@ -43,8 +43,14 @@ SECRET = "sk-reliability-test-0123456789"
 # --------------------------------------------------------------------------- 1. metrics after a crash
 
 
-TINY = ["steps=2", "env.max_steps=3", "rollout.max_new_tokens=8", "checkpoint.every=2",
-        "logging.progress=false", "logging.tensorboard=false"]
+TINY = [
+    "steps=2",
+    "env.max_steps=3",
+    "rollout.max_new_tokens=8",
+    "checkpoint.every=2",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
 
 
 def _tiny_config(run_dir: Path):
@@ -107,8 +113,13 @@ class EchoServer:
 
 
 def _turn():
-    return AgentTurn(agent="searcher_0", role="searcher", messages=(system_message("searcher"), task_message("x")),
-                     allowed=("search", "report"), num_candidates=1)
+    return AgentTurn(
+        agent="searcher_0",
+        role="searcher",
+        messages=(system_message("searcher"), task_message("x")),
+        allowed=("search", "report"),
+        num_candidates=1,
+    )
 
 
 @pytest.mark.parametrize("status", [401, 503])
@@ -117,8 +128,9 @@ def test_an_endpoint_that_echoes_the_key_never_gets_it_into_errors_or_logs(monke
     server = EchoServer(status)
     try:
         base_url = f"http://user:pass@127.0.0.1:{server.port}/v1?api_key={SECRET}"
-        config = OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY", max_retries=1,
-                                    backoff_s=0.0)
+        config = OpenAIPolicyConfig(
+            base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY", max_retries=1, backoff_s=0.0
+        )
         policy = OpenAIPolicy(config)
         with caplog.at_level(logging.DEBUG), pytest.raises(OpenAIPolicyError) as error:
             policy.act([_turn()])
@@ -135,8 +147,9 @@ def test_an_endpoint_that_echoes_the_key_never_gets_it_into_errors_or_logs(monke
 
 def test_the_key_is_not_in_the_policy_state(monkeypatch):
     monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
-    policy = OpenAIPolicy(OpenAIPolicyConfig(base_url="https://api.example.com/v1", model="m",
-                                             api_key_env="MAOPD_TEST_KEY"))
+    policy = OpenAIPolicy(
+        OpenAIPolicyConfig(base_url="https://api.example.com/v1", model="m", api_key_env="MAOPD_TEST_KEY")
+    )
     assert SECRET not in repr(vars(policy))
     assert SECRET.encode() not in pickle.dumps(policy)
     assert "api key set" in repr(policy)
@@ -148,10 +161,15 @@ def test_a_key_is_never_sent_over_plain_http_to_another_host(monkeypatch, base_u
     config = OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY")
     with pytest.raises(InsecureKeyError, match="allow_insecure_key"):
         OpenAIPolicy(config)
-    OpenAIPolicy(OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY",
-                                    allow_insecure_key=True))
-    for fine in ("https://api.example.com/v1", "http://127.0.0.1:8000/v1", "http://localhost:8000/v1",
-                 "http://[::1]:8000/v1"):
+    OpenAIPolicy(
+        OpenAIPolicyConfig(base_url=base_url, model="m", api_key_env="MAOPD_TEST_KEY", allow_insecure_key=True)
+    )
+    for fine in (
+        "https://api.example.com/v1",
+        "http://127.0.0.1:8000/v1",
+        "http://localhost:8000/v1",
+        "http://[::1]:8000/v1",
+    ):
         OpenAIPolicy(OpenAIPolicyConfig(base_url=fine, model="m", api_key_env="MAOPD_TEST_KEY"))
     monkeypatch.delenv("MAOPD_TEST_KEY")
     OpenAIPolicy(config)  # no key, nothing to protect
@@ -206,8 +224,12 @@ def test_trainer_state_loads_with_weights_only_and_restores_rng_exactly(tmp_path
     np.random.seed(4)
     torch.manual_seed(5)
     np.random.normal()  # numpy caches a gaussian
-    state = {"step": 1, "optimizer": optimizer.state_dict(), "loader": {"epoch": 0, "position": 2, "seed": 0},
-             "rng": ckpt.capture_rng_state()}
+    state = {
+        "step": 1,
+        "optimizer": optimizer.state_dict(),
+        "loader": {"epoch": 0, "position": 2, "seed": 0},
+        "rng": ckpt.capture_rng_state(),
+    }
     expected = (random.random(), np.random.normal(), torch.rand(1))
     path = _save(tmp_path, 1, tiny, state)
 
@@ -246,8 +268,10 @@ def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
 def _env():
     from envs import cascade_search_v0
 
-    env = cascade_search_v0.raw_env(questions=[{"id": "q", "question": "Who?", "golden_answers": ["Paris"]}],
-                                    corpus=REPO / "tests" / "fixture" / "corpus.jsonl")
+    env = cascade_search_v0.raw_env(
+        questions=[{"id": "q", "question": "Who?", "golden_answers": ["Paris"]}],
+        corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
+    )
     env.reset(seed=0)
     return env
 
@@ -266,8 +290,14 @@ def test_invalid_token_counts_never_reach_a_record(counts):
     with pytest.raises(ValueError, match="non-negative integer"):
         AgentOutput(texts=["x"], input_tokens=n_in, output_tokens=n_out)
     env = _env()
-    record = _play(env, lambda agent: {"text": "<answer>Paris</answer>" if agent == "answerer" else "<search>x</search>",
-                                       "input_tokens": n_in, "output_tokens": n_out})
+    record = _play(
+        env,
+        lambda agent: {
+            "text": "<answer>Paris</answer>" if agent == "answerer" else "<search>x</search>",
+            "input_tokens": n_in,
+            "output_tokens": n_out,
+        },
+    )
     text = json.dumps(record, allow_nan=False)
     assert json.loads(text)["counters"]["input_tokens"] >= 0
 
@@ -275,8 +305,14 @@ def test_invalid_token_counts_never_reach_a_record(counts):
 def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
     from benchmarks.eval.records import RecordError, load_records
 
-    base = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"],
-            "final_output": "<answer>a</answer>"}
+    base = {
+        "method": "m",
+        "dataset": "d",
+        "question_id": "q",
+        "attempt": 0,
+        "golden_answers": ["a"],
+        "final_output": "<answer>a</answer>",
+    }
     for bad in ("NaN", "Infinity", "-1.25"):
         path = tmp_path / "records.jsonl"
         path.write_text(json.dumps(base)[:-1] + f', "search_actions": {bad}}}\n')
@@ -303,23 +339,39 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
     from benchmarks.eval.records import load_records
 
     path = tmp_path / "records.jsonl"
-    path.write_text(json.dumps({"method": "m", "dataset": "d", "question_id": "q", "attempt": 0,
-                                "golden_answers": ["The"], "final_output": "<answer></answer>"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "method": "m",
+                "dataset": "d",
+                "question_id": "q",
+                "attempt": 0,
+                "golden_answers": ["The"],
+                "final_output": "<answer></answer>",
+            }
+        )
+        + "\n"
+    )
     assert load_records([path])[0].score == 0.0
 
 
 # --------------------------------------------------------------------------- 8. bounds
 
 
-@pytest.mark.parametrize("overrides", [{"num_searchers": 10**6}, {"max_steps": 5.5}, {"topk": True},
-                                       {"max_steps": "5"}, {"num_candidates": 2.0}])
+@pytest.mark.parametrize(
+    "overrides",
+    [{"num_searchers": 10**6}, {"max_steps": 5.5}, {"topk": True}, {"max_steps": "5"}, {"num_candidates": 2.0}],
+)
 def test_env_config_bounds_and_types(overrides):
     from envs import hierarchical_search_v0
     from maopd.config import ConfigError
 
     with pytest.raises(ConfigError):
-        hierarchical_search_v0.raw_env(corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
-                                       questions=REPO / "tests" / "fixture" / "questions.jsonl", **overrides)
+        hierarchical_search_v0.raw_env(
+            corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
+            questions=REPO / "tests" / "fixture" / "questions.jsonl",
+            **overrides,
+        )
 
 
 @pytest.mark.parametrize("index", [-1, 10**9, "3", 1.5, True])
@@ -335,18 +387,26 @@ def test_an_oversized_question_is_refused():
         env.reset(options={"question": {"id": "x", "question": "w" * 5_000_000, "golden_answers": ["a"]}})
 
 
-@pytest.mark.parametrize("argv", [
-    ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "0"],
-    ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "-2"],
-    ["eval", "run", "--manifest", "m", "--out", "o", "--batch-size", "0"],
-    ["eval", "score", "r", "--draws", "0"], ["eval", "score", "r", "--draws", "-5"],
-    ["eval", "score", "r", "--draws", str(10**9)],
-    ["index", "build", "--corpus", "c", "--out", "o", "--chunk-size", "0"],
-    ["retriever", "query", "q", "-k", "0"], ["retriever", "query", "q", "-k", "-5"],
-    ["retriever", "serve", "--max-k", "0"], ["retriever", "serve", "--max-queries", "-1"],
-    ["retriever", "serve", "--port", "70000"],
-    ["play", "--num-searchers", "0"], ["play", "--num-searchers", str(10**6)], ["play", "--question-index", "-1"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "0"],
+        ["eval", "run", "--manifest", "m", "--out", "o", "--attempts", "-2"],
+        ["eval", "run", "--manifest", "m", "--out", "o", "--batch-size", "0"],
+        ["eval", "score", "r", "--draws", "0"],
+        ["eval", "score", "r", "--draws", "-5"],
+        ["eval", "score", "r", "--draws", str(10**9)],
+        ["index", "build", "--corpus", "c", "--out", "o", "--chunk-size", "0"],
+        ["retriever", "query", "q", "-k", "0"],
+        ["retriever", "query", "q", "-k", "-5"],
+        ["retriever", "serve", "--max-k", "0"],
+        ["retriever", "serve", "--max-queries", "-1"],
+        ["retriever", "serve", "--port", "70000"],
+        ["play", "--num-searchers", "0"],
+        ["play", "--num-searchers", str(10**6)],
+        ["play", "--question-index", "-1"],
+    ],
+)
 def test_cli_numbers_out_of_range_are_usage_errors(argv, capsys):
     from maopd.cli import build_parser
 
@@ -382,8 +442,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         (["plot", str(tmp_path / "missing")], "missing"),
         (["train", "--config", str(bad_yaml)], "bad.yaml"),
         (["play", "--split", "bogus"], "split"),
-        (["train", "--config", "configs/tiny_cpu_stage1.yaml", "--run-dir", str(tmp_path / "none"), "--resume"],
-         "no checkpoint"),
+        (
+            ["train", "--config", "configs/tiny_cpu_stage1.yaml", "--run-dir", str(tmp_path / "none"), "--resume"],
+            "no checkpoint",
+        ),
     ]
     for argv, expected in cases:  # more cases, run as subprocesses: tests/test_cli_errors.py
         code, err = _cli(argv, capsys)
@@ -397,8 +459,10 @@ def test_env_misuse_gives_clear_errors(module_name):
     import importlib
 
     module = importlib.import_module(module_name)
-    kwargs = {"corpus": REPO / "tests" / "fixture" / "corpus.jsonl",
-              "questions": REPO / "tests" / "fixture" / "questions.jsonl"}
+    kwargs = {
+        "corpus": REPO / "tests" / "fixture" / "corpus.jsonl",
+        "questions": REPO / "tests" / "fixture" / "questions.jsonl",
+    }
     env = module.env(**kwargs)
     for misuse in (lambda: env.step("x"), lambda: env.last(), lambda: env.render()):
         with pytest.raises(Exception, match="(?i)reset") as error:
@@ -459,7 +523,9 @@ def test_the_server_binds_before_announcing_and_warns_on_a_public_host(tmp_path,
     busy.listen()
     port = busy.getsockname()[1]
     try:
-        code, err = _cli(["retriever", "serve", "--corpus", str(corpus), "--port", str(port), "--set", "kind=bm25"], capsys)
+        code, err = _cli(
+            ["retriever", "serve", "--corpus", str(corpus), "--port", str(port), "--set", "kind=bm25"], capsys
+        )
     finally:
         busy.close()
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err

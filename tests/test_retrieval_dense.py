@@ -53,8 +53,9 @@ def test_e5_encoder_prepends_prefixes(tmp_path):
     from transformers import BertConfig, BertModel
 
     model_dir = tmp_path / "tiny-e5"
-    BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=37)).save_pretrained(model_dir)
+    BertModel(
+        BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    ).save_pretrained(model_dir)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         (model_dir / name).write_bytes((minilm_path() / name).read_bytes())
     encoder = TextEncoder(str(model_dir))

@@ -9,7 +9,9 @@ from envs.retrieval.factory import RetrieverConfig, build_retriever
 from envs.retrieval.pyserini_adapter import pyserini_available
 
 AVAILABLE, WHY = pyserini_available()
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"pyserini is not importable here ({WHY}); pip install -e '.[pyserini]'")
+pytestmark = pytest.mark.skipif(
+    not AVAILABLE, reason=f"pyserini is not importable here ({WHY}); pip install -e '.[pyserini]'"
+)
 
 DOCS = [
     Document("paris", "Paris", "Paris is the capital and largest city of France."),

@@ -40,7 +40,10 @@ def test_response_json_is_search_r1s_exactly(server, bm25):
     assert set(body) == {"result"} and len(body["result"]) == 2
     first = body["result"][0][0]
     assert set(first) == {"document", "score"}
-    assert first["document"] == {"id": "tokyo", "contents": '"Tokyo"\nTokyo is the capital of Japan and its most populous city.'}
+    assert first["document"] == {
+        "id": "tokyo",
+        "contents": '"Tokyo"\nTokyo is the capital of Japan and its most populous city.',
+    }
     expected = bm25.search(request["queries"], 2)
     assert [[item["score"] for item in row] for row in body["result"]] == [[p.score for p in r] for r in expected]
 

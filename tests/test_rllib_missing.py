@@ -10,8 +10,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_missing_ray_names_the_install_command():
     code = "import sys; sys.modules['ray'] = None; import training.rllib.train_ppo"
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError: training.rllib needs Ray RLlib"), last

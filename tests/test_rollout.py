@@ -56,7 +56,9 @@ def assert_rescore_matches(batch, model, tokenizer):
 
 def test_recorded_logprobs_match_a_rescore(world, tokenizer, model, sampled):
     assert_rescore_matches(sampled, model, tokenizer)
-    single = TeamRolloutCollector(hierarchy(), make_policy(model, tokenizer)).collect(world.splits["dev"][2:3], 1, seed=7)
+    single = TeamRolloutCollector(hierarchy(), make_policy(model, tokenizer)).collect(
+        world.splits["dev"][2:3], 1, seed=7
+    )
     assert_rescore_matches(single, model, tokenizer)
 
 
@@ -118,7 +120,9 @@ def test_ids_and_masks_are_exactly_the_chat_and_the_generated_tokens(world, toke
     batch = collector.collect(questions, 1, seed=0)
     assert all(batch.record(b, 0)["rewards"]["em"] == 1.0 for b in range(2))
     roles = {s.role for s in batch.sequences}
-    assert roles == ({"searcher", "answerer", "leader"} if module is hierarchical_search_v0 else {"searcher", "answerer"})
+    assert roles == (
+        {"searcher", "answerer", "leader"} if module is hierarchical_search_v0 else {"searcher", "answerer"}
+    )
     end = tokenizer.eos_token_id
     for s in batch.sequences:
         calls = [c for c in batch.record(s.group, s.trajectory)["calls"] if c["call_id"] == s.call_id]
@@ -128,18 +132,28 @@ def test_ids_and_masks_are_exactly_the_chat_and_the_generated_tokens(world, toke
         generated = [t for t, m in zip(s.input_ids, s.response_mask) if m]
         assert generated == [i for text in outputs for i in encode_text(tokenizer, text)]
         # everything else is the chat template: role prompt, task, passages, turn boundaries
-        messages = call["messages"] if s.role != "answerer" else [*call["messages"], {"role": "assistant", "content": outputs[0]}]
+        messages = (
+            call["messages"]
+            if s.role != "answerer"
+            else [*call["messages"], {"role": "assistant", "content": outputs[0]}]
+        )
         expected = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=False))
         # our sequence stops after the last action tag: the template's closing <|im_end|>\n is not sampled
         assert expected[: len(s.input_ids)] == s.input_ids
         assert expected[len(s.input_ids)] == end
         # no retrieved passage token is ever in the loss
-        info = [t for t, m in zip(s.input_ids, s.response_mask) if m and tokenizer.decode([t]) in ("<information>", "</information>")]
+        info = [
+            t
+            for t, m in zip(s.input_ids, s.response_mask)
+            if m and tokenizer.decode([t]) in ("<information>", "</information>")
+        ]
         assert not info
 
 
 def test_fixed_policy_roles_produce_no_sequences(world, tokenizer, model):
-    collector = TeamRolloutCollector(hierarchy(), make_policy(model, tokenizer), fixed_policies={"leader": expert_team()})
+    collector = TeamRolloutCollector(
+        hierarchy(), make_policy(model, tokenizer), fixed_policies={"leader": expert_team()}
+    )
     batch = collector.collect(world.splits["dev"][:1], 2, seed=0)
     assert {s.role for s in batch.sequences} <= {"searcher", "answerer"}
     assert all(batch.record(0, g)["counters"]["delegation_rounds"] >= 1 for g in range(2))

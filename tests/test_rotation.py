@@ -20,18 +20,30 @@ STEPS = 20
 def soak(tmp_path_factory):
     """A 20-step run, with the checkpoint and sample files seen after every step."""
     run_dir = tmp_path_factory.mktemp("runs") / "rotation"
-    config = load_config("configs/tiny_cpu_stage1.yaml", [
-        f"run_dir={run_dir}", f"steps={STEPS}", "rollout.batch_size=1", "rollout.max_new_tokens=4",
-        "env.max_steps=3", "optim.minibatches=1", "checkpoint.every=2", "checkpoint.keep_last=2",
-        "logging.sample_every=1", "logging.keep_samples=3", "logging.progress=false",
-    ])
+    config = load_config(
+        "configs/tiny_cpu_stage1.yaml",
+        [
+            f"run_dir={run_dir}",
+            f"steps={STEPS}",
+            "rollout.batch_size=1",
+            "rollout.max_new_tokens=4",
+            "env.max_steps=3",
+            "optim.minibatches=1",
+            "checkpoint.every=2",
+            "checkpoint.keep_last=2",
+            "logging.sample_every=1",
+            "logging.keep_samples=3",
+            "logging.progress=false",
+        ],
+    )
     seen = []
     real_step = Trainer.train_step
 
     def step_then_look(trainer):
         metrics = real_step(trainer)
-        seen.append((len(list((run_dir / "checkpoints").glob("step_*"))),
-                     len(list((run_dir / "samples").glob("*.jsonl")))))
+        seen.append(
+            (len(list((run_dir / "checkpoints").glob("step_*"))), len(list((run_dir / "samples").glob("*.jsonl"))))
+        )
         return metrics
 
     Trainer.train_step = step_then_look
@@ -54,7 +66,10 @@ def test_checkpoints_rotate_to_keep_last(soak):
 def test_samples_rotate_to_keep_samples(soak):
     run_dir, seen = soak
     assert sorted(p.name for p in (run_dir / "samples").iterdir()) == [
-        "step_18.jsonl", "step_19.jsonl", "step_20.jsonl"]
+        "step_18.jsonl",
+        "step_19.jsonl",
+        "step_20.jsonl",
+    ]
     assert max(samples for _, samples in seen) == 3
 
 

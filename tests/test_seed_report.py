@@ -13,9 +13,18 @@ from maopd.cli import main
 def _records(method: str, correct: dict[str, list[int]]) -> list[EvalRecord]:
     """One record per (question, attempt); ``correct[qid][a]`` says whether attempt a is right."""
     return [
-        scored(EvalRecord(method=method, dataset="1-hop", question_id=qid, attempt=a, golden_answers=["x"],
-                   final_output="<answer>x</answer>" if ok else "<answer>y</answer>"))
-        for qid, attempts in correct.items() for a, ok in enumerate(attempts)
+        scored(
+            EvalRecord(
+                method=method,
+                dataset="1-hop",
+                question_id=qid,
+                attempt=a,
+                golden_answers=["x"],
+                final_output="<answer>x</answer>" if ok else "<answer>y</answer>",
+            )
+        )
+        for qid, attempts in correct.items()
+        for a, ok in enumerate(attempts)
     ]
 
 
@@ -25,7 +34,9 @@ def _run_dir(root, name, records, searches):
     (run / "eval" / "records.jsonl").write_text("".join(record_line(r) for r in records), encoding="utf-8")
     for stage, series in searches.items():
         (run / stage).mkdir()
-        rows = [{"step": i + 1, "workflow/search_actions": v, "reward/em": 0.1 + 0.01 * i} for i, v in enumerate(series)]
+        rows = [
+            {"step": i + 1, "workflow/search_actions": v, "reward/em": 0.1 + 0.01 * i} for i, v in enumerate(series)
+        ]
         (run / stage / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return run
 
@@ -34,8 +45,16 @@ def test_pooling_keeps_every_seeds_attempts_of_a_question_side_by_side():
     seed_a = _records("m", {"q1": [1, 0], "q2": [0, 0]})
     seed_b = _records("m", {"q1": [1, 1], "q2": [1, 0]})
     attempts = sorted((r.question_id, r.attempt, r.score) for r in pooled([seed_a, seed_b]))
-    assert attempts == [("q1", 0, 1.0), ("q1", 1, 0.0), ("q1", 2, 1.0), ("q1", 3, 1.0),
-                        ("q2", 0, 0.0), ("q2", 1, 0.0), ("q2", 2, 1.0), ("q2", 3, 0.0)]
+    assert attempts == [
+        ("q1", 0, 1.0),
+        ("q1", 1, 0.0),
+        ("q1", 2, 1.0),
+        ("q1", 3, 1.0),
+        ("q2", 0, 0.0),
+        ("q2", 1, 0.0),
+        ("q2", 2, 1.0),
+        ("q2", 3, 0.0),
+    ]
     assert [r.attempt for r in seed_a] == [0, 1, 0, 1]  # the seeds' own records are left as they were
 
 
@@ -56,10 +75,17 @@ def test_report_pools_seeds_into_paired_differences_and_plots_every_run(tmp_path
         better = {q: list(rng.random(4) < 0.8) for q in questions}
         worse = {q: list(rng.random(4) < 0.2) for q in questions}
         records = _records("A", better) + _records("B", worse)
-        runs.append(_run_dir(tmp_path, f"seed_{seed}", records,
-                             {"stage1": [1.0] * 12, "stage2_outcome_searcher_rl": list(np.linspace(2, 0, 20))}))
-    report = write_report(runs, [("A", "B"), ("A", "missing method")], tmp_path / "report",
-                          labels={"stage1": "Stage I"})
+        runs.append(
+            _run_dir(
+                tmp_path,
+                f"seed_{seed}",
+                records,
+                {"stage1": [1.0] * 12, "stage2_outcome_searcher_rl": list(np.linspace(2, 0, 20))},
+            )
+        )
+    report = write_report(
+        runs, [("A", "B"), ("A", "missing method")], tmp_path / "report", labels={"stage1": "Stage I"}
+    )
     (difference,) = report["comparisons"]  # a pair with a method no seed has is left out
     assert (difference["a"], difference["b"]) == ("A", "B")
     assert difference["avg@12"]["ci"][0] > 0.4

@@ -35,6 +35,7 @@ def server(bm25):
 async def _flood(url: str, count: int) -> list[int]:
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=0)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+
         async def one(i):
             try:
                 response = await client.post(f"{url}/retrieve", json={"queries": [f"topic {i % 7}"], "topk": 3})
@@ -75,11 +76,25 @@ def test_a_thousand_concurrent_requests_complete_or_get_a_clear_503(bm25):
         (b"", 400, "JSON"),
         (json.dumps({"queries": [None]}).encode(), 422, "list of strings"),
     ],
-    ids=["oversize", "too-many-queries", "huge-k", "astronomical-k", "float-k", "invalid-json", "not-utf8",
-         "deep-list", "deep-object", "not-an-object", "empty", "null-query"],
+    ids=[
+        "oversize",
+        "too-many-queries",
+        "huge-k",
+        "astronomical-k",
+        "float-k",
+        "invalid-json",
+        "not-utf8",
+        "deep-list",
+        "deep-object",
+        "not-an-object",
+        "empty",
+        "null-query",
+    ],
 )
 def test_abusive_bodies_get_a_clear_4xx(server, body, status, message):
-    response = httpx.post(f"{server.url}/retrieve", content=body, headers={"content-type": "application/json"}, timeout=10)
+    response = httpx.post(
+        f"{server.url}/retrieve", content=body, headers={"content-type": "application/json"}, timeout=10
+    )
     assert response.status_code == status, response.text[:200]
     assert message in response.json()["detail"]
 
@@ -135,7 +150,7 @@ def test_slow_clients_do_not_pin_the_server_and_are_dropped(server):
     and the slow connections are closed after the read timeout instead of held forever."""
     slow_headers = [_slow_socket(server.url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\n") for _ in range(20)]
     slow_bodies = [
-        _slow_socket(server.url, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"queries\"")
+        _slow_socket(server.url, b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"queries"')
         for _ in range(20)
     ]
     start = time.perf_counter()

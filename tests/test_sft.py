@@ -100,7 +100,9 @@ def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
     model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
     examples = [encode_call(tokenizer, SEARCHER_CHAT)] * 8
     before = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
-    losses = train_sft(model, examples, TrainingSchedule(epochs=10, lr=1e-2, batch_size=4), tokenizer.pad_token_id, progress=False)
+    losses = train_sft(
+        model, examples, TrainingSchedule(epochs=10, lr=1e-2, batch_size=4), tokenizer.pad_token_id, progress=False
+    )
     after = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
     assert len(losses) == 20
     assert after < 0.5 * before
@@ -135,8 +137,9 @@ def test_noise_knobs_set_single_mistakes_apart_from_the_uniform_noise():
 
 
 def test_a_skip_search_knob_of_one_makes_every_searcher_demonstration_give_up():
-    config = replace(SMOKE_CONFIG, demo_questions=5, workflows=["cascade"], noise=0.0,
-                     noise_knobs={"searcher_skip_search": 1.0})
+    config = replace(
+        SMOKE_CONFIG, demo_questions=5, workflows=["cascade"], noise=0.0, noise_knobs={"searcher_skip_search": 1.0}
+    )
     searcher_calls = [row for row in demonstration_chats(config, progress=False) if row["role"] == "searcher"]
     assert len(searcher_calls) == 5
     for row in searcher_calls:
@@ -154,7 +157,11 @@ def test_single_workflow_demonstrations_show_the_solver():
     assert all(row["messages"][-1]["content"].startswith("<answer>") for row in rows)
     assert roles_shown(config) == ("leader", "searcher", "answerer", "solver")
     assert roles_shown(SFTConfig()) == ("leader", "searcher", "answerer", "solver")  # every workflow by default
-    assert roles_shown(replace(SFTConfig(), workflows=["hierarchical", "cascade"])) == ("leader", "searcher", "answerer")
+    assert roles_shown(replace(SFTConfig(), workflows=["hierarchical", "cascade"])) == (
+        "leader",
+        "searcher",
+        "answerer",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +209,9 @@ def test_the_default_preset_base_model_is_shipped():
 
     config = load_preset("default").base_model
     directory = SHIPPED_DIR / f"base-{config.key()}"
-    assert (directory / METRICS_FILE).is_file(), f"rebuild it: maopd sft --config {directory / CONFIG_FILE} --out {directory}"
+    assert (directory / METRICS_FILE).is_file(), (
+        f"rebuild it: maopd sft --config {directory / CONFIG_FILE} --out {directory}"
+    )
     assert load_yaml(SFTConfig, directory / CONFIG_FILE) == config
     assert load_or_build_base_model(config) == directory
 
@@ -264,7 +273,9 @@ def test_a_different_seed_builds_different_weights(smoke_model, tmp_path):
     other = build_base_model(replace(SMOKE_CONFIG, seed=1, demo_questions=4, epochs=1), tmp_path / "m", progress=False)
     first, _ = load_model(smoke_model)
     second, _ = load_model(other)
-    assert not torch.equal(first.state_dict()["model.embed_tokens.weight"], second.state_dict()["model.embed_tokens.weight"])
+    assert not torch.equal(
+        first.state_dict()["model.embed_tokens.weight"], second.state_dict()["model.embed_tokens.weight"]
+    )
 
 
 @pytest.mark.slow
@@ -291,8 +302,9 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
 
     world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
     # forced finish: the smoke model is too small to select in time, and the Answerer should play too
-    env = hierarchical_search_v0.env(retriever=BM25Retriever(world.corpus), questions=world.splits["dev"][:1],
-                                     force_finish=True)
+    env = hierarchical_search_v0.env(
+        retriever=BM25Retriever(world.corpus), questions=world.splits["dev"][:1], force_finish=True
+    )
     policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)
     record = run_episode(env, policy, seed=0, options={"question_index": 0})
     assert {"leader", "answerer"} <= {call["role"] for call in record["calls"]}

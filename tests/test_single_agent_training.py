@@ -27,13 +27,16 @@ def test_stage_single_trains_the_single_workflow_without_a_teacher():
     assert load_config(None, ["teacher.path=runs/stage1"]).workflow == "hierarchical"
 
 
-@pytest.mark.parametrize("override, field", [
-    ("teacher.source=base_model", "teacher.source"),
-    ("advantage.kl_in_reward_coef=0.001", "advantage.kl_in_reward_coef"),
-    ("ppo.kl_loss_coef=0.1", "ppo.kl_loss_coef"),
-    ("variant=outcome_searcher_rl", "variant"),
-    ("searcher_reward=critic", "searcher_reward"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("teacher.source=base_model", "teacher.source"),
+        ("advantage.kl_in_reward_coef=0.001", "advantage.kl_in_reward_coef"),
+        ("ppo.kl_loss_coef=0.1", "ppo.kl_loss_coef"),
+        ("variant=outcome_searcher_rl", "variant"),
+        ("searcher_reward=critic", "searcher_reward"),
+    ],
+)
 def test_settings_that_cannot_apply_to_the_single_agent_are_refused(override, field):
     with pytest.raises(ConfigError, match=rf"^{field}: .*stage 'single'.*(set it|only)"):
         load_config(None, ["stage=single", override])
@@ -42,9 +45,15 @@ def test_settings_that_cannot_apply_to_the_single_agent_are_refused(override, fi
 def _advantages(solver_rewards):
     # two questions × two trajectories, one solver call each, three generated tokens
     return team_token_advantages(
-        role_ids=torch.full((4,), SOLVER), traj_index=torch.arange(4), candidate_index=torch.zeros(4, dtype=torch.long),
-        response_mask=torch.ones(4, 3), old_logprobs=-torch.ones(4, 3), teacher_logprobs=None,
-        leader_rewards=None, answerer_rewards=None, solver_rewards=solver_rewards,
+        role_ids=torch.full((4,), SOLVER),
+        traj_index=torch.arange(4),
+        candidate_index=torch.zeros(4, dtype=torch.long),
+        response_mask=torch.ones(4, 3),
+        old_logprobs=-torch.ones(4, 3),
+        teacher_logprobs=None,
+        leader_rewards=None,
+        answerer_rewards=None,
+        solver_rewards=solver_rewards,
         config=AdvantageConfig(searcher_signal="none", kl_in_reward_coef=0.0),
     )
 

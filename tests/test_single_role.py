@@ -10,8 +10,9 @@ from agents.single_role import SingleRoleEnv
 from envs.option_mode import expert_choice
 
 
-@pytest.mark.parametrize(("role", "workflow"), [("leader", "hierarchical"), ("searcher", "hierarchical"),
-                                                ("answerer", "cascade")])
+@pytest.mark.parametrize(
+    ("role", "workflow"), [("leader", "hierarchical"), ("searcher", "hierarchical"), ("answerer", "cascade")]
+)
 def test_passes_gymnasium_env_checker(role, workflow):
     check_env(SingleRoleEnv(role, workflow, split="test"), skip_render_check=True)
 

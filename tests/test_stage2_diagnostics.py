@@ -86,9 +86,9 @@ def test_divergence_metrics_match_a_hand_computation(models, tmp_path, scripted_
 
 def test_divergence_metrics_need_searcher_tokens():
     mask = torch.ones(1, 3, dtype=torch.bool)
-    assert searcher_divergence_metrics(torch.zeros(1, 3, dtype=torch.long), mask, torch.tensor([0]),
-                                       torch.zeros(1, 3), torch.zeros(1, 3), decode_chars) == {
-        "teacher/searcher_tokens": 0.0}
+    assert searcher_divergence_metrics(
+        torch.zeros(1, 3, dtype=torch.long), mask, torch.tensor([0]), torch.zeros(1, 3), torch.zeros(1, 3), decode_chars
+    ) == {"teacher/searcher_tokens": 0.0}
 
 
 # ----- item 3: every RL advantage zeroed --------------------------------------------------------
@@ -104,10 +104,16 @@ def test_zero_rl_zeroes_grpo_and_opd_advantages_and_the_policy_gradient():
     role_ids = torch.tensor([0, 1, 2, 2])
     mask = torch.ones(4, 3, dtype=torch.bool)
     old = -torch.rand(4, 3) - 0.1
-    inputs = {"role_ids": role_ids, "traj_index": torch.tensor([0, 0, 0, 0]),
-                  "candidate_index": torch.tensor([0, 0, 0, 1]), "response_mask": mask, "old_logprobs": old,
-                  "teacher_logprobs": old - 0.5, "leader_rewards": torch.tensor([[1.0]]),
-                  "answerer_rewards": torch.tensor([[[1.0, 0.0]]])}
+    inputs = {
+        "role_ids": role_ids,
+        "traj_index": torch.tensor([0, 0, 0, 0]),
+        "candidate_index": torch.tensor([0, 0, 0, 1]),
+        "response_mask": mask,
+        "old_logprobs": old,
+        "teacher_logprobs": old - 0.5,
+        "leader_rewards": torch.tensor([[1.0]]),
+        "answerer_rewards": torch.tensor([[[1.0, 0.0]]]),
+    }
     on = team_token_advantages(**inputs, config=AdvantageConfig(zero_rl=True))
     off = team_token_advantages(**inputs, config=AdvantageConfig())
     assert off.token_advantages.abs().sum() > 0  # OPD on the Searcher, GRPO on the Answerer
@@ -119,8 +125,13 @@ def test_zero_rl_zeroes_grpo_and_opd_advantages_and_the_policy_gradient():
 
 
 def test_zero_rl_without_extra_terms_leaves_the_weights_unchanged(models, tmp_path):
-    trainer = Trainer(stage2_config(models, tmp_path, **{
-        "advantage.zero_rl": True, "ppo.entropy_coef": 0.0, "ptx.coef": 0.0, "ppo.kl_loss_coef": 0.0}))
+    trainer = Trainer(
+        stage2_config(
+            models,
+            tmp_path,
+            **{"advantage.zero_rl": True, "ppo.entropy_coef": 0.0, "ptx.coef": 0.0, "ppo.kl_loss_coef": 0.0},
+        )
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     metrics = trainer.train_step()
     assert metrics["optim/updates"] >= 1 and metrics["loss/policy"] == 0.0
@@ -149,9 +160,13 @@ class ScriptedJudge:
 def _record(reports, golden=("Tarvel",), em=1.0):
     calls = [{"role": "searcher", "agent": f"searcher_{k}", "wave": 1} for k in range(len(reports))]
     return {
-        "question": "Where was Orlen Vask born?", "golden_answers": list(golden),
-        "reports": [{"agent": f"searcher_{k}", "wave": 1, "task": f"task {k}", "text": text}
-                    for k, text in enumerate(reports) if text is not None],
+        "question": "Where was Orlen Vask born?",
+        "golden_answers": list(golden),
+        "reports": [
+            {"agent": f"searcher_{k}", "wave": 1, "task": f"task {k}", "text": text}
+            for k, text in enumerate(reports)
+            if text is not None
+        ],
         "calls": calls,
         "rewards": {"em": em, "searcher_calls": [0.9] * len(reports), "search_bonus": [1.0] * len(reports)},
     }
@@ -166,15 +181,18 @@ def test_report_has_gold_matches_whole_normalized_words():
 def test_judge_format_rate_and_agreement(monkeypatch):
     monkeypatch.setattr("training.critic.prompt_ids", lambda tokenizer, messages: [0])
     # reports: gold, gold, not gold, not gold, gold; a call without a report is not judged
-    records = [[_record(["born in Tarvel", "Tarvel, a town", None]),
-                _record(["Paris", "nothing found", "It is Tarvel"])]]
-    judge = ScriptedJudge([
-        "<judge>yes</judge>",   # gold, yes: agrees
-        "<judge>no</judge>",    # gold, no: disagrees
-        "<judge>no</judge>",    # not gold, no: agrees
-        "unknown",              # unparseable: counts against the format rate only
-        "<judge> YES </judge>",  # gold, yes: agrees
-    ])
+    records = [
+        [_record(["born in Tarvel", "Tarvel, a town", None]), _record(["Paris", "nothing found", "It is Tarvel"])]
+    ]
+    judge = ScriptedJudge(
+        [
+            "<judge>yes</judge>",  # gold, yes: agrees
+            "<judge>no</judge>",  # gold, no: disagrees
+            "<judge>no</judge>",  # not gold, no: agrees
+            "unknown",  # unparseable: counts against the format rate only
+            "<judge> YES </judge>",  # gold, yes: agrees
+        ]
+    )
     critic = PromptedCritic(judge, CriticConfig())
     rewards = critic.searcher_rewards(records)
     assert judge.calls == 5
@@ -199,7 +217,9 @@ def test_judge_agreement_on_the_world_counts_a_bridge_report_as_correct(monkeypa
     world = load_default_world()
     gold = world_report_gold(corpus=None)
     knowledge = Knowledge(d.text for d in world.corpus.documents)
-    question = next(q for q in world.splits["train"] if q.metadata.get("hops") == 2 and q.metadata["type"] != "comparison")
+    question = next(
+        q for q in world.splits["train"] if q.metadata.get("hops") == 2 and q.metadata["type"] != "comparison"
+    )
     plan = parse_question(question.question)
     bridge_task = subquestion(plan.steps[0], plan.topic)
     bridge = knowledge.lookup(plan.topic, plan.steps[0])

@@ -153,8 +153,10 @@ def test_the_test_split_is_fresh_and_train_dev_are_unchanged():
     world = build_world(0, "tiny")
     entities = generate_graph(0, SIZES["tiny"].graph)
     rng = random.Random("0:questions")
-    first = {split: QuestionWriter(entities, split, rng).write(SIZES["tiny"].questions[split], DEFAULT_HOP_MIX)
-             for split in SPLITS}
+    first = {
+        split: QuestionWriter(entities, split, rng).write(SIZES["tiny"].questions[split], DEFAULT_HOP_MIX)
+        for split in SPLITS
+    }
     for split in ("train", "dev"):
         assert [q.to_dict() for q in world.splits[split]] == [q.to_dict() for q in first[split]]
     assert not {q.question for q in world.splits["test"]} & {q.question for q in first["test"]}

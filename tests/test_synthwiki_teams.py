@@ -17,10 +17,16 @@ from envs.synthwiki.demos import demonstrations, make_env
 from envs.synthwiki.grammar import parse_question
 
 QUESTION = "Where was the founder of Vellora born?"
-VELLORA = Passage("1", "Vellora Records", "Vellora Records is a music company. Vellora Records is also known as "
-                  "Vellora. Dalen Marsk founded Vellora Records. Vellora Records was founded in 1931.", 9.0)
-DALEN = Passage("2", "Dalen Marsk", "Dalen Marsk is a singer. Dalen Marsk is a native of Kelvar. "
-                "Dalen Marsk was born in 1960.", 8.0)
+VELLORA = Passage(
+    "1",
+    "Vellora Records",
+    "Vellora Records is a music company. Vellora Records is also known as "
+    "Vellora. Dalen Marsk founded Vellora Records. Vellora Records was founded in 1931.",
+    9.0,
+)
+DALEN = Passage(
+    "2", "Dalen Marsk", "Dalen Marsk is a singer. Dalen Marsk is a native of Kelvar. Dalen Marsk was born in 1960.", 8.0
+)
 DISTRACTOR = Passage("3", "Dalen Morsk", "Dalen Morsk is a chef. Dalen Morsk was born in Tarvel.", 7.0)
 
 
@@ -53,9 +59,15 @@ def test_expert_leader_delegates_hop_by_hop_then_selects():
 
 
 def test_expert_leader_delegates_a_comparison_in_one_wave():
-    turn = AgentTurn("leader", "leader", (prompts.system_message("leader"),
-                     prompts.question_message("Who was born earlier, Dalen Marsk or Kira Vell?", 3, 5)),
-                     ("delegate", "select"))
+    turn = AgentTurn(
+        "leader",
+        "leader",
+        (
+            prompts.system_message("leader"),
+            prompts.question_message("Who was born earlier, Dalen Marsk or Kira Vell?", 3, 5),
+        ),
+        ("delegate", "select"),
+    )
     action = parse_action(ExpertLeader().decide(turn), "leader")
     assert action.subtasks == ("When was Dalen Marsk born?", "When was Kira Vell born?")
 
@@ -64,7 +76,9 @@ def test_expert_searcher_resolves_aliases_and_ignores_near_duplicates():
     searcher = ExpertSearcher()
     assert searcher.decide(searcher_turn("Who founded Vellora?")) == "<search>Who founded Vellora?</search>"
     info = prompts.information_message([VELLORA, DISTRACTOR], 600)
-    turn = searcher_turn("Who founded Vellora?", {"role": "assistant", "content": "<search>Who founded Vellora?</search>"}, info)
+    turn = searcher_turn(
+        "Who founded Vellora?", {"role": "assistant", "content": "<search>Who founded Vellora?</search>"}, info
+    )
     assert searcher.decide(turn) == "<report>Vellora was founded by Dalen Marsk.</report>"
     # born_in, not the birth year nor the near-duplicate's birthplace
     info = prompts.information_message([DISTRACTOR, DALEN], 600)
@@ -78,20 +92,39 @@ def test_expert_searcher_chains_a_full_question_and_reports_on_its_last_turn():
     turn = searcher_turn(QUESTION, first_search, prompts.information_message([VELLORA], 600))
     assert searcher.decide(turn) == "<search>Where was Dalen Marsk born?</search>"
     missed = prompts.information_message([DISTRACTOR], 600)
-    last = searcher_turn(QUESTION, first_search, prompts.information_message([VELLORA], 600),
-                         {"role": "assistant", "content": "<search>Where was Dalen Marsk born?</search>"}, missed,
-                         allowed=("report",))
+    last = searcher_turn(
+        QUESTION,
+        first_search,
+        prompts.information_message([VELLORA], 600),
+        {"role": "assistant", "content": "<search>Where was Dalen Marsk born?</search>"},
+        missed,
+        allowed=("report",),
+    )
     assert searcher.decide(last) == "<report>Vellora was founded by Dalen Marsk.</report>"
 
 
 def test_expert_answerer_follows_the_chain_and_compares():
-    reports = [(1, "Who founded Vellora?", "Vellora was founded by Dalen Marsk."),
-               (2, "Where was Dalen Marsk born?", "Dalen Marsk was born in Kelvar.")]
-    turn = AgentTurn("answerer", "answerer", (prompts.system_message("answerer"), prompts.answerer_message(QUESTION, reports)), ("answer",))
+    reports = [
+        (1, "Who founded Vellora?", "Vellora was founded by Dalen Marsk."),
+        (2, "Where was Dalen Marsk born?", "Dalen Marsk was born in Kelvar."),
+    ]
+    turn = AgentTurn(
+        "answerer",
+        "answerer",
+        (prompts.system_message("answerer"), prompts.answerer_message(QUESTION, reports)),
+        ("answer",),
+    )
     assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
     reports = [(1, "t", "Kelvar has a population of 1,200,000."), (2, "t", "Tarvel is home to 950,000 people.")]
-    turn = AgentTurn("answerer", "answerer", (prompts.system_message("answerer"),
-                     prompts.answerer_message("Which has more people, Tarvel or Kelvar?", reports)), ("answer",))
+    turn = AgentTurn(
+        "answerer",
+        "answerer",
+        (
+            prompts.system_message("answerer"),
+            prompts.answerer_message("Which has more people, Tarvel or Kelvar?", reports),
+        ),
+        ("answer",),
+    )
     assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
 
 
@@ -141,8 +174,10 @@ def test_single_agent_demonstrations_end_with_the_solvers_answer(small):
 def test_noisy_team_accuracy_falls_as_noise_rises(small, workflow):
     world, retriever = small
     questions = world.splits["dev"][:80]
-    accuracies = [_em(workflow, NoisyTeam(NoiseConfig.uniform(rate), seed=1), world, retriever, questions)
-                  for rate in (0.0, 0.1, 0.3)]
+    accuracies = [
+        _em(workflow, NoisyTeam(NoiseConfig.uniform(rate), seed=1), world, retriever, questions)
+        for rate in (0.0, 0.1, 0.3)
+    ]
     assert accuracies[0] >= 0.95 and accuracies[0] > accuracies[1] > accuracies[2]
 
 
@@ -171,8 +206,11 @@ def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(sma
 
     world, _ = small
     perfect = ClosedBook(world.corpus, ClosedBookConfig(known_fraction=1.0, recall_accuracy=1.0))
-    chains = [q for q in world.splits["dev"] if isinstance(parse_question(q.question), Chain)
-              and len(parse_question(q.question).steps) >= 2][:5]
+    chains = [
+        q
+        for q in world.splits["dev"]
+        if isinstance(parse_question(q.question), Chain) and len(parse_question(q.question).steps) >= 2
+    ][:5]
     assert chains
     for question in chains:
         plan = parse_question(question.question)
@@ -202,8 +240,16 @@ def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_qu
     world, retriever = small
     facts = Knowledge(d.text for d in world.corpus.documents)
     questions = world.splits["train"][:20]
-    rows = list(demonstrations("hierarchical", NoisyTeam(NoiseConfig.uniform(0.3), seed=0), retriever, questions,
-                               successful_only=True, judge_with=facts))
+    rows = list(
+        demonstrations(
+            "hierarchical",
+            NoisyTeam(NoiseConfig.uniform(0.3), seed=0),
+            retriever,
+            questions,
+            successful_only=True,
+            judge_with=facts,
+        )
+    )
     verdicts = [r for r in rows if r["role"] == "critic"]
     assert {parse_judgement(r["messages"][-1]["content"]) for r in verdicts} == {0.0, 1.0}
     # judged on every played episode, failed ones too
@@ -211,4 +257,8 @@ def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_qu
     record = run_episode(make_env("cascade", retriever, questions), expert_team(), options={"question_index": 0})
     (row,) = judgements(record, facts)
     answer = final_answer(parse_question(questions[0].question), facts)
-    assert parse_judgement(row["messages"][-1]["content"]) == report_has_gold(record["reports"][0]["text"], [answer]) == 1.0
+    assert (
+        parse_judgement(row["messages"][-1]["content"])
+        == report_has_gold(record["reports"][0]["text"], [answer])
+        == 1.0
+    )

@@ -20,9 +20,9 @@ toward π_T (the paper keeps it in every Table 3 variant; it gives Searcher toke
 ``PAPER`` is the paper's definition (Stage II, "We update the student with the PPO clipped
 objective with the advantages of Eq. (7) and an entropy bonus"; "No additional KL penalty is added
 to their policy loss"; Table 3: "All variants retain the Leader and Answerer objectives"; "w/o
-direct Searcher supervision" gives Searcher tokens no gradient from any term). ``DEPARTURES`` lists where the default preset's variants differ from it (none today);
-their paper assertions are ``xfail(strict=True)``. ``test_today`` pins today's behaviour (PAPER
-with the departures flipped).
+direct Searcher supervision" gives Searcher tokens no gradient from any term). ``DEPARTURES``
+lists where the default preset's variants differ from it (none today); their paper assertions are
+``xfail(strict=True)``. ``test_today`` pins today's behaviour (PAPER with the departures flipped).
 """
 
 from __future__ import annotations
@@ -81,10 +81,17 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
     has_teacher = config.teacher.source != "none"
     teacher = old - torch.rand(8, 4) if has_teacher else None
     advantages = team_token_advantages(
-        role_ids=role_ids, traj_index=traj_index, candidate_index=candidate_index, response_mask=mask,
-        old_logprobs=old, teacher_logprobs=teacher, leader_rewards=torch.tensor([[1.0, 0.1]]),
-        answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]), searcher_rewards=torch.tensor([[0.9, 0.1]]),
-        final_em=torch.tensor([[1.0, 0.0]]), candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool),
+        role_ids=role_ids,
+        traj_index=traj_index,
+        candidate_index=candidate_index,
+        response_mask=mask,
+        old_logprobs=old,
+        teacher_logprobs=teacher,
+        leader_rewards=torch.tensor([[1.0, 0.1]]),
+        answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),
+        searcher_rewards=torch.tensor([[0.9, 0.1]]),
+        final_em=torch.tensor([[1.0, 0.0]]),
+        candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool),
         config=config.advantage,
     ).token_advantages
     searcher = role_ids == SEARCHER
@@ -93,8 +100,16 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         logprobs = old.clone().requires_grad_(True)
         entropy = torch.rand(8, 4).requires_grad_(True)
         ppo = replace(config.ppo, entropy_coef=entropy_coef, kl_loss_coef=kl_loss_coef)
-        terms = ppo_loss(logprobs, old, advantage, mask, role_ids, ppo, entropy=entropy,
-                         ref_logprobs=teacher if kl_loss_coef > 0 else None)
+        terms = ppo_loss(
+            logprobs,
+            old,
+            advantage,
+            mask,
+            role_ids,
+            ppo,
+            entropy=entropy,
+            ref_logprobs=teacher if kl_loss_coef > 0 else None,
+        )
         terms.loss.backward()
         grads = [g[searcher] for g in (logprobs.grad, entropy.grad) if g is not None]
         return any(bool(g.abs().sum() > 0) for g in grads)
@@ -105,14 +120,23 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
     # (two trajectories with equal rewards, so that the group normalisation cannot hide the penalty)
     kl_in_reward = False
     if has_teacher and config.advantage.kl_in_reward_coef > 0:
+
         def leader_advantages(teacher_logprobs):
             return team_token_advantages(
-                role_ids=role_ids, traj_index=traj_index, candidate_index=candidate_index, response_mask=mask,
-                old_logprobs=old, teacher_logprobs=teacher_logprobs,
-                leader_rewards=torch.tensor([[0.5, 0.5]]), answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),
-                searcher_rewards=torch.tensor([[0.9, 0.1]]), final_em=torch.tensor([[1.0, 0.0]]),
-                candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool), config=config.advantage,
+                role_ids=role_ids,
+                traj_index=traj_index,
+                candidate_index=candidate_index,
+                response_mask=mask,
+                old_logprobs=old,
+                teacher_logprobs=teacher_logprobs,
+                leader_rewards=torch.tensor([[0.5, 0.5]]),
+                answerer_rewards=torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]),
+                searcher_rewards=torch.tensor([[0.9, 0.1]]),
+                final_em=torch.tensor([[1.0, 0.0]]),
+                candidate_mask=torch.ones(1, 2, 2, dtype=torch.bool),
+                config=config.advantage,
             ).token_advantages[role_ids == LEADER]
+
         kl_in_reward = not torch.equal(leader_advantages(teacher), leader_advantages(old - 3 * torch.rand(8, 4)))
     zero = torch.zeros_like(advantages)
     _GRADIENTS[key] = {
@@ -128,13 +152,25 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
 
 
 def test_the_probe_sees_each_term_when_it_is_on():
-    on = ("stage2.ppo.entropy_coef=0.01", "stage2.ppo.kl_loss_coef=0.01", "stage2.ptx.coef=0",
-          "stage2.advantage.kl_in_reward_coef=0")
+    on = (
+        "stage2.ppo.entropy_coef=0.01",
+        "stage2.ppo.kl_loss_coef=0.01",
+        "stage2.ptx.coef=0",
+        "stage2.advantage.kl_in_reward_coef=0",
+    )
     full = searcher_gradients("full", on)
-    assert full == {"opd": True, "grpo": False, "ptx": False, "entropy": True, "kl_loss": True,
-                    "leader_answerer_kl_in_reward": False}
+    assert full == {
+        "opd": True,
+        "grpo": False,
+        "ptx": False,
+        "entropy": True,
+        "kl_loss": True,
+        "leader_answerer_kl_in_reward": False,
+    }
     # a role weight of 0 removes every loss term of Searcher tokens
-    assert not any(searcher_gradients("no_searcher_supervision", on)[term] for term in ("opd", "grpo", "entropy", "kl_loss"))
+    assert not any(
+        searcher_gradients("no_searcher_supervision", on)[term] for term in ("opd", "grpo", "entropy", "kl_loss")
+    )
 
 
 def test_the_tables_cover_every_variant_and_term():

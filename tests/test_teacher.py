@@ -25,7 +25,7 @@ def searcher_calls(model, tokenizer):
         ids = prompt_ids(tokenizer, messages)
         mask, logprobs = [0] * len(ids), [0.0] * len(ids)
         for _ in range(2):
-            (candidate,), = sampler.generate([ids], n=1)
+            ((candidate,),) = sampler.generate([ids], n=1)
             inserted = turn_continuation_ids(tokenizer, candidate.token_ids, [INFO], history=messages)
             ids = ids + candidate.token_ids + inserted
             mask += [1] * len(candidate.token_ids) + [0] * len(inserted)
@@ -52,14 +52,19 @@ def test_identical_teacher_gives_zero_log_ratio(model, tokenizer, searcher_calls
     ids, masks, recorded = zip(*searcher_calls)
     batch = pad_batch(ids, masks, tokenizer.pad_token_id, side=side)
     whole_rows = Teacher(build_tiny_model(tokenizer), temperature=1.0, share_prefixes=False).score(batch)
-    teacher_scores = Teacher(build_tiny_model(tokenizer), temperature=1.0).score(batch)  # the rows share their system prompt
+    teacher_scores = Teacher(build_tiny_model(tokenizer), temperature=1.0).score(
+        batch
+    )  # the rows share their system prompt
     student_scores = score_tokens(model, batch, temperature=1.0)
     assert torch.equal(whole_rows.logprobs, student_scores.logprobs.detach())
     assert torch.allclose(teacher_scores.logprobs, student_scores.logprobs.detach(), atol=1e-5, rtol=0)
     for row, (sequence_mask, sampled) in enumerate(zip(masks, recorded)):
         response = batch.response_mask[row]
         assert response.sum() == sum(sequence_mask) > 0
-        ratio = teacher_scores.logprobs[row][response] - torch.tensor(sampled)[torch.tensor(sequence_mask, dtype=torch.bool)]
+        ratio = (
+            teacher_scores.logprobs[row][response]
+            - torch.tensor(sampled)[torch.tensor(sequence_mask, dtype=torch.bool)]
+        )
         assert ratio.abs().max() < 1e-4
 
 
@@ -129,7 +134,7 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
         for candidate in sampler.generate([prompt], n=4)[0]:
             sequences.append(prompt + candidate.token_ids)
             masks.append([0] * len(prompt) + [1] * len(candidate.token_ids))
-    sequences.append(sequences[3] + [5, 6, 7] + sequences[3][len(sequences[3]) - 2:])  # row 3 is its prefix
+    sequences.append(sequences[3] + [5, 6, 7] + sequences[3][len(sequences[3]) - 2 :])  # row 3 is its prefix
     masks.append(masks[3] + [0, 0, 0, 1, 1])
     sequences.append(list(sequences[4]))  # a repeated row
     masks.append(list(masks[4]))
@@ -141,13 +146,22 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     whole = Teacher(teacher, share_prefixes=False).score(batch, with_entropy=True)
     keys = [row % 2 for row in range(len(sequences))]
     for (options, share_keys), by_layer in itertools.product(
-            (({}, None), ({"tree_block": 7}, None), ({"max_batch_tokens": 200, "pack_tokens": 100}, None),
-             ({"pack_tokens": 150}, keys)), (True, False)):
+        (
+            ({}, None),
+            ({"tree_block": 7}, None),
+            ({"max_batch_tokens": 200, "pack_tokens": 100}, None),
+            ({"pack_tokens": 150}, keys),
+        ),
+        (True, False),
+    ):
         shared_teacher = Teacher(teacher, **options)
         assert shared_teacher.last_layer_at_predictors
         shared_teacher.last_layer_at_predictors = by_layer
-        packs = [tree for tree in _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
-                 if len(tree.paths) > 1]
+        packs = [
+            tree
+            for tree in _token_trees(batch, list(range(len(sequences))), share_keys, shared_teacher.pack_tokens)
+            if len(tree.paths) > 1
+        ]
         assert packs and sum(len(p.ids) for p in packs) < sum(len(sequences[r]) for p in packs for r in p.paths)
         shared = shared_teacher.score(batch, with_entropy=True, share_keys=share_keys)
         assert torch.allclose(shared.logprobs, whole.logprobs, atol=1e-5, rtol=0)
@@ -171,10 +185,19 @@ def test_other_plain_decoders_run_the_last_layer_at_predictors_only(tokenizer, s
     rows = [*ids, ids[0] + ids[1][5:]]  # the last row shares row 0 whole
     masks = [*masks, masks[0] + masks[1][5:]]
     batch = pad_batch(rows, masks, tokenizer.pad_token_id)
-    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[family]
-    config = config_class(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                          attn_implementation=attention)
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[
+        family
+    ]
+    config = config_class(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        attn_implementation=attention,
+    )
     torch.manual_seed(0)
     model = model_class(config).eval()
     teacher = Teacher(model)
@@ -201,7 +224,17 @@ def test_teacher_rows_are_the_rows_the_losses_read():
     from training.teacher import teacher_rows
 
     roles = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER])
-    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=False, kl_loss=False).tolist() == [False, True, True, False]
-    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=True, kl_loss=False).tolist() == [True, False, False, True]
+    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=False, kl_loss=False).tolist() == [
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=True, kl_loss=False).tolist() == [
+        True,
+        False,
+        False,
+        True,
+    ]
     assert teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False).all()
     assert teacher_rows(roles, searcher_opd=False, kl_in_reward=False, kl_loss=True).all()

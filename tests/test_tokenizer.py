@@ -57,7 +57,9 @@ def test_save_and_reload_with_auto_tokenizer(tokenizer, tmp_path):
         tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     )
     assert (reloaded.eos_token_id, reloaded.pad_token_id, len(reloaded)) == (
-        tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer)
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+        len(tokenizer),
     )
 
 

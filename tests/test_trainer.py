@@ -39,7 +39,8 @@ GROUP = 2
 
 def stage2_config(models, tmp_path, **settings):
     data = {
-        "stage": "stage2", "run_dir": str(tmp_path / "run"),
+        "stage": "stage2",
+        "run_dir": str(tmp_path / "run"),
         "model": {"path": str(models / "pi0")},
         "teacher": {"path": str(models / "teacher")},
         "env": {"max_steps": 6, "num_searchers": 2, "num_candidates": 2},
@@ -81,7 +82,10 @@ def scripted_batch(models):
 
     model, tokenizer = load_model(models / "pi0")
     questions = [q for q in load_default_world().splits["train"] if q.metadata["hops"] == 2][:2]
-    make_env = lambda: hierarchical_search_v0.env(max_steps=6, num_searchers=2, num_candidates=2)
+
+    def make_env():
+        return hierarchical_search_v0.env(max_steps=6, num_searchers=2, num_candidates=2)
+
     collector = _ScriptedCollector(make_env, SimpleNamespace(tokenizer=tokenizer))
     collector.policy = collector  # its own generate() answers the rounds
     batch = collector.collect(questions, GROUP, seed=0)
@@ -118,8 +122,9 @@ def test_one_step_reduces_the_surrogate_loss_on_a_fixed_batch(models, tmp_path, 
 def test_micro_batches_accumulate_to_the_minibatch_gradient(models, tmp_path, scripted_batch):
     grads = []
     for micro in (2, 1000):
-        trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch, **{"optim.micro_batch_size": micro,
-                                                                              "optim.lr": 1e-12})
+        trainer, ppo_batch = _advantages(
+            models, tmp_path, scripted_batch, **{"optim.micro_batch_size": micro, "optim.lr": 1e-12}
+        )
         trainer.optimizer.step = lambda: None  # keep the gradient, skip the update
         trainer.update(ppo_batch)
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
@@ -131,9 +136,16 @@ def _ptx_file(path):
 
     questions = load_default_world().splits["dev"][:100]
     texts = [{"text": q.question} for q in questions]
-    chats = [{"role": "answerer", "messages": [{"role": "user", "content": q.question},
-                                               {"role": "assistant", "content": f"<answer>{q.golden_answers[0]}</answer>"}]}
-             for q in questions]
+    chats = [
+        {
+            "role": "answerer",
+            "messages": [
+                {"role": "user", "content": q.question},
+                {"role": "assistant", "content": f"<answer>{q.golden_answers[0]}</answer>"},
+            ],
+        }
+        for q in questions
+    ]
     return write_rows(texts + chats, path)
 
 
@@ -143,9 +155,19 @@ def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, t
     data = _ptx_file(tmp_path / "ptx.jsonl")
     grads, ptx_grad = [], None
     for coef in (0.0, 0.5):
-        trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch, **{
-            "ptx.coef": coef, "ptx.data": str(data), "ptx.seq_len": 64, "ptx.batch_size": 8,
-            "optim.lr": 1e-12, "optim.grad_clip": 1e9})  # compare raw gradients
+        trainer, ppo_batch = _advantages(
+            models,
+            tmp_path,
+            scripted_batch,
+            **{
+                "ptx.coef": coef,
+                "ptx.data": str(data),
+                "ptx.seq_len": 64,
+                "ptx.batch_size": 8,
+                "optim.lr": 1e-12,
+                "optim.grad_clip": 1e9,
+            },
+        )  # compare raw gradients
         trainer.optimizer.step = lambda: None  # keep the gradient, skip the update
         metrics = trainer.update(ppo_batch)
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
@@ -170,10 +192,13 @@ def test_ptx_leaves_out_the_calls_of_a_role_with_loss_weight_zero(models, tmp_pa
     """'w/o direct Searcher supervision' with PPO-ptx on: no Searcher call is a ptx example."""
     from training.ptx import write_rows
 
-    chat = [{"role": "user", "content": "Where was Orlen Vask born?"},
-            {"role": "assistant", "content": "<search>Orlen Vask</search>"}]
-    data = write_rows([{"role": "searcher", "messages": chat}, {"role": "answerer", "messages": chat}],
-                      tmp_path / "ptx.jsonl")
+    chat = [
+        {"role": "user", "content": "Where was Orlen Vask born?"},
+        {"role": "assistant", "content": "<search>Orlen Vask</search>"},
+    ]
+    data = write_rows(
+        [{"role": "searcher", "messages": chat}, {"role": "answerer", "messages": chat}], tmp_path / "ptx.jsonl"
+    )
     ptx = {"ptx.coef": 0.1, "ptx.data": str(data)}
     assert {e.role for e in Trainer(stage2_config(models, tmp_path, **ptx)).ptx.examples} == {"searcher", "answerer"}
     unsupervised = stage2_config(models, tmp_path, **ptx, **{"ppo.role_loss_weights": {"searcher": 0.0}})
@@ -238,8 +263,12 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     # w/ base-model teacher: the Teacher is π_0, which sampled this batch: OPD signal and KL ≈ 0
     _, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher")
     assert base.advantages.token_advantages[searcher].abs().max() < 1e-6
-    torch.testing.assert_close(base.advantages.token_advantages[leader | answerer],
-                               no_kl.advantages.token_advantages[leader | answerer], atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        base.advantages.token_advantages[leader | answerer],
+        no_kl.advantages.token_advantages[leader | answerer],
+        atol=1e-4,
+        rtol=0,
+    )
 
     # Prompted Critic: Searchers get Eq. 1 on 0.3·R_EM + 0.5·R_judge + 0.2·b_S; Leader/Answerer unchanged
     trainer = Trainer(stage2_config(models, tmp_path, variant="prompted_critic"))
@@ -283,7 +312,9 @@ def test_dynamic_sampling_keeps_drawing_until_b_questions_disagree(models, tmp_p
     assert ppo_batch.num_sequences == 2 * len(question_1)
 
 
-def test_dynamic_sampling_is_off_by_default_and_never_leaves_a_rank_empty(models, tmp_path, scripted_batch, monkeypatch):
+def test_dynamic_sampling_is_off_by_default_and_never_leaves_a_rank_empty(
+    models, tmp_path, scripted_batch, monkeypatch
+):
     uniform = _with_em(scripted_batch, [[1.0, 1.0], [0.0, 0.0]])
     trainer = Trainer(stage2_config(models, tmp_path))
     monkeypatch.setattr(trainer, "_collect_round", lambda sampling_round: uniform)
@@ -300,8 +331,9 @@ def test_dynamic_sampling_rounds_draw_fresh_questions_with_fresh_seeds(models, t
     trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.dynamic_sampling_rounds": 1}))
     drawn = []
     next_batch = trainer.loader.next_batch
-    trainer.loader.next_batch = lambda: drawn.append(next_batch()[1]) or (
-        [trainer.loader.questions[i] for i in drawn[-1]], drawn[-1])
+    trainer.loader.next_batch = lambda: (
+        drawn.append(next_batch()[1]) or ([trainer.loader.questions[i] for i in drawn[-1]], drawn[-1])
+    )
     batch, stats = trainer.collect()  # a random π_0 answers nothing: no question is informative
     assert stats["rollout/rounds"] == 2 and len(drawn) == 2 and set(drawn[0]).isdisjoint(drawn[1])
     assert len(batch.questions) == 2 and trainer._seed_for(0, 1) != trainer._seed_for(0, 0)
@@ -354,8 +386,9 @@ def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scr
 
     norms = []
     for beta in (1.0, 2.5):
-        trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch,
-                                         **{"advantage.opd_beta": beta, "ppo.entropy_coef": 0.0})
+        trainer, ppo_batch = _advantages(
+            models, tmp_path, scripted_batch, **{"advantage.opd_beta": beta, "ppo.entropy_coef": 0.0}
+        )
         norms.append(role_gradient_norms(trainer, ppo_batch))
     assert norms[0]["searcher"] > 0 and norms[0]["leader_answerer"] > 0
     assert norms[1]["searcher"] == pytest.approx(2.5 * norms[0]["searcher"], rel=1e-4)

@@ -29,16 +29,25 @@ def _comparable(row):
 @pytest.fixture(scope="module")
 def stage1_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "stage1"
-    assert main(["train", "--config", "configs/tiny_cpu_stage1.yaml", f"run_dir={run_dir}",
-                 "env.max_steps=3", *FAST]) == 0
+    assert (
+        main(["train", "--config", "configs/tiny_cpu_stage1.yaml", f"run_dir={run_dir}", "env.max_steps=3", *FAST]) == 0
+    )
     return run_dir
 
 
 def test_stage1_runs_three_steps_and_writes_everything(stage1_run):
     rows = read_metrics(stage1_run)
     assert [row["step"] for row in rows] == [1, 2, 3]
-    for key in ("reward/em", "reward/searcher", "reward/answerer", "workflow/search_actions",
-                "searcher/entropy", "answerer/entropy", "loss/total", "optim/grad_norm"):
+    for key in (
+        "reward/em",
+        "reward/searcher",
+        "reward/answerer",
+        "workflow/search_actions",
+        "searcher/entropy",
+        "answerer/entropy",
+        "loss/total",
+        "optim/grad_norm",
+    ):
         assert key in rows[0], key
     assert "reward/leader" not in rows[0]  # the cascade has no Leader
     assert [p.name for p in list_checkpoints(stage1_run / "checkpoints")] == ["step_2", "step_3"]
@@ -76,7 +85,9 @@ def test_non_finite_rewards_stop_the_run_and_keep_the_last_checkpoint(stage1_run
 
     monkeypatch.setattr(trainer_module, "record_rewards", poisoned)
     config = load_config(run_dir / "config.yaml", ["steps=4", f"run_dir={run_dir}", "logging.progress=false"])
-    with pytest.raises(TrainingStopped, match="step 4 stopped: searcher rewards has 1 non-finite.*last good checkpoint is .*step_3"):
+    with pytest.raises(
+        TrainingStopped, match="step 4 stopped: searcher rewards has 1 non-finite.*last good checkpoint is .*step_3"
+    ):
         train_stage(config)
     assert latest_checkpoint(run_dir).name == "step_3"
     assert [row["step"] for row in read_metrics(run_dir)] == [1, 2, 3]
@@ -96,8 +107,20 @@ def test_algorithm_api_trains_saves_and_restores(stage1_run, tmp_path):
 
 def test_stage2_runs_three_steps_with_the_stage1_teacher(stage1_run, tmp_path):
     run_dir = tmp_path / "stage2"
-    assert main(["train", "--config", "configs/tiny_cpu_stage2.yaml", f"run_dir={run_dir}",
-                 f"teacher.path={stage1_run}", "env.max_steps=5", *FAST]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                "configs/tiny_cpu_stage2.yaml",
+                f"run_dir={run_dir}",
+                f"teacher.path={stage1_run}",
+                "env.max_steps=5",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     rows = read_metrics(run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert "reward/leader" in rows[0] and "leader/entropy" in rows[0] and "time/teacher_s" in rows[0]

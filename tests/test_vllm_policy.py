@@ -40,8 +40,16 @@ def prompts(served):
 
 
 def turns(n=2):
-    return [AgentTurn(agent=f"searcher_{i}", role="searcher", allowed=("search", "report"), num_candidates=n,
-                      messages=(system_message("searcher"), task_message(task))) for i, task in enumerate(TASKS)]
+    return [
+        AgentTurn(
+            agent=f"searcher_{i}",
+            role="searcher",
+            allowed=("search", "report"),
+            num_candidates=n,
+            messages=(system_message("searcher"), task_message(task)),
+        )
+        for i, task in enumerate(TASKS)
+    ]
 
 
 def rescore(model, prompts, candidates, temperature, top_p=1.0):
@@ -85,8 +93,9 @@ def test_is_a_policy_with_hf_policys_record_structure(served):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_match_an_hf_rescore_without_top_p(served, prompts, temperature):
     model, _, policy = served
-    candidates = [c for per_prompt in policy.generate(prompts, n=2, temperature=temperature, top_p=1.0)
-                  for c in per_prompt]
+    candidates = [
+        c for per_prompt in policy.generate(prompts, n=2, temperature=temperature, top_p=1.0) for c in per_prompt
+    ]
     repeated = [p for p in prompts for _ in range(2)]
     rescored, _ = rescore(model, repeated, candidates, temperature)
     assert sum(len(c.token_ids) for c in candidates) > len(candidates)
@@ -108,7 +117,8 @@ def test_greedy_tokens_and_stops_match_hf_policy(served, prompts):
     hf = HFPolicy(model, tokenizer, SAMPLING)
     free = hf.generate(prompts[:2], n=1, temperature=0.0, stop_strings=())
     assert [c[0].token_ids for c in policy.generate(prompts[:2], n=1, temperature=0.0, stop_strings=())] == (
-        [c[0].token_ids for c in free])
+        [c[0].token_ids for c in free]
+    )
     # A stop string the greedy continuation reaches: both policies stop on the same token.
     stop = tokenizer.decode(free[0][0].token_ids[5:6])
     expected = hf.generate(prompts[:1], n=1, temperature=0.0, stop_strings=(stop,))[0][0]
@@ -135,7 +145,9 @@ def test_a_batch_larger_than_one_engine_step(served, prompts):
     results = policy.generate(many, n=4, max_new_tokens=2)
     assert [len(per_prompt) for per_prompt in results] == [4] * len(many)
     # the random model may sample a stop token first; every other completion runs to the limit
-    assert all(len(c.token_ids) == 2 or c.finish_reason in ("eos", "stop") for per_prompt in results for c in per_prompt)
+    assert all(
+        len(c.token_ids) == 2 or c.finish_reason in ("eos", "stop") for per_prompt in results for c in per_prompt
+    )
 
 
 def test_too_long_prompts_are_not_run(served, prompts):

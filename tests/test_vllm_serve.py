@@ -35,10 +35,28 @@ def server(tmp_path_factory):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1"}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(python), "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(directory),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
+            [
+                str(python),
+                "-I",
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(directory),
+                "--served-model-name",
+                "tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dtype",
+                "float32",
+                "--max-model-len",
+                "2048",
+                "--enforce-eager",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -65,15 +83,19 @@ def server(tmp_path_factory):
 
 
 def turn(role, task, n=1):
-    return AgentTurn(agent=f"{role}_0", role=role, messages=(system_message(role), task_message(task)),
-                     allowed=(), num_candidates=n)
+    return AgentTurn(
+        agent=f"{role}_0", role=role, messages=(system_message(role), task_message(task)), allowed=(), num_candidates=n
+    )
 
 
 def test_turns_get_texts_and_token_counts(server):
     base_url, tokenizer = server
     policy = OpenAIPolicy(OpenAIPolicyConfig(base_url=base_url, model="tiny", max_tokens=16, max_concurrency=2))
-    turns = [turn("searcher", "capital of France", n=3), turn("leader", "who wrote Hamlet"),
-             turn("answerer", "the tallest mountain")]
+    turns = [
+        turn("searcher", "capital of France", n=3),
+        turn("leader", "who wrote Hamlet"),
+        turn("answerer", "the tallest mountain"),
+    ]
     outputs = policy.act(turns)
     for t, output in zip(turns, outputs):
         assert len(output.texts) == t.num_candidates

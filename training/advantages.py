@@ -74,9 +74,7 @@ def grpo_advantages(
     rewards = rewards.float()
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid_mask is None else valid_mask.bool()
     if valid.shape != rewards.shape:
-        raise ValueError(
-            f"valid_mask shape {list(valid.shape)} != rewards shape {list(rewards.shape)}"
-        )
+        raise ValueError(f"valid_mask shape {list(valid.shape)} != rewards shape {list(rewards.shape)}")
     values = masked_where(valid, rewards)
     count = valid.sum(dim=-1, keepdim=True)
     mean = values.sum(dim=-1, keepdim=True) / count.clamp(min=1)
@@ -123,19 +121,13 @@ def sequence_kl(
 ) -> torch.Tensor:
     """Σ_t KL estimate over each sequence's generated tokens: [N, T] → [N]."""
     mask = response_mask.bool()
-    token_kl = kl_estimate(
-        masked_where(mask, logprobs.float()), masked_where(mask, ref_logprobs.float()), estimator
-    )
+    token_kl = kl_estimate(masked_where(mask, logprobs.float()), masked_where(mask, ref_logprobs.float()), estimator)
     return masked_where(mask, token_kl).sum(dim=-1)
 
 
-def sum_into_groups(
-    values: torch.Tensor, group_index: torch.Tensor, num_groups: int
-) -> torch.Tensor:
+def sum_into_groups(values: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
     """out[k] = Σ values[i] over the i with group_index[i] = k: [M] → [num_groups]."""
-    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
-        0, group_index, values
-    )
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_index, values)
 
 
 @dataclass(frozen=True)
@@ -173,8 +165,13 @@ def opd_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
         raise ValueError("searcher_signal 'opd' needs teacher_logprobs")
     check_finite("teacher_logprobs", inputs.teacher_logprobs, role_ids=inputs.role_ids, mask=mask)
     check_finite("old_logprobs", inputs.old_logprobs, role_ids=inputs.role_ids, mask=mask)
-    return opd_advantages(inputs.teacher_logprobs, inputs.old_logprobs, mask, beta=inputs.config.opd_beta,
-                          log_ratio_clamp=inputs.config.opd_log_ratio_clamp)
+    return opd_advantages(
+        inputs.teacher_logprobs,
+        inputs.old_logprobs,
+        mask,
+        beta=inputs.config.opd_beta,
+        log_ratio_clamp=inputs.config.opd_log_ratio_clamp,
+    )
 
 
 @register_searcher_estimator("grpo_final_em")
@@ -237,18 +234,14 @@ class AdvantageConfig:
 
     def __post_init__(self) -> None:
         if self.searcher_signal not in SEARCHER_ESTIMATORS:
-            raise ConfigError(
-                f"searcher_signal: {self.searcher_signal!r} is not one of {sorted(SEARCHER_ESTIMATORS)}"
-            )
+            raise ConfigError(f"searcher_signal: {self.searcher_signal!r} is not one of {sorted(SEARCHER_ESTIMATORS)}")
         for name in ("opd_beta", "kl_in_reward_coef", "grpo_eps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if not isinstance(self.zero_rl, bool):
             raise ConfigError(f"zero_rl: must be true or false, got {self.zero_rl!r}")
         if self.opd_log_ratio_clamp is not None and self.opd_log_ratio_clamp <= 0:
-            raise ConfigError(
-                f"opd_log_ratio_clamp: must be > 0 or null, got {self.opd_log_ratio_clamp}"
-            )
+            raise ConfigError(f"opd_log_ratio_clamp: must be > 0 or null, got {self.opd_log_ratio_clamp}")
 
 
 @dataclass
@@ -320,8 +313,7 @@ def team_token_advantages(
         "leader": (leader_rewards, traj_index, trajectory_mask),
         "answerer": (
             answerer_rewards,
-            traj_index * (answerer_rewards.shape[-1] if answerer_rewards is not None else 1)
-            + candidate_index,
+            traj_index * (answerer_rewards.shape[-1] if answerer_rewards is not None else 1) + candidate_index,
             candidate_mask,
         ),
         "solver": (solver_rewards, traj_index, trajectory_mask),
@@ -330,25 +322,17 @@ def team_token_advantages(
         groups_in["searcher"] = (outcomes[SEARCHER_OUTCOMES[signal]], traj_index, trajectory_mask)
     role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER, "solver": SOLVER}
 
-    use_kl = config.kl_in_reward_coef > 0 and bool(
-        ((role_ids == LEADER) | (role_ids == ANSWERER)).any()
-    )
+    use_kl = config.kl_in_reward_coef > 0 and bool(((role_ids == LEADER) | (role_ids == ANSWERER)).any())
     if use_kl and teacher_logprobs is None:
-        raise ValueError(
-            "kl_in_reward_coef > 0 needs teacher_logprobs; set it to 0 without a Teacher"
-        )
+        raise ValueError("kl_in_reward_coef > 0 needs teacher_logprobs; set it to 0 without a Teacher")
     seq_kl = None
     if use_kl:
         penalized = response_mask.bool() & ((role_ids == LEADER) | (role_ids == ANSWERER))[:, None]
         check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=penalized)
         check_finite("old_logprobs", old_logprobs, role_ids=role_ids, mask=penalized)
-        seq_kl = sequence_kl(
-            old_logprobs, teacher_logprobs, response_mask, config.kl_in_reward_estimator
-        )
+        seq_kl = sequence_kl(old_logprobs, teacher_logprobs, response_mask, config.kl_in_reward_estimator)
 
-    sequence_advantages = torch.zeros(
-        num_sequences, dtype=torch.float32, device=response_mask.device
-    )
+    sequence_advantages = torch.zeros(num_sequences, dtype=torch.float32, device=response_mask.device)
     shaped: dict[str, torch.Tensor] = {}
     groups: dict[str, torch.Tensor] = {}
     for name, (rewards, flat_index, valid) in groups_in.items():
@@ -364,13 +348,9 @@ def team_token_advantages(
             _check_index("candidate_index", candidate_index[selected], rewards.shape[-1], name)
         rewards = rewards.float()
         if seq_kl is not None and name in ("leader", "answerer"):  # the KL-in-reward is theirs only
-            rewards = _kl_shaped_rewards(
-                rewards, seq_kl, selected, flat_index, config.kl_in_reward_coef
-            )
+            rewards = _kl_shaped_rewards(rewards, seq_kl, selected, flat_index, config.kl_in_reward_coef)
         check_finite(f"{name} rewards", rewards, role=name)
-        advantages = grpo_advantages(
-            rewards, valid, eps=config.grpo_eps, unbiased_std=config.grpo_unbiased_std
-        )
+        advantages = grpo_advantages(rewards, valid, eps=config.grpo_eps, unbiased_std=config.grpo_unbiased_std)
         shaped[name], groups[name] = rewards, advantages
         sequence_advantages[selected] = advantages.reshape(-1)[flat_index[selected]]
 

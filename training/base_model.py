@@ -134,10 +134,25 @@ class SFTConfig:
             self.noise_config()
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"noise_knobs: {exc}") from None
-        for name in ("demo_questions", "demo_worlds", "vocab_size", "max_seq_len", "epochs", "batch_size",
-                     "closed_book_repeats",
-                     "pretrain_epochs", "pretrain_seq_len", "pretrain_batch_size", "pretrain_recall_sentences",
-                     "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+        for name in (
+            "demo_questions",
+            "demo_worlds",
+            "vocab_size",
+            "max_seq_len",
+            "epochs",
+            "batch_size",
+            "closed_book_repeats",
+            "pretrain_epochs",
+            "pretrain_seq_len",
+            "pretrain_batch_size",
+            "pretrain_recall_sentences",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
         for name in ("pretrain_recall_group", "pretrain_worlds", "world_seed", "seed", "demo_world_offset"):
@@ -173,9 +188,19 @@ class SFTConfig:
 
 # A base model small enough to build in well under a minute: for tests and CI.
 SMOKE_CONFIG = SFTConfig(
-    world_size="tiny", demo_questions=40, vocab_size=600, hidden_size=32, num_layers=1,
-    num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64, max_seq_len=512, batch_size=8,
-    pretrain_worlds=1, pretrain_seq_len=128,
+    world_size="tiny",
+    demo_questions=40,
+    vocab_size=600,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    intermediate_size=64,
+    max_seq_len=512,
+    batch_size=8,
+    pretrain_worlds=1,
+    pretrain_seq_len=128,
 )
 
 
@@ -200,12 +225,20 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     rows = []
     for index in range(config.demo_worlds):
         seed = config.world_seed + config.demo_world_offset + index
-        world = load_default_world(seed, config.world_size) if seed == config.world_seed else build_world(seed, config.world_size)
+        world = (
+            load_default_world(seed, config.world_size)
+            if seed == config.world_seed
+            else build_world(seed, config.world_size)
+        )
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
         book = closed_book(world.corpus, config.closed_book) if config.closed_book is not None else None
         # the world's facts, for the judge's labels: the closed book has parsed them already
-        facts = (book.knowledge if book else Knowledge(d.text for d in world.corpus.documents)) if config.critic_demos else None
+        facts = (
+            (book.knowledge if book else Knowledge(d.text for d in world.corpus.documents))
+            if config.critic_demos
+            else None
+        )
         for workflow in config.workflows:
             team = NoisyTeam(config.noise_config(), config.seed + index, book)
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only, facts)
@@ -249,7 +282,7 @@ def closed_book_texts(config: SFTConfig, rng: random.Random) -> list[str]:
     corpus = load_default_world(config.world_seed, config.world_size).corpus
     sentences = closed_book(corpus, config.closed_book).memorised_sentences() * config.closed_book_repeats
     rng.shuffle(sentences)
-    return [" ".join(sentences[i:i + CLOSED_BOOK_GROUP]) for i in range(0, len(sentences), CLOSED_BOOK_GROUP)]
+    return [" ".join(sentences[i : i + CLOSED_BOOK_GROUP]) for i in range(0, len(sentences), CLOSED_BOOK_GROUP)]
 
 
 def pretraining_examples(config: SFTConfig, tokenizer) -> list:
@@ -278,30 +311,46 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     started = time.perf_counter()
     rows = demonstration_chats(config, progress)
     if not rows:
-        raise ValueError("the scripted team produced no demonstrations; raise demo_questions or set successful_only=false")
-    critic = [CRITIC_PROMPT.format(question="", sub_query="", summary=""), judgement_text(True),
-              judgement_text(False)] if config.critic_demos else []
+        raise ValueError(
+            "the scripted team produced no demonstrations; raise demo_questions or set successful_only=false"
+        )
+    critic = (
+        [CRITIC_PROMPT.format(question="", sub_query="", summary=""), judgement_text(True), judgement_text(False)]
+        if config.critic_demos
+        else []
+    )
     tokenizer = train_tokenizer([*template_texts(), NO_FACTS, *CHAT_ROLES, *critic], vocab_size=config.vocab_size)
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
 
     model_config = TinyModelConfig(
-        hidden_size=config.hidden_size, num_layers=config.num_layers, num_heads=config.num_heads,
-        num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
-        intermediate_size=config.intermediate_size, initializer_range=config.initializer_range,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        num_kv_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        intermediate_size=config.intermediate_size,
+        initializer_range=config.initializer_range,
         seed=config.seed,
     )
     model = build_tiny_model(tokenizer, model_config)
     schedule = TrainingSchedule(
-        epochs=config.epochs, lr=config.lr, min_lr_ratio=config.min_lr_ratio,
-        warmup_fraction=config.warmup_fraction, weight_decay=config.weight_decay,
-        batch_size=config.batch_size, grad_clip=config.grad_clip, seed=config.seed,
+        epochs=config.epochs,
+        lr=config.lr,
+        min_lr_ratio=config.min_lr_ratio,
+        warmup_fraction=config.warmup_fraction,
+        weight_decay=config.weight_decay,
+        batch_size=config.batch_size,
+        grad_clip=config.grad_clip,
+        seed=config.seed,
     )
     pretraining = pretraining_examples(config, tokenizer)  # none when pretrain_worlds is 0
     pretrain_losses = []
     if pretraining:
         pretrain_schedule = replace(schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size)
-        pretrain_losses = train_sft(model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining")
+        pretrain_losses = train_sft(
+            model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining"
+        )
     losses = train_sft(model, examples, schedule, tokenizer.pad_token_id, progress)
 
     out_dir = save_model(model, tokenizer, out_dir)

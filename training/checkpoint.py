@@ -197,8 +197,9 @@ def _inside(root: Path, path: Path) -> bool:
 
 def list_checkpoints(root: Path) -> list[Path]:
     """Complete checkpoints under ``root``, oldest first."""
-    found = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / TRAINER_STATE).is_file()
-             and _inside(root, p)]
+    found = [
+        p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / TRAINER_STATE).is_file() and _inside(root, p)
+    ]
     return sorted(found, key=_step_of)
 
 
@@ -221,7 +222,13 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         return "the directory does not exist"
-    for name in (TRAINER_STATE, TRAINER_STATE_JSON, "config.yaml", f"{MODEL}/config.json", f"{MODEL}/tokenizer_config.json"):
+    for name in (
+        TRAINER_STATE,
+        TRAINER_STATE_JSON,
+        "config.yaml",
+        f"{MODEL}/config.json",
+        f"{MODEL}/tokenizer_config.json",
+    ):
         if not (checkpoint / name).is_file():
             return f"{name} is missing"
     try:
@@ -266,8 +273,9 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
                 named = root / named.name
                 candidates = [named] + [c for c in candidates if c != named]
             else:
-                logger.warning("checkpoint pointer %s is damaged (%r is not a checkpoint of %s); ignoring it",
-                               pointer, text, root)
+                logger.warning(
+                    "checkpoint pointer %s is damaged (%r is not a checkpoint of %s); ignoring it", pointer, text, root
+                )
     for candidate in candidates:
         problem = checkpoint_problem(candidate)
         if problem is None:
@@ -281,8 +289,9 @@ def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
     checkpoint = Path(checkpoint)
     tensors = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True)
     if not isinstance(tensors, list):
-        raise TypeError(f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? "
-                         "re-run the stage)")
+        raise TypeError(
+            f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? re-run the stage)"
+        )
     return _decode(json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8")), tensors)
 
 
@@ -297,6 +306,5 @@ def resolve_model_dir(path: str | Path) -> Path:
     if checkpoint is not None:
         return checkpoint / MODEL
     raise FileNotFoundError(
-        f"{path}: not a model directory (no config.json), a checkpoint (no model/) "
-        f"or a run directory with checkpoints"
+        f"{path}: not a model directory (no config.json), a checkpoint (no model/) or a run directory with checkpoints"
     )

@@ -49,9 +49,7 @@ from training.losses import PPOLossConfig
 # so that one layer of settings makes it and `maopd train --config` trains it like the others.
 Stage = Literal["stage1", "stage2", "single"]
 STAGE_WORKFLOWS = {"stage1": "cascade", "stage2": "hierarchical", "single": "single"}
-Variant = Literal[
-    "full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision", "prompted_critic"
-]
+Variant = Literal["full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision", "prompted_critic"]
 
 
 @dataclass
@@ -107,8 +105,16 @@ class RolloutConfig:
     dynamic_sampling_rounds: int = 0
 
     def __post_init__(self) -> None:
-        _at_least(self, batch_size=1, group_size=1, max_new_tokens=1, max_input_tokens=1, generation_batch_size=1,
-                  first_question=0, dynamic_sampling_rounds=0)
+        _at_least(
+            self,
+            batch_size=1,
+            group_size=1,
+            max_new_tokens=1,
+            max_input_tokens=1,
+            generation_batch_size=1,
+            first_question=0,
+            dynamic_sampling_rounds=0,
+        )
         if self.max_questions is not None and self.max_questions < 1:
             raise ConfigError(f"max_questions: must be >= 1 or null (every question), got {self.max_questions}")
         if self.temperature < 0:
@@ -226,8 +232,10 @@ class TrainConfig:
             raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (training.ptx)")
         min_steps = env_module(self.workflow).raw_env.min_steps
         if self.env.max_steps is not None and self.env.max_steps < min_steps:
-            raise ConfigError(f"env.max_steps: must be at least {min_steps} for the {self.workflow} workflow, "
-                              f"got {self.env.max_steps}")
+            raise ConfigError(
+                f"env.max_steps: must be at least {min_steps} for the {self.workflow} workflow, "
+                f"got {self.env.max_steps}"
+            )
         if self.stage == "stage1" and self.variant != "full":
             raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; Stage I has only 'full'")
         if self.stage == "single":
@@ -245,16 +253,19 @@ class TrainConfig:
         if self.searcher_reward == "critic" and signal != "grpo_rs":
             raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
 
-
     def _validate_single(self) -> None:
         """The single agent trains on its outcome alone: no Teacher exists for it, and it has no
         Searchers for a Searcher signal or critic to reach."""
         if self.variant != "full":
             raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; stage 'single' has only 'full'")
         if self.teacher.source != "none":
-            raise ConfigError("teacher.source: stage 'single' has no Teacher (GRPO on the outcome only); set it to none")
+            raise ConfigError(
+                "teacher.source: stage 'single' has no Teacher (GRPO on the outcome only); set it to none"
+            )
         if self.advantage.kl_in_reward_coef > 0:
-            raise ConfigError("advantage.kl_in_reward_coef: stage 'single' has no KL-in-reward (no Teacher); set it to 0")
+            raise ConfigError(
+                "advantage.kl_in_reward_coef: stage 'single' has no KL-in-reward (no Teacher); set it to 0"
+            )
         if self.ppo.kl_loss_coef > 0:
             raise ConfigError("ppo.kl_loss_coef: stage 'single' has no KL reference (no Teacher); set it to 0")
         if self.searcher_reward != "env":

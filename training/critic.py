@@ -49,19 +49,20 @@ def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
     entries = []
     for index, call in enumerate(calls):
         report = reports.get((call["agent"], call["wave"]), {})
-        entries.append({
-            "sub_query": report.get("task", record["question"]),
-            "summary": report.get("text", ""),
-            "env_reward": record["rewards"]["searcher_calls"][index],
-            "bonus": record["rewards"]["search_bonus"][index],
-            "reported": bool(report),
-        })
+        entries.append(
+            {
+                "sub_query": report.get("task", record["question"]),
+                "summary": report.get("text", ""),
+                "env_reward": record["rewards"]["searcher_calls"][index],
+                "bonus": record["rewards"]["search_bonus"][index],
+                "reported": bool(report),
+            }
+        )
     return entries
 
 
 class PromptedCritic:
-    def __init__(self, policy: HFPolicy, config: CriticConfig,
-                 report_gold: Callable[[str, str], bool] | None = None):
+    def __init__(self, policy: HFPolicy, config: CriticConfig, report_gold: Callable[[str, str], bool] | None = None):
         self.policy = policy
         self.config = config
         self.report_gold = report_gold  # (sub_query, report) -> gold-correct; see the module doc
@@ -79,8 +80,12 @@ class PromptedCritic:
             for question, sub_query, summary in items
         ]
         results = self.policy.generate(
-            prompts, 1, seeds=[0] * len(prompts), temperature=0.0,
-            max_new_tokens=self.config.max_new_tokens, stop_strings=("</judge>",),
+            prompts,
+            1,
+            seeds=[0] * len(prompts),
+            temperature=0.0,
+            max_new_tokens=self.config.max_new_tokens,
+            stop_strings=("</judge>",),
         )
         texts = [tokenizer.decode(c[0].token_ids, skip_special_tokens=True) for c in results]
         self._last_texts = texts
@@ -89,13 +94,20 @@ class PromptedCritic:
     def searcher_rewards(self, records: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
         """R_S [B, G]: per trajectory, the mean over its Searcher calls of the critic reward."""
         entries = [[searcher_reports(record) for record in row] for row in records]
-        judged_entries = [(records[b][g], e) for b, row in enumerate(entries) for g, calls in enumerate(row)
-                          for e in calls if e["reported"]]
+        judged_entries = [
+            (records[b][g], e)
+            for b, row in enumerate(entries)
+            for g, calls in enumerate(row)
+            for e in calls
+            if e["reported"]
+        ]
         items = [(record["question"], e["sub_query"], e["summary"]) for record, e in judged_entries]
         self._last_texts = None
         judged = self.judge(items)
-        self.last_metrics = {**self._judge_metrics(judged_entries, judged, self._last_texts),
-                             "critic/judge_rate": sum(judged) / len(judged) if judged else 0.0}
+        self.last_metrics = {
+            **self._judge_metrics(judged_entries, judged, self._last_texts),
+            "critic/judge_rate": sum(judged) / len(judged) if judged else 0.0,
+        }
         verdicts = iter(judged)
         weights = self.config
         rewards = torch.zeros(len(records), len(records[0]))
@@ -108,13 +120,18 @@ class PromptedCritic:
                     if call["env_reward"] == FORMAT_PENALTY:
                         per_call.append(FORMAT_PENALTY)
                     else:
-                        per_call.append(weights.em_weight * em + weights.judge_weight * judge
-                                        + weights.bonus_weight * call["bonus"])
+                        per_call.append(
+                            weights.em_weight * em + weights.judge_weight * judge + weights.bonus_weight * call["bonus"]
+                        )
                 rewards[b, g] = sum(per_call) / len(per_call) if per_call else 0.0
         return rewards
 
-    def _judge_metrics(self, entries: Sequence[tuple[dict[str, Any], dict[str, Any]]], verdicts: Sequence[float],
-                       texts: Sequence[str] | None) -> dict[str, float]:
+    def _judge_metrics(
+        self,
+        entries: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+        verdicts: Sequence[float],
+        texts: Sequence[str] | None,
+    ) -> dict[str, float]:
         """``critic/format_rate``, ``critic/gold_rate``, ``critic/agreement`` (module doc); the
         first and last need the judge's texts (None when ``judge`` was replaced)."""
         if not entries:

@@ -71,8 +71,7 @@ class DistributedConfig:
 
     def __post_init__(self) -> None:
         if not self.fsdp and self.mixed_precision != "none":
-            raise ConfigError("mixed_precision: needs distributed.fsdp: true "
-                              "(without FSDP set model.dtype instead)")
+            raise ConfigError("mixed_precision: needs distributed.fsdp: true (without FSDP set model.dtype instead)")
         if not self.fsdp and self.cpu_offload:
             raise ConfigError("cpu_offload: needs distributed.fsdp: true")
         if self.timeout_s < 1:
@@ -172,8 +171,9 @@ def start(config: DistributedConfig, device: torch.device) -> tuple[DistributedC
     context = DistributedContext.from_env()
     launched = "RANK" in os.environ and "MASTER_ADDR" in os.environ
     if config.fsdp and not launched:
-        raise ConfigError("distributed.fsdp: launch with torchrun (torchrun --nproc_per_node N ...), "
-                          "also for a single GPU")
+        raise ConfigError(
+            "distributed.fsdp: launch with torchrun (torchrun --nproc_per_node N ...), also for a single GPU"
+        )
     if not launched or (context.world_size == 1 and not config.fsdp):
         return context, device
     if device.type == "cuda":
@@ -217,8 +217,9 @@ def shard_model(model: torch.nn.Module, config: DistributedConfig, device: torch
     block_names = set(getattr(policy, "_no_split_modules", None) or ())
     blocks = [m for m in policy.modules() if type(m).__name__ in block_names]
     if not blocks:
-        raise ValueError(f"distributed.fsdp: {type(policy).__name__} names no transformer blocks "
-                         f"(_no_split_modules) to shard")
+        raise ValueError(
+            f"distributed.fsdp: {type(policy).__name__} names no transformer blocks (_no_split_modules) to shard"
+        )
     for block in blocks:
         fully_shard(block, **options)
     fully_shard(model, **options)
@@ -228,8 +229,15 @@ def shard_model(model: torch.nn.Module, config: DistributedConfig, device: torch
     # FSDP2 sets itself up on the first forward, which must enter through the root; rollouts
     # would otherwise enter through a block first.
     with torch.no_grad():
-        model(TokenBatch(torch.zeros(1, 2, dtype=torch.long, device=device), torch.ones(1, 2, device=device),
-                         torch.tensor([[False, True]], device=device)), 1.0, False)
+        model(
+            TokenBatch(
+                torch.zeros(1, 2, dtype=torch.long, device=device),
+                torch.ones(1, 2, device=device),
+                torch.tensor([[False, True]], device=device),
+            ),
+            1.0,
+            False,
+        )
     model.reshard()  # the root keeps its weights gathered after a forward; the optimizer needs the shards
     return model
 
@@ -275,10 +283,14 @@ def full_model_state(scorer: PolicyScorer) -> dict[str, torch.Tensor] | None:
     # A tied weight (Qwen's lm_head = embed_tokens) is saved once, under its first name, as
     # save_pretrained does for an unsharded model.
     first_names: dict[int, str] = {}
-    tied = [name for name, parameter in scorer.model.named_parameters(remove_duplicate=False)
-            if first_names.setdefault(id(parameter), name) != name]
-    return {name: tensor for name, tensor in ((k.removeprefix("model."), v) for k, v in state.items())
-            if name not in tied}
+    tied = [
+        name
+        for name, parameter in scorer.model.named_parameters(remove_duplicate=False)
+        if first_names.setdefault(id(parameter), name) != name
+    ]
+    return {
+        name: tensor for name, tensor in ((k.removeprefix("model."), v) for k, v in state.items()) if name not in tied
+    }
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -287,8 +299,7 @@ def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) ->
         return optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    return get_optimizer_state_dict(model, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:

@@ -37,7 +37,9 @@ class RolloutError(RuntimeError):
 class RolloutWorker:
     """Runs inside a Ray actor process: a policy loaded from ``model_dir`` plus environments."""
 
-    def __init__(self, model_dir: str, workflow: str, env_kwargs: dict[str, Any], sampling: SamplingConfig, torch_threads: int):
+    def __init__(
+        self, model_dir: str, workflow: str, env_kwargs: dict[str, Any], sampling: SamplingConfig, torch_threads: int
+    ):
         import torch
 
         from agents.hf_policy import HFPolicy
@@ -76,8 +78,14 @@ class RayRolloutConfig:
 
 
 class RayRolloutCollector:
-    def __init__(self, model_dir: str | Path, workflow: str, sampling: SamplingConfig, run_dir: str | Path,
-                 config: RayRolloutConfig | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        workflow: str,
+        sampling: SamplingConfig,
+        run_dir: str | Path,
+        config: RayRolloutConfig | None = None,
+    ):
         import ray
 
         self.config = config or RayRolloutConfig()
@@ -107,8 +115,10 @@ class RayRolloutCollector:
                     parts[k] = ray.get(future)
                 except ray.exceptions.RayActorError as exc:
                     if restarts >= self.config.max_restarts:
-                        raise RolloutError(f"rollout shard {k} (questions {shards[k].start}–{shards[k].stop - 1}) "
-                                           f"failed after {restarts} worker restarts: {exc}") from exc
+                        raise RolloutError(
+                            f"rollout shard {k} (questions {shards[k].start}–{shards[k].stop - 1}) "
+                            f"failed after {restarts} worker restarts: {exc}"
+                        ) from exc
                     restarts += 1
                     self.workers[k] = self._start_worker()
                     futures[k] = self._submit(k, questions, shards[k], group_size, seed)

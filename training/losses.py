@@ -47,10 +47,7 @@ class NonFiniteError(FloatingPointError):
         self.tensor_name = tensor_name
         self.roles = roles
         self.count = count
-        super().__init__(
-            f"{tensor_name} has {count} non-finite (NaN or inf) value(s) "
-            f"in role(s): {', '.join(roles)}"
-        )
+        super().__init__(f"{tensor_name} has {count} non-finite (NaN or inf) value(s) in role(s): {', '.join(roles)}")
 
 
 def check_finite(
@@ -208,9 +205,7 @@ def aggregate_loss(
     scales the numerator only, so a weight-0 token adds nothing but still counts in the mean."""
     aggregation = lookup(LOSS_AGGREGATIONS, "loss_agg_mode", mode)
     if loss_mat.shape != loss_mask.shape:
-        raise ValueError(
-            f"loss_mask shape {list(loss_mask.shape)} != loss shape {list(loss_mat.shape)}"
-        )
+        raise ValueError(f"loss_mask shape {list(loss_mask.shape)} != loss shape {list(loss_mat.shape)}")
     weighted = masked_where(loss_mask, loss_mat)
     if weight is not None:
         weighted = weighted * weight
@@ -267,9 +262,9 @@ class PPOLossConfig:
     # rewards (``AdvantageConfig.kl_in_reward_coef``) and Searchers get no extra KL.
     kl_loss_coef: float = 0.0
     kl_loss_estimator: Literal["k1", "k2", "k3"] = "k3"
-    loss_agg_mode: Literal[
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-    ] = "token-mean"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
     # Per-role numerator weights, e.g. {"searcher": 0.0} for "w/o direct Searcher supervision".
     role_loss_weights: dict[str, float] = field(default_factory=dict)
 
@@ -279,9 +274,7 @@ class PPOLossConfig:
                 raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
         unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
         if unknown:
-            raise ConfigError(
-                f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}"
-            )
+            raise ConfigError(f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}")
 
 
 @dataclass
@@ -325,9 +318,7 @@ def ppo_loss(
         ("loss_mask", loss_mask),
     ):
         if tensor.shape != logprobs.shape:
-            raise ValueError(
-                f"{name} shape {list(tensor.shape)} != logprobs shape {list(logprobs.shape)}"
-            )
+            raise ValueError(f"{name} shape {list(tensor.shape)} != logprobs shape {list(logprobs.shape)}")
     check_role_ids(role_ids, num_sequences)
     mask = loss_mask.bool()
     for name, tensor in (
@@ -337,9 +328,7 @@ def ppo_loss(
     ):
         check_finite(name, tensor, role_ids=role_ids, mask=mask)
 
-    total_weight = role_loss_weight(role_ids, num_tokens, config.role_loss_weights).to(
-        logprobs.dtype
-    )
+    total_weight = role_loss_weight(role_ids, num_tokens, config.role_loss_weights).to(logprobs.dtype)
     if weight is not None:
         total_weight = total_weight * weight
 
@@ -369,9 +358,7 @@ def ppo_loss(
     if config.kl_loss_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_loss_coef > 0 needs the Teacher's `ref_logprobs`")
-        token_kl = kl_estimate(
-            masked_where(mask, logprobs), masked_where(mask, ref_logprobs), config.kl_loss_estimator
-        )
+        token_kl = kl_estimate(masked_where(mask, logprobs), masked_where(mask, ref_logprobs), config.kl_loss_estimator)
         check_finite("KL loss", token_kl, role_ids=role_ids, mask=mask)
         kl_loss = aggregate(token_kl)
         loss = loss + config.kl_loss_coef * kl_loss
@@ -395,9 +382,7 @@ def role_token_means(
         if count == 0:
             continue
         for metric, values in token_values.items():
-            metrics[f"{name}/{metric}"] = (
-                float(masked_where(role_mask, values.detach().float()).sum()) / count
-            )
+            metrics[f"{name}/{metric}"] = float(masked_where(role_mask, values.detach().float()).sum()) / count
     return metrics
 
 

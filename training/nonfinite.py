@@ -38,10 +38,13 @@ def step_tensors(
     tensors: dict[str, torch.Tensor | None] = {}
     if ppo is not None:
         tokens = ppo.tokens
-        tensors.update(role_ids=ppo.role_ids, old_logprobs=ppo.old_logprobs,
-                       teacher_logprobs=ppo.teacher_logprobs,
-                       token_advantages=ppo.advantages.token_advantages,
-                       sequence_advantages=ppo.advantages.sequence_advantages)
+        tensors.update(
+            role_ids=ppo.role_ids,
+            old_logprobs=ppo.old_logprobs,
+            teacher_logprobs=ppo.teacher_logprobs,
+            token_advantages=ppo.advantages.token_advantages,
+            sequence_advantages=ppo.advantages.sequence_advantages,
+        )
         for role, values in ppo.advantages.group_advantages.items():
             tensors[f"group_advantages/{role}"] = values
     elif rollout is not None:
@@ -49,8 +52,7 @@ def step_tensors(
         tensors.update(role_ids=rollout.role_ids(), old_logprobs=rollout.old_logprobs())
     else:
         return {}
-    tensors.update(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
-                   response_mask=tokens.response_mask)
+    tensors.update(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask, response_mask=tokens.response_mask)
     for name, values in (rewards or {}).items():
         tensors[f"rewards/{name}"] = values
     return {name: values.detach().cpu() for name, values in tensors.items() if values is not None}

@@ -23,14 +23,27 @@ from training.run_logging import METRICS_FILE, read_metrics
 
 # (title, y-axis label with its unit, [(metric key, legend label)])
 PANELS = (
-    ("Reward per role", "mean reward per workflow (unitless)",
-     [("reward/em", "team EM (R_EM)")] + [(f"reward/{role}", role) for role in ROLES]
-     + [("reward/searcher_critic", "searcher (critic)")]),
-    ("Exact match", "exact match (fraction of questions)",
-     [("reward/em", "team (max over candidates)"), ("em/answerer_candidates", "Answerer candidates"),
-      ("rollout/em_all_rounds", "team, all sampling rounds")]),
-    ("Search actions per workflow", "search actions per workflow (count)",
-     [("workflow/search_actions", "search actions"), ("workflow/searches_with_passages", "with passages")]),
+    (
+        "Reward per role",
+        "mean reward per workflow (unitless)",
+        [("reward/em", "team EM (R_EM)")]
+        + [(f"reward/{role}", role) for role in ROLES]
+        + [("reward/searcher_critic", "searcher (critic)")],
+    ),
+    (
+        "Exact match",
+        "exact match (fraction of questions)",
+        [
+            ("reward/em", "team (max over candidates)"),
+            ("em/answerer_candidates", "Answerer candidates"),
+            ("rollout/em_all_rounds", "team, all sampling rounds"),
+        ],
+    ),
+    (
+        "Search actions per workflow",
+        "search actions per workflow (count)",
+        [("workflow/search_actions", "search actions"), ("workflow/searches_with_passages", "with passages")],
+    ),
     ("Policy entropy", "entropy (nats per token)", [(f"{role}/entropy", role) for role in ROLES]),
 )
 LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)))
@@ -93,9 +106,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         raise ValueError(f"{run_dir}: metrics.jsonl holds none of the plotted metrics")
     columns = 1 if len(panels) == 1 else 2
     grid_rows = -(-len(panels) // columns)
-    figure, axes = plt.subplots(grid_rows, columns, figsize=(7.5 * columns, 3.6 * grid_rows),
-                                constrained_layout=True, squeeze=False)
-    for axis in axes.flat[len(panels):]:
+    figure, axes = plt.subplots(
+        grid_rows, columns, figsize=(7.5 * columns, 3.6 * grid_rows), constrained_layout=True, squeeze=False
+    )
+    for axis in axes.flat[len(panels) :]:
         figure.delaxes(axis)
     for axis, (title, ylabel, present) in zip(axes.flat, panels):
         for index, (label, steps, values) in enumerate(present):
@@ -103,19 +117,35 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             window = max(1, round(len(values) / 10))
             if window > 1:
                 axis.plot(steps, values, linestyle="none", marker=".", markersize=4, alpha=0.25, color=color)
-                axis.plot(steps, smooth(values, window), color=color, linestyle=LINE_STYLES[index % len(LINE_STYLES)],
-                          linewidth=1.6, label=f"{label} (mean of {window} steps)")
+                axis.plot(
+                    steps,
+                    smooth(values, window),
+                    color=color,
+                    linestyle=LINE_STYLES[index % len(LINE_STYLES)],
+                    linewidth=1.6,
+                    label=f"{label} (mean of {window} steps)",
+                )
             else:
-                axis.plot(steps, values, color=color, linestyle=LINE_STYLES[index % len(LINE_STYLES)],
-                          marker="o", markersize=3, linewidth=1.4, label=label)
+                axis.plot(
+                    steps,
+                    values,
+                    color=color,
+                    linestyle=LINE_STYLES[index % len(LINE_STYLES)],
+                    marker="o",
+                    markersize=3,
+                    linewidth=1.4,
+                    label=label,
+                )
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("training step")
         axis.set_ylabel(ylabel)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    figure.suptitle(f"Learning curves: {'/'.join(run_dir.resolve().parts[-2:])} "
-                    f"(steps {int(rows[0]['step'])}–{int(rows[-1]['step'])})")
+    figure.suptitle(
+        f"Learning curves: {'/'.join(run_dir.resolve().parts[-2:])} "
+        f"(steps {int(rows[0]['step'])}–{int(rows[-1]['step'])})"
+    )
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return out

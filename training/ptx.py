@@ -51,8 +51,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         valid_text = isinstance(row, dict) and isinstance(row.get("text"), str)
         valid_chat = isinstance(row, dict) and isinstance(row.get("messages"), list)
         if not (valid_text or valid_chat):
-            raise ConfigError(f"ptx.data: {path} line {number} has neither a \"text\" string "
-                              f"nor a \"messages\" list")
+            raise ConfigError(f'ptx.data: {path} line {number} has neither a "text" string nor a "messages" list')
         rows.append(row)
     return rows
 
@@ -64,12 +63,14 @@ class PtxData:
     weight is 0 ("w/o direct Searcher supervision"), so no term gives such a role's tokens gradient.
     """
 
-    def __init__(self, path: str | Path, tokenizer, seq_len: int, batch_size: int,
-                 skip_roles: Sequence[str] = ()):
+    def __init__(self, path: str | Path, tokenizer, seq_len: int, batch_size: int, skip_roles: Sequence[str] = ()):
         rows = read_rows(path)
         texts = [row["text"] for row in rows if "text" in row]
-        chats = [encode_call(tokenizer, row["messages"], row.get("role", "")) for row in rows
-                 if "messages" in row and row.get("role") not in skip_roles]
+        chats = [
+            encode_call(tokenizer, row["messages"], row.get("role", ""))
+            for row in rows
+            if "messages" in row and row.get("role") not in skip_roles
+        ]
         self.examples = language_model_windows(texts, tokenizer, seq_len) + [c for c in chats if len(c) <= seq_len]
         if not self.examples:
             raise ConfigError(f"ptx.data: {path} gives no example of at most ptx.seq_len = {seq_len} tokens")

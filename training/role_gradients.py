@@ -19,8 +19,10 @@ def role_gradient_norms(trainer, batch: PPOBatch) -> dict[str, float]:
     """``{"searcher": ‖∇‖, "leader_answerer": ‖∇‖}`` of ``trainer``'s PPO loss on ``batch``
     (configure the entropy bonus and other extras off to see the surrogate alone)."""
     advantages = batch.advantages.token_advantages
-    groups = {"searcher": batch.role_ids == SEARCHER,
-              "leader_answerer": (batch.role_ids == LEADER) | (batch.role_ids == ANSWERER)}
+    groups = {
+        "searcher": batch.role_ids == SEARCHER,
+        "leader_answerer": (batch.role_ids == LEADER) | (batch.role_ids == ANSWERER),
+    }
     rows = torch.arange(batch.num_sequences)
     norms = {}
     trainer.model.train()

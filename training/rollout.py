@@ -90,8 +90,9 @@ class TeamBatch:
         position = {b: new for new, b in enumerate(groups)}
         sequences = [replace(s, group=position[s.group]) for s in self.sequences if s.group in position]
         sequences.sort(key=lambda s: (s.group, s.trajectory))
-        return TeamBatch([self.questions[b] for b in groups], self.group_size, sequences,
-                         [self.records[b] for b in groups])
+        return TeamBatch(
+            [self.questions[b] for b in groups], self.group_size, sequences, [self.records[b] for b in groups]
+        )
 
     def informative_groups(self) -> list[int]:
         """The questions whose G trajectories do not all reach the same R_EM. The others give every
@@ -117,8 +118,12 @@ def concat_batches(batches: Sequence[TeamBatch]) -> TeamBatch:
     for batch in batches:
         sequences += [replace(s, group=s.group + offset) for s in batch.sequences]
         offset += len(batch.questions)
-    return TeamBatch([q for b in batches for q in b.questions], batches[0].group_size, sequences,
-                     [row for b in batches for row in b.records])
+    return TeamBatch(
+        [q for b in batches for q in b.questions],
+        batches[0].group_size,
+        sequences,
+        [row for b in batches for row in b.records],
+    )
 
 
 def _call_seed(seed: int, group_key: int, trajectory: int, call_id: str, turn: int) -> int:
@@ -151,7 +156,9 @@ class TeamRolloutCollector:
         self.tokenizer = policy.tokenizer
         self.fixed_policies = dict(fixed_policies or {})
 
-    def collect(self, questions: Sequence[Question], group_size: int, seed: int, group_keys: Sequence[int] | None = None) -> TeamBatch:
+    def collect(
+        self, questions: Sequence[Question], group_size: int, seed: int, group_keys: Sequence[int] | None = None
+    ) -> TeamBatch:
         """``group_keys`` (default: positions) identify questions in seeds; pass dataset indices
         to make a question's trajectories independent of the batch it is drawn in."""
         if group_size < 1 or not questions:
@@ -234,7 +241,9 @@ class TeamRolloutCollector:
                     sequences.append(sequence)
             else:
                 for j, candidate in enumerate(candidates):
-                    branch = CallSequence(sequence.group, sequence.trajectory, sequence.role, sequence.agent, sequence.call_id, j)
+                    branch = CallSequence(
+                        sequence.group, sequence.trajectory, sequence.role, sequence.agent, sequence.call_id, j
+                    )
                     branch.extend(prompt, generated=False)
                     branch.extend(candidate.token_ids, True, candidate.logprobs)
                     branch.turns = 1

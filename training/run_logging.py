@@ -65,17 +65,28 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
         match = _TORN_STEP.match(torn)
         if match is None or int(match.group(1)) <= last_step:
             step = match.group(1) if match else "unknown"
-            logger.warning("%s: the last line (step %s) was cut short and is dropped; the checkpoint of "
-                           "step %d exists, so that row will not be logged again", path, step, last_step)
+            logger.warning(
+                "%s: the last line (step %s) was cut short and is dropped; the checkpoint of "
+                "step %d exists, so that row will not be logged again",
+                path,
+                step,
+                last_step,
+            )
     kept = [row for row in _parse_rows(path, text) if row.get("step", 0) <= last_step]
     # whole or not at all, so that a crash now cannot lose the rows being kept
     write_text_atomically(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, wandb: bool = False,
-                 wandb_project: str = "multiagent-opd", config: dict[str, Any] | None = None,
-                 keep_samples: int = 0):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "multiagent-opd",
+        config: dict[str, Any] | None = None,
+        keep_samples: int = 0,
+    ):
         self.run_dir = Path(run_dir)
         self.keep_samples = keep_samples  # 0: keep every sample file
         self.run_dir.mkdir(parents=True, exist_ok=True)

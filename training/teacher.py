@@ -82,9 +82,16 @@ class Teacher:
     tree's last layer at the tokens that predict a scored token only.
     """
 
-    def __init__(self, model: torch.nn.Module, temperature: float = 1.0, chunk_tokens: int = 4096,
-                 max_batch_tokens: int | None = None, share_prefixes: bool = True,
-                 pack_tokens: int | None = None, tree_block: int = 256):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        temperature: float = 1.0,
+        chunk_tokens: int = 4096,
+        max_batch_tokens: int | None = None,
+        share_prefixes: bool = True,
+        pack_tokens: int | None = None,
+        tree_block: int = 256,
+    ):
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.chunk_tokens = chunk_tokens
@@ -93,16 +100,21 @@ class Teacher:
         self.max_batch_tokens = default_forward_tokens(model) if max_batch_tokens is None else max_batch_tokens
         attention = getattr(model.config, "_attn_implementation", None) or "eager"
         self.share_prefixes = share_prefixes and attention in TREE_ATTENTION
-        self.pack_tokens = min(break_even_pack_tokens(model.config), self.max_batch_tokens) \
-            if pack_tokens is None else pack_tokens
+        self.pack_tokens = (
+            min(break_even_pack_tokens(model.config), self.max_batch_tokens) if pack_tokens is None else pack_tokens
+        )
         self.tree_block = tree_block
         self.cache_keyword = _cache_keyword(model.base_model)
         self.last_layer_at_predictors = is_plain_decoder(model)
 
     @torch.inference_mode()
-    def score(self, batch: TokenBatch, with_entropy: bool = False,
-              rows: torch.Tensor | Sequence[int] | None = None,
-              share_keys: Sequence[int] | None = None) -> TokenScores:
+    def score(
+        self,
+        batch: TokenBatch,
+        with_entropy: bool = False,
+        rows: torch.Tensor | Sequence[int] | None = None,
+        share_keys: Sequence[int] | None = None,
+    ) -> TokenScores:
         """log π_T at every response-masked token of ``batch`` (0 elsewhere), optionally entropy.
 
         ``rows`` (indices or a boolean mask) limits the scoring to those rows; the others hold 0.
@@ -141,12 +153,15 @@ class Teacher:
         start = 0
         while start < len(order):
             count = max(1, self.max_batch_tokens // max(int(lengths[order[start]]), 1))
-            rows = order[start:start + count]
+            rows = order[start : start + count]
             columns = batch.attention_mask[rows].any(dim=0).nonzero().squeeze(1)
             span = slice(int(columns.min()), int(columns.max()) + 1) if len(columns) else slice(0, 1)
-            group = TokenBatch(batch.input_ids[rows, span], batch.attention_mask[rows, span],
-                               batch.response_mask[rows, span])
-            scores = score_tokens(self.model, group.to(device), self.temperature, entropy is not None, self.chunk_tokens)
+            group = TokenBatch(
+                batch.input_ids[rows, span], batch.attention_mask[rows, span], batch.response_mask[rows, span]
+            )
+            scores = score_tokens(
+                self.model, group.to(device), self.temperature, entropy is not None, self.chunk_tokens
+            )
             logprobs[rows, span] = scores.logprobs.cpu()
             if entropy is not None:
                 entropy[rows, span] = scores.entropy.cpu()
@@ -158,7 +173,7 @@ class Teacher:
         start = 0
         while start < len(packs):
             count = max(1, self.max_batch_tokens // len(packs[start].ids))
-            self._score_tree_batch(batch, packs[start:start + count], logprobs, entropy)
+            self._score_tree_batch(batch, packs[start : start + count], logprobs, entropy)
             start += count
 
     def _score_tree_batch(self, batch, packs, logprobs, entropy) -> None:
@@ -173,9 +188,9 @@ class Teacher:
         ends = torch.arange(1, width + 1).repeat(len(packs), 1)  # padding: a subtree of itself alone
         where_batch, where_node, out_rows, out_cols = [], [], [], []
         for i, pack in enumerate(packs):
-            ids[i, :len(pack.ids)] = torch.tensor(pack.ids)
-            positions[i, :len(pack.ids)] = torch.tensor(pack.positions)
-            ends[i, :len(pack.ids)] = torch.tensor(pack.subtree_ends())
+            ids[i, : len(pack.ids)] = torch.tensor(pack.ids)
+            positions[i, : len(pack.ids)] = torch.tensor(pack.positions)
+            ends[i, : len(pack.ids)] = torch.tensor(pack.subtree_ends())
             for row, path in pack.paths.items():
                 columns = batch.response_mask[row].nonzero().squeeze(1)
                 # Token t of the row is predicted by the hidden state of its token t - 1.
@@ -197,13 +212,19 @@ class Teacher:
             block = slice(start, min(start + self.tree_block, width))
             cache.block = block
             queries = torch.arange(block.start, block.stop, device=device).expand(len(packs), -1)
-            mask = self._attend_prefixes(cache, queries, ends[:, :block.stop])
+            mask = self._attend_prefixes(cache, queries, ends[:, : block.stop])
             if self.last_layer_at_predictors:
                 hidden.append(layers_but_last(model, ids[:, block], positions[:, block], mask, cache))
             else:
-                hidden.append(model.base_model(
-                    input_ids=ids[:, block], position_ids=positions[:, block], attention_mask=mask,
-                    use_cache=True, **{self.cache_keyword: cache}).last_hidden_state)
+                hidden.append(
+                    model.base_model(
+                        input_ids=ids[:, block],
+                        position_ids=positions[:, block],
+                        attention_mask=mask,
+                        use_cache=True,
+                        **{self.cache_keyword: cache},
+                    ).last_hidden_state
+                )
         hidden = torch.cat(hidden, dim=1)
         out_rows, out_cols = torch.cat(out_rows), torch.cat(out_cols)
         where_batch, where_node = torch.tensor(where_batch, device=device), torch.tensor(where_node, device=device)
@@ -215,8 +236,10 @@ class Teacher:
         head = model.get_output_embeddings()
         values, entropies = [], []
         for start in range(0, len(targets), self.chunk_tokens):
-            chunk_logprobs = torch.log_softmax(head(predictors[start:start + self.chunk_tokens]).float() / scale, dim=-1)
-            values.append(chunk_logprobs.gather(1, targets[start:start + self.chunk_tokens, None]).squeeze(1))
+            chunk_logprobs = torch.log_softmax(
+                head(predictors[start : start + self.chunk_tokens]).float() / scale, dim=-1
+            )
+            values.append(chunk_logprobs.gather(1, targets[start : start + self.chunk_tokens, None]).squeeze(1))
             if entropy is not None:
                 entropies.append(-(chunk_logprobs.exp() * chunk_logprobs).sum(dim=-1))
         logprobs.index_put_((out_rows, out_cols), torch.cat(values).cpu())
@@ -336,8 +359,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
-                 pack_tokens: int) -> list[_TokenTree]:
+def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None, pack_tokens: int) -> list[_TokenTree]:
     """Token trees of the rows (with equal ``keys``, if given) of at most ``pack_tokens`` nodes (a
     longer row is a tree of its own); a row that shares no prefix with its neighbours is a tree of
     one row. A row's real tokens must be contiguous (``pad_batch`` pads on one side)."""
@@ -346,7 +368,8 @@ def _token_trees(batch: TokenBatch, rows: list[int], keys: Sequence[int] | None,
         real = batch.attention_mask[row].nonzero().squeeze(1)
         first, end = int(real.min()), int(real.max()) + 1
         by_key.setdefault(keys[row] if keys is not None else None, []).append(
-            (batch.input_ids[row, first:end].tolist(), row, first))
+            (batch.input_ids[row, first:end].tolist(), row, first)
+        )
     trees = []
     for members in by_key.values():
         # Sorted by tokens, a row's longest common prefix with any earlier row is the one with the

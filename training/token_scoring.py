@@ -111,9 +111,9 @@ def score_tokens(
 
     logprob_chunks, entropy_chunks = [], []
     for start in range(0, len(targets), chunk_tokens):
-        logits = head(predictors[start:start + chunk_tokens]).float() / scale
+        logits = head(predictors[start : start + chunk_tokens]).float() / scale
         logprobs = torch.log_softmax(logits, dim=-1)
-        logprob_chunks.append(logprobs.gather(1, targets[start:start + chunk_tokens, None]).squeeze(1))
+        logprob_chunks.append(logprobs.gather(1, targets[start : start + chunk_tokens, None]).squeeze(1))
         if with_entropy:
             entropy_chunks.append(-(logprobs.exp() * logprobs).sum(dim=-1))
 

@@ -135,8 +135,11 @@ def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> Non
 
 
 def load_teacher(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> Teacher | None:
-    needs_scores = config.advantage.searcher_signal == "opd" or config.advantage.kl_in_reward_coef > 0 \
+    needs_scores = (
+        config.advantage.searcher_signal == "opd"
+        or config.advantage.kl_in_reward_coef > 0
         or config.ppo.kl_loss_coef > 0
+    )
     if config.teacher.source == "none" or not needs_scores:
         return None
     if config.teacher.source == "base_model":
@@ -227,8 +230,9 @@ def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
         "answerer": answerer,
         "candidate_mask": candidate_mask,
         # R_S of a trajectory: the mean over its Searcher calls (0 when it made none)
-        "searcher": torch.tensor([[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0
-                                   for r in row] for row in rewards]),
+        "searcher": torch.tensor(
+            [[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0 for r in row] for row in rewards]
+        ),
         "solver": torch.tensor([[r["solver"] for r in row] for row in rewards]) if has_solver else None,
     }
 
@@ -239,7 +243,8 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
     metrics = {
         "reward/em": float(rewards["em"].mean()),
         "reward/answerer": float(rewards["answerer"][rewards["candidate_mask"]].mean())
-        if rewards["candidate_mask"].any() else 0.0,
+        if rewards["candidate_mask"].any()
+        else 0.0,
         "reward/searcher": float(rewards["searcher"].mean()),
         "em/answerer_candidates": float(np.mean([s for r in records for s in r["candidate_scores"]] or [0.0])),
     }
@@ -247,8 +252,16 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         metrics["reward/leader"] = float(rewards["leader"].mean())
     if rewards.get("solver") is not None:
         metrics["reward/solver"] = float(rewards["solver"].mean())
-    for counter in ("search_actions", "searches_with_passages", "reports", "format_failures",
-                    "delegation_rounds", "task_assignments", "tool_steps", "env_steps"):
+    for counter in (
+        "search_actions",
+        "searches_with_passages",
+        "reports",
+        "format_failures",
+        "delegation_rounds",
+        "task_assignments",
+        "tool_steps",
+        "env_steps",
+    ):
         metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
     for role in ROLES:
         sequences = [s for s in batch.sequences if s.role == role]
@@ -261,8 +274,9 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
 def _rows(tokens: TokenBatch, rows: torch.Tensor, trim: bool) -> tuple[TokenBatch, int]:
     """The given rows of a right-padded batch, cut to their longest row unless ``trim`` is off."""
     width = int(tokens.attention_mask[rows].sum(dim=-1).max()) if trim else tokens.input_ids.shape[1]
-    return TokenBatch(tokens.input_ids[rows, :width], tokens.attention_mask[rows, :width],
-                      tokens.response_mask[rows, :width]), width
+    return TokenBatch(
+        tokens.input_ids[rows, :width], tokens.attention_mask[rows, :width], tokens.response_mask[rows, :width]
+    ), width
 
 
 def _denominator(mode: str, mask: torch.Tensor) -> float:
@@ -286,8 +300,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.dist, self.device = distributed.start(config.distributed, resolve_device(config.model.device))
         if config.rollout.batch_size < self.dist.world_size:
-            raise ConfigError(f"rollout.batch_size: {config.rollout.batch_size} questions cannot be shared "
-                              f"by {self.dist.world_size} ranks (each needs at least one)")
+            raise ConfigError(
+                f"rollout.batch_size: {config.rollout.batch_size} questions cannot be shared "
+                f"by {self.dist.world_size} ranks (each needs at least one)"
+            )
         model_path = Path(checkpoint) if checkpoint is not None else None
         self.model, self.tokenizer = load_policy_model(config.model, self.device, model_path)
         if self.tokenizer.pad_token_id is None:
@@ -298,15 +314,26 @@ class Trainer:
         if config.distributed.fsdp:
             distributed.shard_model(self.scorer, config.distributed, self.device)
         sampling = SamplingConfig(
-            temperature=config.rollout.temperature, top_p=config.rollout.top_p,
-            max_new_tokens=config.rollout.max_new_tokens, max_input_tokens=config.rollout.max_input_tokens,
+            temperature=config.rollout.temperature,
+            top_p=config.rollout.top_p,
+            max_new_tokens=config.rollout.max_new_tokens,
+            max_input_tokens=config.rollout.max_input_tokens,
         )
-        self.policy = HFPolicy(self.model, self.tokenizer, sampling, seed=config.seed,
-                               max_batch_size=config.rollout.generation_batch_size,
-                               engine=config.rollout.decode_engine, compile=config.rollout.decode_compile)
+        self.policy = HFPolicy(
+            self.model,
+            self.tokenizer,
+            sampling,
+            seed=config.seed,
+            max_batch_size=config.rollout.generation_batch_size,
+            engine=config.rollout.decode_engine,
+            compile=config.rollout.decode_compile,
+        )
         self.teacher = load_teacher(config, self.tokenizer, self.device)
-        self.critic = (PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
-                       if config.searcher_reward == "critic" else None)
+        self.critic = (
+            PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
+            if config.searcher_reward == "critic"
+            else None
+        )
         self.make_env = env_factory(config)
         questions = self.make_env().questions[config.rollout.first_question :][: config.rollout.max_questions]
         self.loader = QuestionLoader(questions, config.rollout.batch_size, config.seed)
@@ -315,7 +342,9 @@ class Trainer:
         unweighted = [role for role, weight in config.ppo.role_loss_weights.items() if weight == 0]
         self.ptx = PtxData(ptx.data, self.tokenizer, ptx.seq_len, ptx.batch_size, unweighted) if ptx.coef > 0 else None
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.optim.lr, betas=tuple(config.optim.betas),
+            self.model.parameters(),
+            lr=config.optim.lr,
+            betas=tuple(config.optim.betas),
             weight_decay=config.optim.weight_decay,
         )
         self.step = 0
@@ -348,8 +377,15 @@ class Trainer:
         saved = None
         if self.dist.is_main:
             model = self.model if weights is None else _GatheredWeights(self.model, weights)
-            saved = save_checkpoint(run_dir or self.config.run_dir, self.step, model, self.tokenizer,
-                                    state, self.config, self.config.checkpoint.keep_last)
+            saved = save_checkpoint(
+                run_dir or self.config.run_dir,
+                self.step,
+                model,
+                self.tokenizer,
+                state,
+                self.config,
+                self.config.checkpoint.keep_last,
+            )
         self.dist.barrier()
         return saved
 
@@ -367,9 +403,12 @@ class Trainer:
         questions, indices = self.loader.next_batch()
         self.model.eval()
         with distributed.generation_weights(self.scorer):
-            return self.collector.collect(self.dist.shard(questions), self.config.rollout.group_size,
-                                          seed=self._seed_for(0, sampling_round),
-                                          group_keys=self.dist.shard(indices))
+            return self.collector.collect(
+                self.dist.shard(questions),
+                self.config.rollout.group_size,
+                seed=self._seed_for(0, sampling_round),
+                group_keys=self.dist.shard(indices),
+            )
 
     def collect(self) -> tuple[TeamBatch, dict[str, float]]:
         """The step's rollouts, and how many of their questions carry an outcome signal.
@@ -417,14 +456,26 @@ class Trainer:
         if self.teacher is not None:
             started = time.perf_counter()
             # Only the rows a loss reads: Searchers for OPD, Leaders/Answerers for the KL-in-reward.
-            rows = teacher_rows(role_ids, self.config.advantage.searcher_signal == "opd",
-                                self.config.advantage.kl_in_reward_coef > 0, self.config.ppo.kl_loss_coef > 0)
-            teacher_logprobs = self.teacher.score(tokens, rows=rows,
-                                                  share_keys=[s.group for s in batch.sequences]).logprobs.cpu()
+            rows = teacher_rows(
+                role_ids,
+                self.config.advantage.searcher_signal == "opd",
+                self.config.advantage.kl_in_reward_coef > 0,
+                self.config.ppo.kl_loss_coef > 0,
+            )
+            teacher_logprobs = self.teacher.score(
+                tokens, rows=rows, share_keys=[s.group for s in batch.sequences]
+            ).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
-            metrics.update(searcher_divergence_metrics(
-                tokens.input_ids, tokens.response_mask, role_ids, old_logprobs, teacher_logprobs,
-                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)))
+            metrics.update(
+                searcher_divergence_metrics(
+                    tokens.input_ids,
+                    tokens.response_mask,
+                    role_ids,
+                    old_logprobs,
+                    teacher_logprobs,
+                    lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                )
+            )
         group_size = batch.group_size
         advantages = team_token_advantages(
             role_ids=role_ids,
@@ -448,8 +499,9 @@ class Trainer:
         ppo = self.config.ppo
         tokens, width = _rows(batch.tokens, rows, trim=ppo.loss_agg_mode != "seq-mean-token-sum-norm")
         with torch.set_grad_enabled(with_grad):
-            logprobs, entropy = self.scorer(tokens.to(self.device), self.config.rollout.temperature,
-                                            with_entropy=ppo.entropy_coef > 0)
+            logprobs, entropy = self.scorer(
+                tokens.to(self.device), self.config.rollout.temperature, with_entropy=ppo.entropy_coef > 0
+            )
             teacher = batch.teacher_logprobs
             tensors = {
                 "logprobs": logprobs,
@@ -461,8 +513,13 @@ class Trainer:
                 "ref_logprobs": teacher[rows, :width].to(self.device) if teacher is not None else None,
             }
             terms = ppo_loss(
-                tensors["logprobs"], tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
-                tensors["role_ids"], ppo, entropy=tensors["entropy"],
+                tensors["logprobs"],
+                tensors["old_logprobs"],
+                tensors["advantages"],
+                tensors["loss_mask"],
+                tensors["role_ids"],
+                ppo,
+                entropy=tensors["entropy"],
                 ref_logprobs=tensors["ref_logprobs"] if ppo.kl_loss_coef > 0 else None,
             )
         return terms, tensors
@@ -513,8 +570,13 @@ class Trainer:
                     if terms.entropy is not None:
                         entropies.append(float(terms.entropy.detach()))
                     metrics = ppo_role_metrics(
-                        tensors["role_ids"], tensors["loss_mask"], tensors["logprobs"], tensors["old_logprobs"],
-                        tensors["advantages"], terms, ref_logprobs=tensors["ref_logprobs"],
+                        tensors["role_ids"],
+                        tensors["loss_mask"],
+                        tensors["logprobs"],
+                        tensors["old_logprobs"],
+                        tensors["advantages"],
+                        terms,
+                        ref_logprobs=tensors["ref_logprobs"],
                         entropy=tensors["entropy"],
                     )
                     for name, value in metrics.items():
@@ -568,8 +630,9 @@ class Trainer:
         update_started = time.perf_counter()
         metrics.update(self.update(ppo_batch))
         searcher_tokens = (ppo_batch.role_ids == SEARCHER)[:, None] & ppo_batch.tokens.response_mask
-        metrics["searcher/token_advantage_abs"] = float(
-            ppo_batch.advantages.token_advantages[searcher_tokens].abs().mean()) if searcher_tokens.any() else 0.0
+        metrics["searcher/token_advantage_abs"] = (
+            float(ppo_batch.advantages.token_advantages[searcher_tokens].abs().mean()) if searcher_tokens.any() else 0.0
+        )
         self.step += 1
         self.last_batch = batch
         metrics["time/rollout_s"] = rollout_s
@@ -580,10 +643,14 @@ class Trainer:
     def save_nonfinite(self, run_dir: str | Path, error: Exception) -> Path:
         """Save the failed step's inputs under ``run_dir/nonfinite/``; returns the ``.pt`` path."""
         rollout = self.step_inputs.get("rollout")
-        tensors = step_tensors(rollout, self.step_inputs.get("rewards"), self.step_inputs.get("ppo"),
-                               self.tokenizer.pad_token_id)
+        tensors = step_tensors(
+            rollout, self.step_inputs.get("rewards"), self.step_inputs.get("ppo"), self.tokenizer.pad_token_id
+        )
         return save_nonfinite_step(
-            run_dir, self.step + 1, error, tensors,
+            run_dir,
+            self.step + 1,
+            error,
+            tensors,
             records=rollout.records if rollout is not None else None,
             questions=[q.question for q in rollout.questions] if rollout is not None else [],
         )
@@ -627,8 +694,10 @@ def train_stage(config: TrainConfig, resume: bool | None = None, check_config: b
         raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
     changed = changes_since(config, run_dir) if checkpoint is not None and check_config else []
     if changed:
-        raise ConfigError(f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
-                          f"resumes only under the config that made it: restore those settings or pick another run_dir")
+        raise ConfigError(
+            f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
+            f"resumes only under the config that made it: restore those settings or pick another run_dir"
+        )
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(config, run_dir / "config.yaml")
@@ -637,10 +706,20 @@ def train_stage(config: TrainConfig, resume: bool | None = None, check_config: b
         # rows after the restored step (all of them when no checkpoint survived) are logged again
         truncate_metrics(run_dir, trainer.step)
     log = config.logging
-    logger = None if not main else MetricsLogger(run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config),
-                           keep_samples=log.keep_samples)
-    progress = tqdm(total=config.steps, initial=trainer.step, disable=not (log.progress and main),
-                    desc=f"{config.stage} {config.variant}", unit="step")
+    logger = (
+        None
+        if not main
+        else MetricsLogger(
+            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config), keep_samples=log.keep_samples
+        )
+    )
+    progress = tqdm(
+        total=config.steps,
+        initial=trainer.step,
+        disable=not (log.progress and main),
+        desc=f"{config.stage} {config.variant}",
+        unit="step",
+    )
     try:
         while trainer.step < config.steps:
             try:

@@ -73,7 +73,9 @@ def _answers(*groups: Any) -> tuple[str, ...]:
 def _question(qid: Any, text: str, answers: tuple[str, ...], where: str, **metadata: Any) -> Question:
     if not answers:
         raise DatasetError(f"{where}: no answer")
-    return Question.from_dict({"id": str(qid), "question": text, "golden_answers": list(answers), "metadata": metadata}, where)
+    return Question.from_dict(
+        {"id": str(qid), "question": text, "golden_answers": list(answers), "metadata": metadata}, where
+    )
 
 
 def convert_flashrag(path: Path) -> Iterator[Example]:
@@ -86,11 +88,16 @@ def convert_hotpotqa(path: Path) -> Iterator[Example]:
     for where, row in _rows(path):
         context = _field(row, "context", where, dict)
         paragraphs = tuple(
-            (title, "".join(sentences)) for title, sentences in zip(context.get("title", []), context.get("sentences", []))
+            (title, "".join(sentences))
+            for title, sentences in zip(context.get("title", []), context.get("sentences", []))
         )
         question = _question(
-            _field(row, "id", where), _field(row, "question", where), _answers(_field(row, "answer", where)),
-            where, type=row.get("type"), level=row.get("level"),
+            _field(row, "id", where),
+            _field(row, "question", where),
+            _answers(_field(row, "answer", where)),
+            where,
+            type=row.get("type"),
+            level=row.get("level"),
         )
         yield Example(question, paragraphs)
 
@@ -104,7 +111,11 @@ def convert_2wiki(path: Path) -> Iterator[Example]:
             raise DatasetError(f"{where}: field 'context' must be a list of [title, sentences]")
         paragraphs = tuple((title, " ".join(sentences)) for title, sentences in context)
         question = _question(
-            qid, _field(row, "question", where), _answers(_field(row, "answer", where)), where, type=row.get("type"),
+            qid,
+            _field(row, "question", where),
+            _answers(_field(row, "answer", where)),
+            where,
+            type=row.get("type"),
         )
         yield Example(question, paragraphs)
 
@@ -130,7 +141,9 @@ def convert_musique(path: Path) -> Iterator[Example]:
         paragraphs = _paragraphs(_field(row, "paragraphs", where, list), "title", "paragraph_text", where)
         aliases = _string_list(row.get("answer_aliases", []), where, "answer_aliases")
         question = _question(
-            _field(row, "id", where), _field(row, "question", where), _answers(_field(row, "answer", where), aliases),
+            _field(row, "id", where),
+            _field(row, "question", where),
+            _answers(_field(row, "answer", where), aliases),
             where,
         )
         yield Example(question, paragraphs)
@@ -142,8 +155,12 @@ def convert_popqa(path: Path) -> Iterator[Example]:
         answers = _string_list(_field(row, "possible_answers", where, (str, list)), where, "possible_answers")
         paragraphs = _paragraphs(row.get("paragraphs", []), "title", "text", where)
         question = _question(
-            _field(row, "id", where, (str, int)), _field(row, "question", where), _answers(answers),
-            where, prop=row.get("prop"), s_pop=row.get("s_pop"),
+            _field(row, "id", where, (str, int)),
+            _field(row, "question", where),
+            _answers(answers),
+            where,
+            prop=row.get("prop"),
+            s_pop=row.get("s_pop"),
         )
         yield Example(question, paragraphs)
 
@@ -152,7 +169,10 @@ def convert_bamboogle_decomposed(path: Path) -> Iterator[Example]:
     """Bamboogle with gold two-step decompositions; ids are the 0-based item positions."""
     for index, (where, row) in enumerate(_rows(path)):
         question = _question(
-            index, _field(row, "Question", where), _answers(_field(row, "Answer", where)), where,
+            index,
+            _field(row, "Question", where),
+            _answers(_field(row, "Answer", where)),
+            where,
             decomposition=[row.get("Q1"), row.get("Q2")],
         )
         yield Example(question)
@@ -162,7 +182,9 @@ def convert_dpr_nq(path: Path) -> Iterator[Example]:
     """DPR NQ: ``answers`` list and ``positive_ctxs`` [{title, text}]; ids are item positions."""
     for index, (where, row) in enumerate(_rows(path)):
         paragraphs = _paragraphs(_field(row, "positive_ctxs", where, list), "title", "text", where)
-        question = _question(index, _field(row, "question", where), _answers(_field(row, "answers", where, list)), where)
+        question = _question(
+            index, _field(row, "question", where), _answers(_field(row, "answers", where, list)), where
+        )
         yield Example(question, paragraphs)
 
 

@@ -69,7 +69,7 @@ def flexible_answer(output: str | None) -> Extraction:
         return Extraction(pairs[-1].strip(), 2)
     openings = list(_LOOSE_OPEN.finditer(output))
     if len(openings) == 1 and not _LOOSE_CLOSE.search(output):
-        tail = output[openings[0].end():].strip()
+        tail = output[openings[0].end() :].strip()
         if is_plain_line(tail):
             return Extraction(tail, 3)
     lines = [line for line in output.splitlines() if line.strip()]

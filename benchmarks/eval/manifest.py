@@ -41,9 +41,7 @@ _ASCII_PUNCTUATION = set(string.punctuation)
 def normalize_question(text: str) -> str:
     """NFKC, lowercase, punctuation (ASCII and Unicode P*) removed, whitespace collapsed."""
     text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(
-        ch for ch in text if ch not in _ASCII_PUNCTUATION and not unicodedata.category(ch).startswith("P")
-    )
+    text = "".join(ch for ch in text if ch not in _ASCII_PUNCTUATION and not unicodedata.category(ch).startswith("P"))
     return " ".join(text.split())
 
 
@@ -98,7 +96,9 @@ def build_manifest(
             )
         report["pool_sizes"][dataset] = len(pool)
         report["removed_per_dataset"][dataset] = len(removed)
-        report["removed"] += [{"dataset": dataset, "id": e.question.id, "question": e.question.question, "hash": e.hash} for e in removed]
+        report["removed"] += [
+            {"dataset": dataset, "id": e.question.id, "question": e.question.question, "hash": e.hash} for e in removed
+        ]
         entries += random.Random(f"{seed}:{dataset}").sample(kept, counts[dataset])
     hashes = [e.hash for e in entries]
     report["duplicate_hashes_in_manifest"] = len(hashes) - len(set(hashes))

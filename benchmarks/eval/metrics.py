@@ -88,6 +88,7 @@ def arrange(records: Iterable[EvalRecord]) -> dict[str, MethodScores]:
 
 # Per-question values: each maps a (questions × k) array to a (questions,) vector.
 
+
 def avg_per_question(scores: np.ndarray) -> np.ndarray:
     return scores.mean(axis=1)
 
@@ -107,7 +108,9 @@ def correct_count_distribution(scores: np.ndarray) -> list[float]:
     return (counts / len(scores)).tolist()
 
 
-def bootstrap_indices(sizes: Mapping[str, int], draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> dict[str, np.ndarray]:
+def bootstrap_indices(
+    sizes: Mapping[str, int], draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
+) -> dict[str, np.ndarray]:
     """Resampled question rows, (draws × questions) per dataset, datasets in sorted order."""
     rng = np.random.default_rng(seed)
     return {dataset: rng.integers(0, sizes[dataset], size=(draws, sizes[dataset])) for dataset in sorted(sizes)}

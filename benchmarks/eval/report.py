@@ -77,7 +77,9 @@ def build_tables(summary: dict) -> dict[str, Table]:
     (a ``k`` column says which) and the headers read avg@k, pass@k, k/k."""
     methods = summary["methods"]
     shared = _shared_k(summary)
-    avg, passk, allk, flexible = _metrics(shared) if shared is not None else ("avg@k", "pass@k", "k/k", "flexible_avg@k")
+    avg, passk, allk, flexible = (
+        _metrics(shared) if shared is not None else ("avg@k", "pass@k", "k/k", "flexible_avg@k")
+    )
     k_column = [] if shared is not None else ["k"]
 
     def own(m: dict) -> list:
@@ -89,8 +91,12 @@ def build_tables(summary: dict) -> dict[str, Table]:
             f"Exact match {avg} (%) per dataset; macro with 95% bootstrap CI",
             ["method", *k_column, *datasets, "macro"],
             [
-                [name, *own(m), *(m["accuracy"][_metrics(m["k"])[0]]["per_dataset"].get(d, float("nan")) for d in datasets),
-                 _estimate(m["accuracy"][_metrics(m["k"])[0]])]
+                [
+                    name,
+                    *own(m),
+                    *(m["accuracy"][_metrics(m["k"])[0]]["per_dataset"].get(d, float("nan")) for d in datasets),
+                    _estimate(m["accuracy"][_metrics(m["k"])[0]]),
+                ]
                 for name, m in methods.items()
             ],
             scale=100,
@@ -98,14 +104,19 @@ def build_tables(summary: dict) -> dict[str, Table]:
         "table4": Table(
             "Macro accuracy (%) with 95% bootstrap CI",
             ["method", *k_column, avg, passk, allk],
-            [[name, *own(m), *(_estimate(m["accuracy"][metric]) for metric in _metrics(m["k"])[:3])]
-             for name, m in methods.items()],
+            [
+                [name, *own(m), *(_estimate(m["accuracy"][metric]) for metric in _metrics(m["k"])[:3])]
+                for name, m in methods.items()
+            ],
             scale=100,
         ),
         "costs": Table(
             "Workload per workflow (dataset-macro; 95% bootstrap CI)",
             ["method", *COST_FIELDS],
-            [[name, *(_estimate(m["costs"][c]) if c in m["costs"] else "n/a" for c in COST_FIELDS)] for name, m in methods.items()],
+            [
+                [name, *(_estimate(m["costs"][c]) if c in m["costs"] else "n/a" for c in COST_FIELDS)]
+                for name, m in methods.items()
+            ],
         ),
         "completion": Table(
             "Completion and flexible extraction (rates in %, counts are workflows)",
@@ -130,7 +141,8 @@ def build_tables(summary: dict) -> dict[str, Table]:
             ["A", "B", avg, passk, allk, "A − (B if its format failures were correct)"],
             [
                 [
-                    c["a"], c["b"],
+                    c["a"],
+                    c["b"],
                     *(_estimate(c["differences"][metric]) for metric in _metrics(methods[c["a"]]["k"])[:3]),
                     _estimate(c["a_minus_b_if_failures_correct"]),
                 ]
@@ -167,8 +179,9 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
     methods = {n: m for n, m in summary["methods"].items() if all(c in m["costs"] for c in PLOT_COSTS)}
     if not methods:
         return None
-    figure, axes = plt.subplots(1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.8), sharey=True,
-                                constrained_layout=True)
+    figure, axes = plt.subplots(
+        1, len(PLOT_COSTS), figsize=(4.2 * len(PLOT_COSTS), 3.8), sharey=True, constrained_layout=True
+    )
     markers = "osD^vP*Xh<>"
     for axis, cost in zip(axes, PLOT_COSTS):
         for index, (name, m) in enumerate(methods.items()):
@@ -177,10 +190,21 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
             # Methods are told apart by colour and marker in one legend below the panels, not by
             # text next to the points, which ran outside the axes and overlapped where points
             # coincide. Hollow markers, larger for earlier methods, keep coinciding points visible.
-            axis.errorbar(x, y, xerr=[[x - x_low], [x_high - x]], yerr=[[y - y_low], [y_high - y]],
-                          fmt=markers[index % len(markers)], color=f"C{index % 10}", capsize=3,
-                          markersize=min(5 + 3 * (len(methods) - 1 - index), 17), markerfacecolor="none",
-                          markeredgewidth=1.6, elinewidth=1.0, alpha=0.9, label=f"{name} (k={m['k']})")
+            axis.errorbar(
+                x,
+                y,
+                xerr=[[x - x_low], [x_high - x]],
+                yerr=[[y - y_low], [y_high - y]],
+                fmt=markers[index % len(markers)],
+                color=f"C{index % 10}",
+                capsize=3,
+                markersize=min(5 + 3 * (len(methods) - 1 - index), 17),
+                markerfacecolor="none",
+                markeredgewidth=1.6,
+                elinewidth=1.0,
+                alpha=0.9,
+                label=f"{name} (k={m['k']})",
+            )
         axis.set_xlabel(f"{cost.replace('_', ' ')} per workflow (count)")
         axis.margins(x=0.15, y=0.1)
         axis.grid(alpha=0.3)
@@ -198,20 +222,28 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
 
 def _attempt_html(record: EvalRecord) -> str:
     parts = [
-        f"<p><b>attempt {record.attempt}</b>: score {record.score:g}, strict {html.escape(repr(record.strict_answer))}, "
+        f"<p><b>attempt {record.attempt}</b>: score {record.score:g}, "
+        f"strict {html.escape(repr(record.strict_answer))}, "
         f"flexible {html.escape(repr(record.flexible_answer))} (rule {record.flexible_rule})"
-        + (f", failure <i>{record.failure}</i>" if record.failure else "") + "</p>"
+        + (f", failure <i>{record.failure}</i>" if record.failure else "")
+        + "</p>"
     ]
     trajectory = record.trajectory or {}
     for subtask in trajectory.get("subtasks", []):
-        parts.append(f"<div class=sub>wave {subtask.get('wave')} → {html.escape(str(subtask.get('agent')))}: "
-                     f"{html.escape(str(subtask.get('task')))}</div>")
+        parts.append(
+            f"<div class=sub>wave {subtask.get('wave')} → {html.escape(str(subtask.get('agent')))}: "
+            f"{html.escape(str(subtask.get('task')))}</div>"
+        )
     for search in trajectory.get("searches", []):
-        parts.append(f"<div class=search>{html.escape(str(search.get('agent')))} searched "
-                     f"<code>{html.escape(str(search.get('query')))}</code> ({len(search.get('passages', []))} passages)</div>")
+        parts.append(
+            f"<div class=search>{html.escape(str(search.get('agent')))} searched "
+            f"<code>{html.escape(str(search.get('query')))}</code> ({len(search.get('passages', []))} passages)</div>"
+        )
     for report in trajectory.get("reports", []):
-        parts.append(f"<div class=report>report {report.get('number')} ({html.escape(str(report.get('agent')))}): "
-                     f"{html.escape(str(report.get('text')))}</div>")
+        parts.append(
+            f"<div class=report>report {report.get('number')} ({html.escape(str(report.get('agent')))}): "
+            f"{html.escape(str(report.get('text')))}</div>"
+        )
     parts.append(f"<pre>{html.escape(str(record.final_output))}</pre>")
     return "\n".join(parts)
 
@@ -230,6 +262,7 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
         wanted = [tuple(q.split("/", 1)) for q in questions]
         keys = [key for key in wanted if key in by_question]
     else:
+
         def spread(key: tuple[str, str]) -> float:
             correct = [sum(r.score for r in by_question[key][m]) for m in methods if m in by_question[key]]
             return max(correct) - min(correct)
@@ -242,17 +275,24 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
         for method in methods:
             attempts = sorted(by_question[key].get(method, []), key=lambda r: r.attempt)
             correct = sum(r.score for r in attempts)
-            cells.append(f"<td><h4>{html.escape(method)}: {correct:g}/{len(attempts)} correct</h4>"
-                         + "\n".join(_attempt_html(r) for r in attempts) + "</td>")
+            cells.append(
+                f"<td><h4>{html.escape(method)}: {correct:g}/{len(attempts)} correct</h4>"
+                + "\n".join(_attempt_html(r) for r in attempts)
+                + "</td>"
+            )
         sections.append(
             f"<h3>{html.escape(key[0])}/{html.escape(key[1])}: {html.escape(first.question)}</h3>"
             f"<p>gold: {html.escape(' | '.join(first.golden_answers))}</p>"
             f"<table><tr>{''.join(cells)}</tr></table>"
         )
-    style = ("body{font-family:sans-serif} td{vertical-align:top;border:1px solid #ccc;padding:6px;width:"
-             f"{100 // max(len(methods), 1)}%}} pre{{white-space:pre-wrap;background:#f6f6f6}} "
-             ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333}")
+    style = (
+        "body{font-family:sans-serif} td{vertical-align:top;border:1px solid #ccc;padding:6px;width:"
+        f"{100 // max(len(methods), 1)}%}} pre{{white-space:pre-wrap;background:#f6f6f6}} "
+        ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333}"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"<!doctype html><meta charset=utf-8><title>trajectories</title><style>{style}</style>"
-                    + "\n".join(sections), encoding="utf-8")
+    path.write_text(
+        f"<!doctype html><meta charset=utf-8><title>trajectories</title><style>{style}</style>" + "\n".join(sections),
+        encoding="utf-8",
+    )
     return path

@@ -93,10 +93,14 @@ def run_attempts(
         for entry in manifest
         if (entry.dataset, entry.question.id, attempt) not in done
     ]
-    with tqdm(total=len(manifest) * settings.attempts, initial=len(manifest) * settings.attempts - len(todo),
-              desc=f"eval {method}", unit="workflow") as bar:
+    with tqdm(
+        total=len(manifest) * settings.attempts,
+        initial=len(manifest) * settings.attempts - len(todo),
+        desc=f"eval {method}",
+        unit="workflow",
+    ) as bar:
         for start in range(0, len(todo), settings.batch_size):
-            batch = todo[start:start + settings.batch_size]
+            batch = todo[start : start + settings.batch_size]
             seeds = [attempt_seed(settings.seed, e.dataset, e.question.id, a) for e, a in batch]
             workflows = solve([e.question for e, _ in batch], seeds)
             if len(workflows) != len(batch):

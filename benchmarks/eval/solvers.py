@@ -28,11 +28,19 @@ def debugging_policy(name: str, seed: int = 0) -> Policy:
     answerers = {"scripted": ScriptedAnswerer(), "scripted-noisy-answerer": MisbehavingPolicy(seed, valid_rate=0.5)}
     if name not in answerers:
         raise ValueError(f"policy: unknown policy {name!r}; expected one of {sorted(answerers)}")
-    return RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": answerers[name],
-                       "solver": ScriptedSolver()})
+    return RoleRouter(
+        {
+            "leader": ScriptedLeader(),
+            "searcher": ScriptedSearcher(),
+            "answerer": answerers[name],
+            "solver": ScriptedSolver(),
+        }
+    )
 
 
-def team_solver(workflow: str, policy: Policy, corpus: Corpus | None, questions: Sequence[Question], **env_options: Any) -> Solve:
+def team_solver(
+    workflow: str, policy: Policy, corpus: Corpus | None, questions: Sequence[Question], **env_options: Any
+) -> Solve:
     """A ``solve`` over one environment (one retriever index) built for ``questions``."""
     from envs.episode import run_episode
 
@@ -120,8 +128,18 @@ def checkpoint_solver(
     from training.rollout import TeamRolloutCollector
 
     module = env_module(workflow)  # refuses an unknown workflow before a model is loaded
-    policy = model_policy(model_dir, backend, temperature, top_p, max_new_tokens, max_input_tokens,
-                          device, dtype, base_url=base_url, api_key_env=api_key_env)
+    policy = model_policy(
+        model_dir,
+        backend,
+        temperature,
+        top_p,
+        max_new_tokens,
+        max_input_tokens,
+        device,
+        dtype,
+        base_url=base_url,
+        api_key_env=api_key_env,
+    )
     if backend == "openai":
         return team_solver(workflow, policy, corpus, questions, **env_options)
     env_kwargs = {"questions": list(questions), "num_candidates": 1, **env_options}

@@ -44,7 +44,9 @@ class BM25Retriever:
         directory = Path(directory)
         meta_path = directory / "bm25_meta.json"
         if not meta_path.is_file():
-            raise FileNotFoundError(f"BM25 index {directory} has no bm25_meta.json (build it with `maopd index build --kind bm25`)")
+            raise FileNotFoundError(
+                f"BM25 index {directory} has no bm25_meta.json (build it with `maopd index build --kind bm25`)"
+            )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta["corpus_fingerprint"] != corpus.fingerprint:
             raise ValueError(
@@ -58,7 +60,9 @@ class BM25Retriever:
             return []
         k = max(1, min(k, len(self.corpus)))
         tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False, allow_empty=True)
-        doc_ids, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=0)  # 0: no thread pool per call
+        doc_ids, scores = self._index.retrieve(
+            tokens, k=k, show_progress=False, n_threads=0
+        )  # 0: no thread pool per call
         results = []
         for row_ids, row_scores in zip(doc_ids, scores):
             passages = []

@@ -61,7 +61,7 @@ def iter_corpus(path: str | Path) -> Iterator[Document]:
     """Stream documents; raises ``CorpusError`` naming ``path:line`` on the first bad line."""
     path = Path(path)
     if path.is_dir():
-        raise CorpusError(f"corpus file {path} is a directory; give a JSONL file, one {{\"id\", \"contents\"}} per line")
+        raise CorpusError(f'corpus file {path} is a directory; give a JSONL file, one {{"id", "contents"}} per line')
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
     with path.open(encoding="utf-8") as handle:
@@ -71,8 +71,9 @@ def iter_corpus(path: str | Path) -> Iterator[Document]:
                 if line.strip():
                     yield parse_corpus_line(line, f"{path}:{number}")
         except UnicodeDecodeError:
-            raise CorpusError(f"{path}:{number + 1}: not UTF-8 text; a corpus is a JSONL file, "
-                              'one {"id", "contents"} per line') from None
+            raise CorpusError(
+                f'{path}:{number + 1}: not UTF-8 text; a corpus is a JSONL file, one {{"id", "contents"}} per line'
+            ) from None
 
 
 class Corpus:
@@ -109,6 +110,5 @@ def load_corpus(path: str | Path) -> Corpus:
     """The corpus in a JSONL file; ``CorpusError`` names the file if it is missing, malformed or empty."""
     corpus = Corpus(iter_corpus(path))
     if len(corpus) == 0:
-        raise CorpusError(f"corpus file {path} holds no documents; write one {{\"id\", \"contents\"}} JSON object "
-                          "per line")
+        raise CorpusError(f'corpus file {path} holds no documents; write one {{"id", "contents"}} JSON object per line')
     return corpus

@@ -92,13 +92,17 @@ class HTTPRetriever:
                 last_error = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             if response.status_code >= 400:
-                raise RetrievalServerError(f"{shown} rejected the request: HTTP {response.status_code} {response.text[:300]}")
+                raise RetrievalServerError(
+                    f"{shown} rejected the request: HTTP {response.status_code} {response.text[:300]}"
+                )
             try:
                 return response.json()
             except ValueError:
                 raise RetrievalServerError(f"{shown} answered with non-JSON: {response.text[:200]!r}") from None
-        raise RetrievalServerError(f"retrieval server {shown} failed after {self.retries + 1} attempts ({last_error}); "
-                                   "check that a server is running at that URL (maopd retriever serve starts one)")
+        raise RetrievalServerError(
+            f"retrieval server {shown} failed after {self.retries + 1} attempts ({last_error}); "
+            "check that a server is running at that URL (maopd retriever serve starts one)"
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -69,8 +69,12 @@ def build_dense_index(
     out = Path(out)
     chunk_dir = out / "chunks"
     chunk_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {"corpus_fingerprint": corpus.fingerprint, "encoder": encoder_name,
-                "prefix_style": prefix_style, "chunk_size": chunk_size}
+    manifest = {
+        "corpus_fingerprint": corpus.fingerprint,
+        "encoder": encoder_name,
+        "prefix_style": prefix_style,
+        "chunk_size": chunk_size,
+    }
     _reset_if_stale(out, chunk_dir, manifest)
 
     encoder = TextEncoder(encoder_name, prefix_style=prefix_style, batch_size=batch_size)
@@ -100,4 +104,3 @@ def _reset_if_stale(out: Path, chunk_dir: Path, manifest: dict) -> None:
     for stale in chunk_dir.glob("*.npy"):
         stale.unlink()
     manifest_path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-

@@ -100,9 +100,20 @@ def build_lucene_index(corpus_path: str | Path, out: str | Path, threads: int = 
     with tempfile.TemporaryDirectory() as staging:
         (Path(staging) / "corpus.jsonl").symlink_to(Path(corpus_path).resolve())
         command = [
-            sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-            "--input", staging, "--index", str(out), "--generator", "DefaultLuceneDocumentGenerator",
-            "--threads", str(threads), "--storeRaw",
+            sys.executable,
+            "-m",
+            "pyserini.index.lucene",
+            "--collection",
+            "JsonCollection",
+            "--input",
+            staging,
+            "--index",
+            str(out),
+            "--generator",
+            "DefaultLuceneDocumentGenerator",
+            "--threads",
+            str(threads),
+            "--storeRaw",
         ]
         env = dict(os.environ)
         env.setdefault("OPENAI_API_KEY", "unused-by-pyserini-bm25")

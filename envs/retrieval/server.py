@@ -107,14 +107,22 @@ def create_app(retriever: Retriever, limits: ServerLimits | None = None):
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "retriever": retriever.name, "fingerprint": retriever.fingerprint,
-                "max_queries": limits.max_queries, "max_k": limits.max_k}
+        return {
+            "status": "ok",
+            "retriever": retriever.name,
+            "fingerprint": retriever.fingerprint,
+            "max_queries": limits.max_queries,
+            "max_k": limits.max_k,
+        }
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> dict:
         if app.state.in_flight >= limits.max_concurrency:
-            raise HTTPException(503, f"server busy ({limits.max_concurrency} requests in flight); retry later",
-                                headers={"Retry-After": "1"})
+            raise HTTPException(
+                503,
+                f"server busy ({limits.max_concurrency} requests in flight); retry later",
+                headers={"Retry-After": "1"},
+            )
         app.state.in_flight += 1
         try:
             body = await read_body(request, limits)

@@ -70,7 +70,10 @@ class ClosedBook:
         if truth is None:
             return None
         subject = self.canonical(subject)
-        right = self.known(subject, predicate) and _draw(self.config.seed, "right", subject, predicate) < self.config.recall_accuracy
+        right = (
+            self.known(subject, predicate)
+            and _draw(self.config.seed, "right", subject, predicate) < self.config.recall_accuracy
+        )
         # The guess is a draw from the predicate's sorted values other than the truth, indexed
         # around the truth's run instead of copying the list (thousands of values; menus ask often).
         values = self._values[predicate]
@@ -89,7 +92,7 @@ class ClosedBook:
         if isinstance(plan, Comparison):
             return [Step(step.predicate, step.subject, self.recall(step.subject, step.predicate)) for step in missing]
         steps, subject = [], missing[0].subject if missing else None
-        for predicate in plan.steps[len(resolved):]:
+        for predicate in plan.steps[len(resolved) :]:
             value = self.recall(subject, predicate)
             steps.append(Step(predicate, subject, value))
             if value is None:
@@ -100,7 +103,7 @@ class ClosedBook:
     def memorised_sentences(self) -> list[str]:
         """The known facts as the model states them (wrong ones included): what it was pretrained on."""
         sentences = []
-        for (subject, predicate) in sorted(self.knowledge.values):
+        for subject, predicate in sorted(self.knowledge.values):
             if self.known(subject, predicate):
                 sentences.append(fact_sentence(predicate, subject, self.recall(subject, predicate) or ""))
         return sentences

@@ -24,7 +24,9 @@ def passage(entity: Entity, entities: Sequence[Entity], seed: int) -> Document:
         for relation in sorted(entity.relations)
     ]
     facts += [
-        fact_sentence(attribute, entity.name, format_value(attribute, value), rng.randrange(len(ATTRIBUTES[attribute].facts)))
+        fact_sentence(
+            attribute, entity.name, format_value(attribute, value), rng.randrange(len(ATTRIBUTES[attribute].facts))
+        )
         for attribute, value in sorted(entity.attributes.items())
     ]
     rng.shuffle(facts)

@@ -46,13 +46,21 @@ def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[st
             "role": "critic",
             "call_id": f"critic@{report['agent']}@w{report['wave']}",
             "em": max(record["candidate_scores"], default=0.0),
-            "messages": [critic_message(record["question"], report["task"], report["text"]),
-                         {"role": "assistant", "content": judgement_text(useful)}],
+            "messages": [
+                critic_message(record["question"], report["task"], report["text"]),
+                {"role": "assistant", "content": judgement_text(useful)},
+            ],
         }
 
 
-def demonstrations(workflow: str, policy: Policy, retriever: Retriever, questions: Sequence[Question],
-                   successful_only: bool = True, judge_with: Knowledge | None = None) -> Iterator[dict[str, Any]]:
+def demonstrations(
+    workflow: str,
+    policy: Policy,
+    retriever: Retriever,
+    questions: Sequence[Question],
+    successful_only: bool = True,
+    judge_with: Knowledge | None = None,
+) -> Iterator[dict[str, Any]]:
     """Play every question once and yield one demonstration per model call; with ``judge_with`` (the
     world's facts), also the critic's judgement of every report, of failed episodes too."""
     env = make_env(workflow, retriever, questions)

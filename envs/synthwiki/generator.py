@@ -24,7 +24,31 @@ SPLIT_FRACTIONS = {"train": 0.7, "dev": 0.15, "test": 0.15}
 ALIAS_RATES = {"company": 0.3, "university": 0.5, "river": 0.5}
 ALIAS_MENTION_RATE = 0.5  # how often another passage (or a question) names an entity by its alias
 
-_ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v", "z", "sh", "th")
+_ONSETS = (
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "sh",
+    "th",
+)
 _MIDDLES = ("l", "r", "n", "m", "v", "d", "s", "k", "t")
 _VOWELS = ("a", "e", "i", "o", "u")
 _CODAS = ("", "", "n", "r", "l", "s", "k", "m", "nd", "rn", "sk", "th")

@@ -128,7 +128,7 @@ def _parse_phrase(phrase: str) -> Chain | None:
         for prefix, relation in _NOUN_PREFIXES:
             if phrase.startswith(prefix):
                 steps.insert(0, relation)
-                phrase = phrase[len(prefix):]
+                phrase = phrase[len(prefix) :]
                 break
         else:
             return None

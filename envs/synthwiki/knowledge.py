@@ -57,7 +57,9 @@ def resolve(plan: Chain | Comparison, knowledge: Knowledge) -> tuple[list[Step],
     """(resolved steps, missing steps): a chain stops at its first missing hop; a comparison
     needs its two look-ups."""
     if isinstance(plan, Comparison):
-        steps = [Step(plan.attribute, name, knowledge.lookup(name, plan.attribute)) for name in (plan.first, plan.second)]
+        steps = [
+            Step(plan.attribute, name, knowledge.lookup(name, plan.attribute)) for name in (plan.first, plan.second)
+        ]
         return [s for s in steps if s.value], [s for s in steps if not s.value]
     resolved: list[Step] = []
     subject = plan.topic

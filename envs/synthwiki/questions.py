@@ -85,7 +85,9 @@ class QuestionWriter:
         self.shapes = {hops: chain_shapes(hops) for hops in (1, 2, 3)}
         self.comparable = [(a, t) for a in sorted(ATTRIBUTES) for t in ATTRIBUTES[a].subject_types]
 
-    def write(self, count: int, hop_mix: Mapping[str, float], exclude: AbstractSet[str] = frozenset()) -> list[Question]:
+    def write(
+        self, count: int, hop_mix: Mapping[str, float], exclude: AbstractSet[str] = frozenset()
+    ) -> list[Question]:
         """``count`` distinct questions, none of them in ``exclude``, as many of each kind as
         ``hop_mix`` says (largest remainder)."""
         questions: dict[str, Question] = {}
@@ -99,7 +101,8 @@ class QuestionWriter:
                     made += 1
             if made < quota:
                 raise ValueError(
-                    f"split {self.split!r}: only {made} distinct {kind} questions for {quota} requested; use a larger size"
+                    f"split {self.split!r}: only {made} distinct {kind} questions for {quota} requested;"
+                    " use a larger size"
                 )
         ordered = list(questions.values())
         self.rng.shuffle(ordered)
@@ -111,9 +114,11 @@ class QuestionWriter:
     def _chain(self, hops: int) -> Question | None:
         shape = self.rng.choice(self.shapes[hops])
         first_type = RELATIONS[shape[0]].subject_type if shape[0] in RELATIONS else None
-        candidates = self.by_type[first_type] if first_type else [
-            e for kind in ATTRIBUTES[shape[0]].subject_types for e in self.by_type[kind]
-        ]
+        candidates = (
+            self.by_type[first_type]
+            if first_type
+            else [e for kind in ATTRIBUTES[shape[0]].subject_types for e in self.by_type[kind]]
+        )
         if not candidates:
             return None
         entity = self.rng.choice(candidates)
@@ -157,10 +162,17 @@ class QuestionWriter:
 
 
 def _step(predicate: str, subject: str, answer: str, entity: Entity) -> dict:
-    return {"subquestion": subquestion(predicate, subject), "predicate": predicate, "answer": answer, "passage": entity.id}
+    return {
+        "subquestion": subquestion(predicate, subject),
+        "predicate": predicate,
+        "answer": answer,
+        "passage": entity.id,
+    }
 
 
-def _question(text: str, answers: Sequence[str], hops: int, kind: str, waves: list[list[dict]], entity_ids: list[str]) -> Question:
+def _question(
+    text: str, answers: Sequence[str], hops: int, kind: str, waves: list[list[dict]], entity_ids: list[str]
+) -> Question:
     metadata = {
         "hops": hops,
         "type": kind,

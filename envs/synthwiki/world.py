@@ -125,14 +125,21 @@ def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
     return entities, splits, manifest
 
 
-def build_world(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE, hop_mix: Mapping[str, float] | None = None) -> World:
+def build_world(
+    seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE, hop_mix: Mapping[str, float] | None = None
+) -> World:
     """Build a world in memory. ``hop_mix`` weights the kinds ``1-hop``, ``2-hop``, ``3-hop``, ``comparison``."""
     entities, splits, manifest = _generate(seed, size, hop_mix)
     return World(Corpus(iter_documents(entities, seed)), splits, manifest)
 
 
-def write_world(out_dir: str | Path, seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE,
-                hop_mix: Mapping[str, float] | None = None, progress: bool = False) -> Path:
+def write_world(
+    out_dir: str | Path,
+    seed: int = DEFAULT_SEED,
+    size: str = DEFAULT_SIZE,
+    hop_mix: Mapping[str, float] | None = None,
+    progress: bool = False,
+) -> Path:
     """Build a world straight to ``out_dir``, streaming passages (memory stays flat in corpus size)."""
     entities, splits, manifest = _generate(seed, size, hop_mix)
     out = Path(out_dir)

@@ -16,8 +16,11 @@ def register(subparsers) -> None:
     convert = commands.add_parser("convert", help="convert a raw dataset file to FlashRAG JSONL")
     convert.add_argument("input", help="raw dataset file (JSON Lines or a JSON array)")
     convert.add_argument("output", help="FlashRAG JSONL file to write")
-    convert.add_argument("--format", required=True, help="raw format: flashrag, hotpotqa, 2wiki, musique, popqa, "
-                         "bamboogle-decomposed, dpr-nq")
+    convert.add_argument(
+        "--format",
+        required=True,
+        help="raw format: flashrag, hotpotqa, 2wiki, musique, popqa, bamboogle-decomposed, dpr-nq",
+    )
     convert.add_argument("--corpus", help="also write the rows' paragraphs, deduplicated, as a corpus JSONL")
     convert.set_defaults(func=_reporting_errors(_convert))
 
@@ -27,12 +30,27 @@ def register(subparsers) -> None:
     corpus.set_defaults(func=_corpus)
 
     manifest = commands.add_parser("manifest", help="sample a fixed test manifest (paper Appendix A)")
-    manifest.add_argument("--dataset", action="append", required=True, metavar="NAME=PATH[:FORMAT]",
-                          help="a test pool; FORMAT defaults to flashrag (repeatable)")
-    manifest.add_argument("--count", action="append", default=[], metavar="NAME=N",
-                          help="questions to sample from NAME (default: the paper's count, or the whole pool)")
-    manifest.add_argument("--training", action="append", default=[], metavar="PATH[:FORMAT]",
-                          help="training questions whose normalized text must not appear in the manifest")
+    manifest.add_argument(
+        "--dataset",
+        action="append",
+        required=True,
+        metavar="NAME=PATH[:FORMAT]",
+        help="a test pool; FORMAT defaults to flashrag (repeatable)",
+    )
+    manifest.add_argument(
+        "--count",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="questions to sample from NAME (default: the paper's count, or the whole pool)",
+    )
+    manifest.add_argument(
+        "--training",
+        action="append",
+        default=[],
+        metavar="PATH[:FORMAT]",
+        help="training questions whose normalized text must not appear in the manifest",
+    )
     manifest.add_argument("--seed", type=int, default=None, help="sampling seed (default 20260728)")
     manifest.add_argument("--out", required=True, help="manifest JSONL; the removal report goes to OUT.report.json")
     manifest.set_defaults(func=_reporting_errors(_manifest))
@@ -41,27 +59,53 @@ def register(subparsers) -> None:
     run.add_argument("--manifest", required=True)
     run.add_argument("--corpus", help="corpus JSONL for the in-process retriever (BM25); default: the embedded world")
     run.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
-    run.add_argument("--policy", choices=["scripted", "scripted-noisy-answerer", "checkpoint"], default="scripted",
-                     help="a rule-based team, or 'checkpoint': every role played by the model in --model")
-    run.add_argument("--model", help="for --policy checkpoint: a Hugging Face hub id (e.g. Qwen/Qwen3-0.6B), a model "
-                     "directory, a run directory or RUN/checkpoints/step_N; with --backend openai, the served model name")
-    run.add_argument("--backend", choices=["hf", "vllm", "openai"], default="hf",
-                     help="hf: transformers in this process (default); vllm: the vLLM venv (scripts/setup_vllm.sh); "
-                     "openai: an OpenAI-compatible server at --base-url")
+    run.add_argument(
+        "--policy",
+        choices=["scripted", "scripted-noisy-answerer", "checkpoint"],
+        default="scripted",
+        help="a rule-based team, or 'checkpoint': every role played by the model in --model",
+    )
+    run.add_argument(
+        "--model",
+        help="for --policy checkpoint: a Hugging Face hub id (e.g. Qwen/Qwen3-0.6B), a model "
+        "directory, a run directory or RUN/checkpoints/step_N; with --backend openai, the served model name",
+    )
+    run.add_argument(
+        "--backend",
+        choices=["hf", "vllm", "openai"],
+        default="hf",
+        help="hf: transformers in this process (default); vllm: the vLLM venv (scripts/setup_vllm.sh); "
+        "openai: an OpenAI-compatible server at --base-url",
+    )
     run.add_argument("--device", default="cpu", help="torch device for --backend hf, e.g. cuda or cuda:1 (default cpu)")
-    run.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
-                     help="model weights' dtype for the hf and vllm backends (default float32)")
+    run.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="model weights' dtype for the hf and vllm backends (default float32)",
+    )
     run.add_argument("--max-new-tokens", type=int, default=512, help="tokens generated per turn at most (default 512)")
     run.add_argument("--max-input-tokens", type=int, default=8192, help="prompt tokens per turn at most (default 8192)")
     run.add_argument("--base-url", help="--backend openai: the server's base URL, e.g. http://127.0.0.1:8000/v1")
-    run.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                     help="--backend openai: the environment variable holding the API key (default OPENAI_API_KEY)")
-    run.add_argument("--retriever-config", metavar="YAML",
-                     help="a RetrieverConfig file (docs/retrieval.md): kind bm25|dense|pyserini|http, index_dir, url, ... "
-                     "(default: in-process BM25 over --corpus or the embedded world)")
-    run.add_argument("--retriever-set", action="append", default=[], metavar="KEY=VALUE",
-                     help="RetrieverConfig override, e.g. --retriever-set kind=http --retriever-set url=http://host:8000 "
-                     "(repeatable)")
+    run.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="--backend openai: the environment variable holding the API key (default OPENAI_API_KEY)",
+    )
+    run.add_argument(
+        "--retriever-config",
+        metavar="YAML",
+        help="a RetrieverConfig file (docs/retrieval.md): kind bm25|dense|pyserini|http, index_dir, url, ... "
+        "(default: in-process BM25 over --corpus or the embedded world)",
+    )
+    run.add_argument(
+        "--retriever-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="RetrieverConfig override, e.g. --retriever-set kind=http --retriever-set url=http://host:8000 "
+        "(repeatable)",
+    )
     run.add_argument("--temperature", type=float, default=EVAL_TEMPERATURE)
     run.add_argument("--top-p", type=float, default=EVAL_TOP_P)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
@@ -73,8 +117,14 @@ def register(subparsers) -> None:
 
     score = commands.add_parser("score", help="tables, plot and JSON summary from scored records")
     score.add_argument("records", nargs="+", help="records JSONL files (docs/evaluation.md)")
-    score.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
-                       help="paired differences A - B (repeatable)")
+    score.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("A", "B"),
+        help="paired differences A - B (repeatable)",
+    )
     score.add_argument("--out", default="eval_report", help="directory for summary.json, tables, plot, viewer")
     score.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
     score.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
@@ -148,8 +198,10 @@ def _manifest(args) -> int:
     manifest = build_manifest(pools, counts, MANIFEST_SEED if args.seed is None else args.seed, training)
     digest = write_manifest(manifest, args.out)
     report = manifest.report
-    print(f"wrote {report['total']} questions to {args.out} (sha256 {digest[:16]}); removed "
-          f"{len(report['removed'])} training overlaps: {report['removed_per_dataset']}")
+    print(
+        f"wrote {report['total']} questions to {args.out} (sha256 {digest[:16]}); removed "
+        f"{len(report['removed'])} training overlaps: {report['removed_per_dataset']}"
+    )
     return 0
 
 
@@ -167,18 +219,34 @@ def _run(args) -> int:
         from envs.retrieval.factory import RetrieverConfig, build_retriever
         from maopd.config import load_yaml
 
-        env_options["retriever"] = build_retriever(load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set),
-                                                   corpus)
+        env_options["retriever"] = build_retriever(
+            load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set), corpus
+        )
     if args.policy == "checkpoint":
         from agents.model_files import ModelFileError
 
         if not args.model:
-            raise ValueError("--model: --policy checkpoint needs a model: pass --model with a hub id, a model, run or "
-                             "checkpoint directory")
+            raise ValueError(
+                "--model: --policy checkpoint needs a model: pass --model with a hub id, a model, run or "
+                "checkpoint directory"
+            )
         try:
-            solve = checkpoint_solver(args.workflow, args.model, corpus, questions, args.temperature, args.top_p,
-                                      args.max_new_tokens, args.max_input_tokens, args.device, args.dtype,
-                                      args.backend, args.base_url, args.api_key_env, **env_options)
+            solve = checkpoint_solver(
+                args.workflow,
+                args.model,
+                corpus,
+                questions,
+                args.temperature,
+                args.top_p,
+                args.max_new_tokens,
+                args.max_input_tokens,
+                args.device,
+                args.dtype,
+                args.backend,
+                args.base_url,
+                args.api_key_env,
+                **env_options,
+            )
         except (FileNotFoundError, ModelFileError) as exc:  # a model that is missing or damaged: one line
             raise ValueError(f"--model: {exc}") from None
     else:

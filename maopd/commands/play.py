@@ -13,11 +13,17 @@ def register(subparsers) -> None:
     play = subparsers.add_parser("play", help="run one episode with the scripted team and print the transcript")
     play.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
     play.add_argument("--seed", type=int, default=0, help="picks the question")
-    play.add_argument("--question-index", type=bounded_int(0), default=None, help="play this question instead of a seeded one")
+    play.add_argument(
+        "--question-index", type=bounded_int(0), default=None, help="play this question instead of a seeded one"
+    )
     play.add_argument("--num-searchers", type=bounded_int(1, MAX_SEARCHERS), default=3)
     play.add_argument("--split", default="test", help="split of the default world")
-    play.add_argument("--team", choices=["expert", "generic"], default="expert",
-                      help="the SynthWiki expert team, or the world-agnostic scripted team")
+    play.add_argument(
+        "--team",
+        choices=["expert", "generic"],
+        default="expert",
+        help="the SynthWiki expert team, or the world-agnostic scripted team",
+    )
     play.add_argument("--json", action="store_true", help="also print the workflow record as JSON")
     play.set_defaults(func=_play)
 

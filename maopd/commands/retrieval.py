@@ -12,14 +12,25 @@ from maopd.cli import UserError, bounded_int, positive_int
 
 
 def register(subparsers) -> None:
-    index = subparsers.add_parser("index", help="build retrieval indexes").add_subparsers(dest="index_command", required=True)
-    build = index.add_parser("build", help="build a BM25, dense (faiss) or pyserini (Lucene) index from a JSONL corpus "
-                             "(resumable); --kind names the retriever.kind that reads it")
+    index = subparsers.add_parser("index", help="build retrieval indexes").add_subparsers(
+        dest="index_command", required=True
+    )
+    build = index.add_parser(
+        "build",
+        help="build a BM25, dense (faiss) or pyserini (Lucene) index from a JSONL corpus "
+        "(resumable); --kind names the retriever.kind that reads it",
+    )
     build.add_argument("--corpus", required=True, help='JSONL corpus, one {"id", "contents"} per line')
     build.add_argument("--out", required=True, help="index directory")
-    build.add_argument("--kind", choices=("dense", "bm25", "pyserini", "lucene"), default="dense",
-                       help="dense (default), bm25, or pyserini (a Lucene index; 'lucene' is an old alias)")
-    build.add_argument("--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir")
+    build.add_argument(
+        "--kind",
+        choices=("dense", "bm25", "pyserini", "lucene"),
+        default="dense",
+        help="dense (default), bm25, or pyserini (a Lucene index; 'lucene' is an old alias)",
+    )
+    build.add_argument(
+        "--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir"
+    )
     build.add_argument("--prefix-style", choices=("auto", "e5", "none"), default="auto")
     build.add_argument("--index-type", choices=("flat", "hnsw", "ivfpq"), default="flat")
     build.add_argument("--batch-size", type=positive_int, default=64)
@@ -48,7 +59,11 @@ def _add_retriever_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML file holding a RetrieverConfig")
     parser.add_argument("--corpus", help="JSONL corpus (needed by the bm25 and dense kinds)")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="RetrieverConfig override, e.g. --set kind=dense --set index_dir=idx (repeatable)",
     )
 
@@ -75,15 +90,18 @@ def _index_build(args) -> int:
         from envs.retrieval.pyserini_adapter import build_lucene_index
 
         if next(iter_corpus(args.corpus), None) is None:  # missing, empty, a bad first line: named in one line
-            raise CorpusError(f"corpus file {args.corpus} holds no documents; write one {{\"id\", \"contents\"}} "
-                              "JSON object per line")
+            raise CorpusError(
+                f'corpus file {args.corpus} holds no documents; write one {{"id", "contents"}} JSON object per line'
+            )
         start = time.perf_counter()
         try:
             build_lucene_index(args.corpus, args.out)
         except ModuleNotFoundError as exc:
             raise UserError(str(exc)) from None
-        print(f"pyserini (Lucene) index -> {args.out} in {time.perf_counter() - start:.1f}s; "
-              f"read it with retriever.kind=pyserini retriever.index_dir={args.out}")
+        print(
+            f"pyserini (Lucene) index -> {args.out} in {time.perf_counter() - start:.1f}s; "
+            f"read it with retriever.kind=pyserini retriever.index_dir={args.out}"
+        )
         return 0
     else:
         report = build_dense_index(
@@ -110,10 +128,15 @@ def _serve(args) -> int:
         sock.close()
         raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     if not _is_loopback(args.host):
-        print(f"WARNING: --host {args.host} makes the server reachable from other machines; it has no "
-              "authentication. Use 127.0.0.1 unless the network is trusted.", file=sys.stderr)
+        print(
+            f"WARNING: --host {args.host} makes the server reachable from other machines; it has no "
+            "authentication. Use 127.0.0.1 unless the network is trusted.",
+            file=sys.stderr,
+        )
     port = sock.getsockname()[1]
-    print(f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{port}/retrieve", flush=True)
+    print(
+        f"serving {retriever.name} (corpus {retriever.fingerprint}) on http://{args.host}:{port}/retrieve", flush=True
+    )
     uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits)).run(sockets=[sock])
     return 0
 

@@ -7,8 +7,10 @@ import dataclasses
 
 from maopd.cli import UserError
 
-SEEDS_HELP = ("the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "
-              "then the report pooled over them (<run_dir>/report)")
+SEEDS_HELP = (
+    "the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "
+    "then the report pooled over them (<run_dir>/report)"
+)
 
 
 def _in_file(path: str, exc: Exception, label: str = "") -> str:
@@ -23,12 +25,15 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.config is None:
         if args.resume:
-            raise UserError("--resume applies to one stage (--config FILE); the pipeline always resumes "
-                            "what its run directory holds under the same config")
+            raise UserError(
+                "--resume applies to one stage (--config FILE); the pipeline always resumes "
+                "what its run directory holds under the same config"
+            )
         return _pipeline("train", args.preset, args.overrides, args.run_dir, args.fresh, args.seeds)
     if args.seeds:
-        raise UserError("--seeds applies to the pipeline (no --config); to train one stage with another seed, "
-                        "pass seed=N")
+        raise UserError(
+            "--seeds applies to the pipeline (no --config); to train one stage with another seed, pass seed=N"
+        )
     try:
         config = load_config(args.config, args.overrides)
         if args.run_dir is not None:
@@ -44,8 +49,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pipeline(command: str, preset: str, overrides: list[str], run_dir: str | None, fresh: bool = False,
-              seeds: list[int] | None = None) -> int:
+def _pipeline(
+    command: str,
+    preset: str,
+    overrides: list[str],
+    run_dir: str | None,
+    fresh: bool = False,
+    seeds: list[int] | None = None,
+) -> int:
     from maopd.config import ConfigError
     from maopd.pipeline import load_experiment, run_pipeline, run_seeds
     from training.trainer import TrainingStopped
@@ -87,39 +98,60 @@ def _plot(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     train = subparsers.add_parser(
-        "train", help="the main job (π_0 → Stage I → Stage II → evaluation), or one stage with --config",
+        "train",
+        help="the main job (π_0 → Stage I → Stage II → evaluation), or one stage with --config",
         description="Without --config: the whole pipeline on the embedded world (configs/pipeline_<preset>.yaml). "
         "With --config: train one stage. Values: dataclass defaults < stage < variant < FILE < key=value overrides. "
         "Both resume automatically from what the run directory holds, only under the config that made it.",
     )
     train.add_argument("--config", help="YAML config of one stage, e.g. configs/tiny_cpu_stage1.yaml")
-    train.add_argument("--preset", default="default",
-                       help="pipeline preset when no --config is given: default, smoke, quick (the default cut to 10 RL steps per stage), table3, paper_beta, or a YAML path")
-    train.add_argument("overrides", nargs="*", metavar="key=value",
-                       help="overrides, e.g. steps=3 variant=prompted_critic (stage) or stage1.steps=5 (pipeline)")
+    train.add_argument(
+        "--preset",
+        default="default",
+        help="pipeline preset when no --config is given: default, smoke, quick (the default cut to 10 RL steps"
+        " per stage), table3, paper_beta, or a YAML path",
+    )
+    train.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="overrides, e.g. steps=3 variant=prompted_critic (stage) or stage1.steps=5 (pipeline)",
+    )
     train.add_argument("--run-dir", help="write the run here (overrides run_dir)")
     group = train.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="one stage: require a checkpoint to resume from")
-    group.add_argument("--fresh", action="store_true",
-                       help="one stage: refuse to continue a run that has checkpoints; the pipeline: start over "
-                            "the stages (and what depends on them) that its run directory holds under another config")
+    group.add_argument(
+        "--fresh",
+        action="store_true",
+        help="one stage: refuse to continue a run that has checkpoints; the pipeline: start over "
+        "the stages (and what depends on them) that its run directory holds under another config",
+    )
     train.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     train.set_defaults(func=_train)
 
     experiment = subparsers.add_parser(
-        "experiment", help="a study over the pipeline: table3 trains and evaluates the paper's Table 3 variants",
+        "experiment",
+        help="a study over the pipeline: table3 trains and evaluates the paper's Table 3 variants",
     )
     experiment.add_argument("name", help="table3, or a pipeline YAML path")
     experiment.add_argument("overrides", nargs="*", metavar="key=value")
     experiment.add_argument("--run-dir", help="write the runs here (overrides run_dir)")
-    experiment.add_argument("--fresh", action="store_true",
-                            help="start over the stages (and what depends on them) made under another config")
+    experiment.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over the stages (and what depends on them) made under another config",
+    )
     experiment.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     experiment.set_defaults(func=_experiment)
 
     plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG, one per stage")
-    plot.add_argument("run_dir", help="a stage's run directory (with metrics.jsonl) or the directory "
-                      "`maopd train` writes (every stage in it is plotted)")
-    plot.add_argument("--out", help="PNG path for one stage, a directory for several "
-                      "(default: each stage's plots/learning_curves.png)")
+    plot.add_argument(
+        "run_dir",
+        help="a stage's run directory (with metrics.jsonl) or the directory "
+        "`maopd train` writes (every stage in it is plotted)",
+    )
+    plot.add_argument(
+        "--out",
+        help="PNG path for one stage, a directory for several (default: each stage's plots/learning_curves.png)",
+    )
     plot.set_defaults(func=_plot)

@@ -1,4 +1,6 @@
-"""``maopd tune eval``, ``maopd tune beta`` and ``maopd tune judge``: choosing the main job's settings on dev (maopd/tuning.py)."""
+"""``maopd tune eval``, ``maopd tune beta`` and ``maopd tune judge``: the main job's settings chosen on dev.
+
+The logic is in maopd/tuning.py."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ def register(subparsers) -> None:
     tune = subparsers.add_parser("tune", help="choose settings on the dev split (never on test)")
     commands = tune.add_subparsers(dest="tune_command", required=True, metavar="SUBCOMMAND")
 
-    dev = commands.add_parser("eval", help="systems on dev with the main job's protocol, plus search figures",
-                              description="Each --system NAME=WORKFLOW:MODEL (a model directory, run directory "
-                              "or checkpoint) is played eval.attempts times per dev question and scored like "
-                              "the main job; also reports the share of workflows that search, searches per "
-                              "workflow and the share without an answer. Resumes from OUT/records.jsonl.")
+    dev = commands.add_parser(
+        "eval",
+        help="systems on dev with the main job's protocol, plus search figures",
+        description="Each --system NAME=WORKFLOW:MODEL (a model directory, run directory "
+        "or checkpoint) is played eval.attempts times per dev question and scored like "
+        "the main job; also reports the share of workflows that search, searches per "
+        "workflow and the share without an answer. Resumes from OUT/records.jsonl.",
+    )
     dev.add_argument("--system", action="append", required=True, metavar="NAME=WORKFLOW:MODEL")
     dev.add_argument("--compare", action="append", default=[], metavar="A,B", help="paired difference A - B")
     dev.add_argument("--questions-per-type", type=bounded_int(1), help="dev questions of each type (default: all)")
@@ -26,26 +31,36 @@ def register(subparsers) -> None:
     dev.add_argument("--out", required=True, help="output directory")
     dev.set_defaults(func=_eval)
 
-    beta = commands.add_parser("beta", help="the OPD coefficient beta from Searcher vs Leader/Answerer gradient norms",
-                               description="Needs a run directory whose Stage I is done (its Teacher). Plays "
-                               "Stage II batches of dev questions and prints beta* (equal gradient norms) and "
-                               "the range within 0.3-3x.")
+    beta = commands.add_parser(
+        "beta",
+        help="the OPD coefficient beta from Searcher vs Leader/Answerer gradient norms",
+        description="Needs a run directory whose Stage I is done (its Teacher). Plays "
+        "Stage II batches of dev questions and prints beta* (equal gradient norms) and "
+        "the range within 0.3-3x.",
+    )
     beta.add_argument("--run-dir", required=True, help="a main-job run directory whose Stage I is done")
     beta.add_argument("--preset", default="default")
     beta.add_argument("--batches", type=bounded_int(1), default=6)
     beta.add_argument("--seed", type=int, default=0)
     beta.add_argument("--out", help="also write the figures here (JSON)")
-    beta.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="pipeline overrides, e.g. stage2.rollout.batch_size=8")
+    beta.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="pipeline overrides, e.g. stage2.rollout.batch_size=8"
+    )
     beta.set_defaults(func=_beta)
 
-    judge = commands.add_parser("judge", help="a model as the Prompted Critic's judge on recorded workflows' reports",
-                                description="Prompts MODEL with the critic prompt on every report of the workflows "
-                                "in RECORDS (from `maopd tune eval`) and prints the judge's figures as training logs "
-                                "them: the share of parseable verdicts, of gold-correct reports, of verdicts that "
-                                "agree with gold correctness, and of reports judged useful.")
+    judge = commands.add_parser(
+        "judge",
+        help="a model as the Prompted Critic's judge on recorded workflows' reports",
+        description="Prompts MODEL with the critic prompt on every report of the workflows "
+        "in RECORDS (from `maopd tune eval`) and prints the judge's figures as training logs "
+        "them: the share of parseable verdicts, of gold-correct reports, of verdicts that "
+        "agree with gold correctness, and of reports judged useful.",
+    )
     judge.add_argument("--model", required=True, help="a model directory, run directory or checkpoint")
     judge.add_argument("--records", required=True, help="records.jsonl of `maopd tune eval`")
-    judge.add_argument("--workflows", type=bounded_int(1), help="judge the reports of the first N workflows (default: all)")
+    judge.add_argument(
+        "--workflows", type=bounded_int(1), help="judge the reports of the first N workflows (default: all)"
+    )
     judge.add_argument("--out", help="also write the figures here (JSON)")
     judge.set_defaults(func=_judge)
 
@@ -90,8 +105,12 @@ def _beta(args) -> int:
     started = time.perf_counter()
     pipeline = load_preset(args.preset, [f"run_dir={args.run_dir}", *args.overrides])
     result = calibrate_beta(pipeline, args.batches, args.seed, progress=lambda row: print(json.dumps(row), flush=True))
-    result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result,
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = {
+        "command": " ".join(args.command_line),
+        "commit": git_commit(short=True),
+        **result,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     print(json.dumps({k: v for k, v in result.items() if k != "batches"}, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ def register(subparsers) -> None:
     world = subparsers.add_parser("world", help="build the SynthWiki world or scripted-team demonstrations")
     commands = world.add_subparsers(dest="world_command", required=True, metavar="WORLD_COMMAND")
 
-    build = commands.add_parser("build", help="write a SynthWiki world (corpus + train/dev/test questions) to a directory")
+    build = commands.add_parser(
+        "build", help="write a SynthWiki world (corpus + train/dev/test questions) to a directory"
+    )
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--size", default="small", help="size preset: tiny, small or large")
     build.add_argument("--out", required=True, help="output directory")

@@ -66,7 +66,9 @@ def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles
     """(r − mean) / (std + eps) over the batch's decisions of each role in ``roles``; others untouched."""
     out = [r.astype(np.float64).copy() for r in rewards]
     for role in roles:
-        values = np.array([r[i] for ep, r in zip(episodes, rewards) for i, d in enumerate(ep.decisions) if d.role == role])
+        values = np.array(
+            [r[i] for ep, r in zip(episodes, rewards) for i, d in enumerate(ep.decisions) if d.role == role]
+        )
         if values.size == 0:
             continue
         mean, std = values.mean(), values.std()
@@ -75,8 +77,6 @@ def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles
                 if d.role == role:
                     r[i] = (r[i] - mean) / (std + NORMALIZE_EPS)
     return out
-
-
 
 
 @register("team")
@@ -100,6 +100,7 @@ def first_report(decision: Decision) -> int:
 def counterfactual_ems(episodes: list[Episode], calls: list[tuple[int, int]], ctx: CreditContext) -> list[float]:
     """R_EM of each (episode, Searcher assignment) when that assignment reports at once instead;
     the recorded choices are kept before it, the greedy policy plays everything after."""
+
     def choose(index: int, number: int, decision: Decision) -> int | None:
         episode, call = episodes[calls[index][0]], calls[index][1]
         deviation = next(i for i, d in enumerate(episode.decisions) if d.call == call)
@@ -119,8 +120,14 @@ def difference_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.n
     rewards = []
     for e, ep in enumerate(episodes):
         em = float(ep.parts["em"])
-        rewards.append(np.array([em - counterfactual[(e, d.call)] if d.role == "searcher" else role_reward(d, ep.parts)
-                                 for d in ep.decisions]))
+        rewards.append(
+            np.array(
+                [
+                    em - counterfactual[(e, d.call)] if d.role == "searcher" else role_reward(d, ep.parts)
+                    for d in ep.decisions
+                ]
+            )
+        )
     return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
@@ -154,7 +161,7 @@ def counterfactual_critic(episodes: list[Episode], ctx: CreditContext) -> list[n
     flat = advantage.numpy().astype(np.float64)
     rewards, start = [], 0
     for ep in episodes:
-        rewards.append(flat[start:start + len(ep.decisions)])
+        rewards.append(flat[start : start + len(ep.decisions)])
         start += len(ep.decisions)
     return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
@@ -170,8 +177,10 @@ def teacher_distillation(episodes: list[Episode], ctx: CreditContext) -> list[np
         if searcher:
             decisions = [ep.decisions[i] for i in searcher]
             with torch.no_grad():
-                dist = ctx.teacher.distribution(torch.as_tensor(np.stack([d.observation for d in decisions])),
-                                                torch.as_tensor(np.stack([d.mask for d in decisions])))
+                dist = ctx.teacher.distribution(
+                    torch.as_tensor(np.stack([d.observation for d in decisions])),
+                    torch.as_tensor(np.stack([d.mask for d in decisions])),
+                )
                 teacher = dist.log_prob(torch.tensor([d.action for d in decisions])).numpy()
             r[searcher] = teacher - np.array([d.logprob for d in decisions])
     return rewards

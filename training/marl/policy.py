@@ -28,8 +28,13 @@ class MenuScorer(nn.Module):
     def __init__(self, menu_size: int, hidden: int = 64):
         super().__init__()
         self.menu_size = menu_size
-        self.score = nn.Sequential(nn.Linear(GLOBAL_FEATURES + ITEM_FEATURES, hidden), nn.Tanh(),
-                                   nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.score = nn.Sequential(
+            nn.Linear(GLOBAL_FEATURES + ITEM_FEATURES, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
 
     def slot_values(self, observations: torch.Tensor) -> torch.Tensor:
         """[N, F] observations -> [N, K] one value per slot."""
@@ -99,8 +104,9 @@ def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser 
         call = raw.searcher_calls.index(raw.active[agent]) if role == "searcher" else None
         decision = Decision(agent, role, call, obs["observations"], obs["action_mask"], -1, 0.0)
         with torch.no_grad():
-            dist = policy.distribution(torch.as_tensor(obs["observations"])[None],
-                                       torch.as_tensor(obs["action_mask"])[None])
+            dist = policy.distribution(
+                torch.as_tensor(obs["observations"])[None], torch.as_tensor(obs["action_mask"])[None]
+            )
         decision.action = choose(decision, dist)
         decision.logprob = float(dist.log_prob(torch.tensor([decision.action]))[0])
         episode.decisions.append(decision)
@@ -113,12 +119,17 @@ def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser 
 Override = Callable[[int, int, Decision], "int | None"]  # (episode, decision number, decision)
 
 
-def play_batch(venv: OptionVectorEnv, policy: MenuPolicy, question_indices: Sequence[int],
-               greedy_play: bool = False, override: Override | None = None) -> list[Episode]:
+def play_batch(
+    venv: OptionVectorEnv,
+    policy: MenuPolicy,
+    question_indices: Sequence[int],
+    greedy_play: bool = False,
+    override: Override | None = None,
+) -> list[Episode]:
     """Episodes of ``question_indices``, ``venv.num_envs`` at a time, sampled (or greedy)."""
     episodes: list[Episode] = []
     for start in range(0, len(question_indices), venv.num_envs):
-        chunk = list(question_indices[start:start + venv.num_envs])
+        chunk = list(question_indices[start : start + venv.num_envs])
         venv.reset(chunk)
         batch = [Episode(venv.questions[q], q) for q in chunk]
         while pending := venv.pending():
@@ -126,12 +137,18 @@ def play_batch(venv: OptionVectorEnv, policy: MenuPolicy, question_indices: Sequ
             masks = torch.as_tensor(np.stack([node.mask for _, node in pending]))
             with torch.no_grad():
                 logits = policy.logits(observations, masks)
-            chosen = logits.argmax(dim=-1) if greedy_play else torch.distributions.Categorical(logits=logits, validate_args=False).sample()
+            chosen = (
+                logits.argmax(dim=-1)
+                if greedy_play
+                else torch.distributions.Categorical(logits=logits, validate_args=False).sample()
+            )
             logprobs = torch.log_softmax(logits, dim=-1)
             actions = {}
             for row, (slot, node) in enumerate(pending):
                 episode = batch[slot]
-                decision = Decision(node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0)
+                decision = Decision(
+                    node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0
+                )
                 if override is not None:
                     forced = override(start + slot, len(episode.decisions), decision)
                     decision.action = decision.action if forced is None else int(forced)

@@ -62,15 +62,21 @@ def behaviour(episodes: list[Episode]) -> dict[str, float]:
         "em": float(np.mean([r["rewards"]["em"] for r in records])),
         "searches_per_workflow": float(np.mean([r["counters"]["search_actions"] for r in records])),
         "no_search_workflows": float(np.mean([r["counters"]["search_actions"] == 0 for r in records])),
-        "searcher_calls_without_search": float(np.mean(
-            [not any("<search>" in o for o in c["outputs"]) for c in calls])) if calls else 0.0,
+        "searcher_calls_without_search": float(np.mean([not any("<search>" in o for o in c["outputs"]) for c in calls]))
+        if calls
+        else 0.0,
         "unknown_answers": float(np.mean([(r["extracted_answers"] or [None])[0] == "unknown" for r in records])),
         "format_failures": float(np.mean([r["counters"]["format_failures"] for r in records])),
     }
 
 
-def ppo_update(policy: MenuPolicy, optimizer: torch.optim.Optimizer, episodes: list[Episode],
-               advantages: list[np.ndarray], config: MarlConfig) -> float:
+def ppo_update(
+    policy: MenuPolicy,
+    optimizer: torch.optim.Optimizer,
+    episodes: list[Episode],
+    advantages: list[np.ndarray],
+    config: MarlConfig,
+) -> float:
     """Clipped PPO over every decision of the batch; returns the last loss."""
     decisions = [d for ep in episodes for d in ep.decisions]
     observations = torch.as_tensor(np.stack([d.observation for d in decisions]))
@@ -96,7 +102,9 @@ def evaluate(policy: MenuPolicy, config: MarlConfig) -> dict[str, float]:
     return behaviour(play_batch(venv, policy, list(range(count)), greedy_play=True))
 
 
-def train(config: MarlConfig, teacher: MenuPolicy | None = None, progress: bool = True) -> tuple[MenuPolicy, dict[str, Any]]:
+def train(
+    config: MarlConfig, teacher: MenuPolicy | None = None, progress: bool = True
+) -> tuple[MenuPolicy, dict[str, Any]]:
     method = get_credit_method(config.method)  # fails early on an unknown name
     get_scenario(config.scenario)
     if config.method == "opd" and teacher is None:

@@ -14,4 +14,3 @@ def missing_ray(exc: ModuleNotFoundError) -> ModuleNotFoundError:
         f"install it with: {INSTALL_RLLIB}   (or `bash scripts/setup.sh --dev`)",
         name="ray",
     )
-

@@ -1,4 +1,6 @@
-"""Registration helpers (this module imports Ray: install the ``rllib`` extra): the option-mode search environments as RLlib ``MultiAgentEnv``s.
+"""Registration helpers: the option-mode search environments as RLlib ``MultiAgentEnv``s.
+
+This module imports Ray: install the ``rllib`` extra.
 
 * ``api="aec"`` wraps the AEC environment in RLlib's ``PettingZooEnv`` (one agent acts per RLlib
   step; a wave's Searchers act one after another within one environment step).
@@ -68,8 +70,13 @@ def init_local_ray(run_dir: str | Path, num_cpus: int = 2) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     temp_dir = Path(run_dir).resolve() / "ray_tmp"
     temp_dir.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
-             log_to_driver=False, ignore_reinit_error=True)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _temp_dir=str(temp_dir),
+        log_to_driver=False,
+        ignore_reinit_error=True,
+    )
 
 
 class ActingAgentsParallelEnv(ParallelPettingZooEnv):

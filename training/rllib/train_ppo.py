@@ -46,8 +46,15 @@ def ppo_config(workflow: str, seed: int, batch: int, lr: float):
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={SHARED_POLICY: module}))
         .env_runners(num_env_runners=0, num_envs_per_env_runner=8)
         .learners(num_learners=0)
-        .training(train_batch_size_per_learner=batch, minibatch_size=128, num_epochs=6, lr=lr,
-                  gamma=1.0, lambda_=0.95, entropy_coeff=0.01)
+        .training(
+            train_batch_size_per_learner=batch,
+            minibatch_size=128,
+            num_epochs=6,
+            lr=lr,
+            gamma=1.0,
+            lambda_=0.95,
+            entropy_coeff=0.01,
+        )
         .debugging(seed=seed)
     )
 
@@ -111,28 +118,46 @@ def main(argv: list[str] | None = None) -> dict:
     algo = ppo_config(args.workflow, args.seed, args.batch, args.lr).build_algo()
     module = algo.get_module(SHARED_POLICY)
     started = time.perf_counter()
-    curve = [{"iteration": 0, "agent_steps": 0, "train_return_mean": float("nan"),
-              "seconds": 0.0, **{f"test_{k}": v for k, v in greedy_accuracy(module, args.workflow, args.eval_questions).items()}}]
+    curve = [
+        {
+            "iteration": 0,
+            "agent_steps": 0,
+            "train_return_mean": float("nan"),
+            "seconds": 0.0,
+            **{f"test_{k}": v for k, v in greedy_accuracy(module, args.workflow, args.eval_questions).items()},
+        }
+    ]
     for iteration in tqdm(range(1, args.iterations + 1), desc="PPO iterations"):
         result = algo.train()
         runners = result["env_runners"]
         test = greedy_accuracy(algo.get_module(SHARED_POLICY), args.workflow, args.eval_questions)
-        curve.append({
-            "iteration": iteration,
-            "agent_steps": int(runners["num_agent_steps_sampled_lifetime"]
-                               if np.isscalar(runners["num_agent_steps_sampled_lifetime"])
-                               else sum(runners["num_agent_steps_sampled_lifetime"].values())),
-            "train_return_mean": float(runners["episode_return_mean"]),
-            "seconds": time.perf_counter() - started,
-            **{f"test_{k}": v for k, v in test.items()},
-        })
+        curve.append(
+            {
+                "iteration": iteration,
+                "agent_steps": int(
+                    runners["num_agent_steps_sampled_lifetime"]
+                    if np.isscalar(runners["num_agent_steps_sampled_lifetime"])
+                    else sum(runners["num_agent_steps_sampled_lifetime"].values())
+                ),
+                "train_return_mean": float(runners["episode_return_mean"]),
+                "seconds": time.perf_counter() - started,
+                **{f"test_{k}": v for k, v in test.items()},
+            }
+        )
         tqdm.write(json.dumps(curve[-1]))
     algo.stop()
     command = " ".join(argv if argv is not None else sys.argv[1:])
-    summary = {"command": f"python -m training.rllib.train_ppo {command}", "args": {
-        k: str(v) for k, v in vars(args).items()}, "curve": curve}
+    summary = {
+        "command": f"python -m training.rllib.train_ppo {command}",
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "curve": curve,
+    }
     (args.out / "curve.json").write_text(json.dumps(summary, indent=2))
-    plot(curve, args.out / "curve.png", f"RLlib multi-agent PPO, shared policy, option mode, {args.workflow} (seed {args.seed})")
+    plot(
+        curve,
+        args.out / "curve.png",
+        f"RLlib multi-agent PPO, shared policy, option mode, {args.workflow} (seed {args.seed})",
+    )
     return summary
 
 
