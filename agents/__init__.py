@@ -1,7 +1,8 @@
 """Policies: scripted, expert, noisy and misbehaving teams, HF / vLLM / OpenAI-compatible LLMs.
 
-Importing this package registers the Gymnasium single-role environments (``agents.single_role``,
-option-mode actions, the other roles played by the expert team) under the ``maopd`` namespace::
+Importing this package registers the Gymnasium single-role environments (``envs.option.single_role``,
+option-mode actions, the other roles played by the expert team: ``agents.expert_team.single_role_env``)
+under the ``maopd`` namespace::
 
     import agents, gymnasium
     env = gymnasium.make("maopd/HierarchicalSearcher-v0")          # or any of GYMNASIUM_IDS
@@ -28,7 +29,7 @@ def register_gymnasium_envs() -> None:
 
     for env_id, kwargs in GYMNASIUM_IDS.items():
         if env_id not in gymnasium.registry:
-            gymnasium.register(env_id, entry_point="agents.single_role:SingleRoleEnv", kwargs=kwargs)
+            gymnasium.register(env_id, entry_point="agents.expert_team:single_role_env", kwargs=kwargs)
 
 
 register_gymnasium_envs()

@@ -19,8 +19,10 @@ The experts never read the world's graph: they parse questions, passages and rep
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from envs.actions import action_contents, parse_subtasks
+from envs.option.single_role import SingleRoleEnv
 from envs.policy import AgentOutput, AgentTurn, RoleRouter
 from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
 from envs.synthwiki.grammar import parse_question, subquestion
@@ -103,3 +105,9 @@ def expert_team() -> RoleRouter:
     return RoleRouter(
         {"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer(), "solver": ExpertSolver()}
     )
+
+
+def single_role_env(role: str = "searcher", workflow: str = "hierarchical", **options: Any) -> SingleRoleEnv:
+    """One role as a Gymnasium env, the other roles played by the expert team (unless ``others`` is given)."""
+    others = options.pop("others", None) or expert_team()
+    return SingleRoleEnv(role, workflow, others=others, **options)

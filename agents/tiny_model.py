@@ -25,7 +25,7 @@ from transformers import (
 
 from agents.model_files import ModelFileError, check_model_dir
 from agents.tokenizer import train_tokenizer
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 
 
 @dataclass

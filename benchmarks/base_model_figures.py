@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.world import load_default_world
-    from maopd.config import load_yaml, to_dict
+    from maopd.base.config import load_yaml, to_dict
     from training.base_model import METRICS_FILE, SFTConfig, build_base_model
 
     config = load_yaml(SFTConfig, args.config, args.overrides)

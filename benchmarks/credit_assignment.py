@@ -1,7 +1,7 @@
 """Credit-assignment benchmark on the option mode: methods × seeds × scenarios, with paired CIs.
 
 Each run trains the shared ``MenuPolicy`` (training/marl) with PPO and one credit-assignment
-method on one scenario (``envs/option_scenarios.py``) for a fixed budget of iterations × episodes,
+method on one scenario (``envs/option/scenarios.py``) for a fixed budget of iterations × episodes,
 then plays the first ``--eval-questions`` test questions greedily. The report gives, per scenario:
 
 * a table of final EM, searches per workflow and workflows without a search (mean and 95%
@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from envs.option_mode import MENU_SIZE
-from envs.option_scenarios import SCENARIOS, get_scenario
+from envs.option.scenarios import SCENARIOS, get_scenario
+from envs.option.wrapper import MENU_SIZE
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play, play_batch
 from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
@@ -245,7 +245,7 @@ CHECKOUT_LOOP = """
 import json, random, sys, time
 import torch
 torch.set_num_threads(1)
-from envs.option_mode import MENU_SIZE, option_env
+from envs.option.wrapper import MENU_SIZE, option_env
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play
 from training.marl.trainer import MarlConfig, ppo_update

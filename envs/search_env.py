@@ -61,7 +61,7 @@ from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 
 MAX_OBSERVATION_CHARS = 1_000_000
 # A question longer than this could push a message past MAX_OBSERVATION_CHARS (it is quoted in

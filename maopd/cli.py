@@ -52,8 +52,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from envs.datasets import DatasetError
     from envs.retrieval.corpus import CorpusError
     from envs.retrieval.http_client import RetrievalServerError
-    from maopd.config import ConfigError
-    from maopd.paths import PathOutsideRunError
+    from maopd.base.config import ConfigError
+    from maopd.base.paths import PathOutsideRunError
 
     return (
         UserError,

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
-from maopd.config import (
+from maopd.base.config import (
     ConfigError,
     check_partial,
     config_diff,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.workflows import WORKFLOWS
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from maopd.pipeline import PipelineConfig, evaluate, held_out_manifest, stage_config, stage_dir
 
 PAPER_OPD_BETA = 0.01

@@ -15,7 +15,7 @@ from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.episode import run_episode
 from envs.prompts import LAST_TURN_NOTICE
 from envs.search_env import SearchEnvConfig
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.trainer import record_rewards
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from maopd.config import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
+from maopd.base.config import ConfigError, apply_overrides, from_dict, load_yaml, to_dict
 
 
 @dataclass

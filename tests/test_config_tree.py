@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from maopd.base.config import ConfigError, save_yaml, to_dict
 from maopd.cli import main
-from maopd.config import ConfigError, save_yaml, to_dict
 from maopd.pipeline import PIPELINE_KEYS, check_run_dir, load_preset, stage_config
 from training.config import STAGE_SETTINGS, TrainConfig, changes_since, load_config
 

@@ -23,7 +23,7 @@ import yaml
 from safetensors.torch import load_file
 
 from agents.tiny_model import load_model
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.config import build_config
 from training.distributed import DistributedConfig, DistributedContext
 from training.ptx import write_rows

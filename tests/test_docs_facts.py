@@ -4,7 +4,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from envs.option_mode import GLOBAL_FEATURES, OBSERVATION_SIZE
+from envs.option.wrapper import GLOBAL_FEATURES, OBSERVATION_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 # Rewritten elsewhere; their figures are checked there.

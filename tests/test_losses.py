@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from maopd.config import ConfigError, from_dict
+from maopd.base.config import ConfigError, from_dict
 from training.losses import (
     ANSWERER,
     KL_ESTIMATORS,

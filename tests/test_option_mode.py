@@ -9,7 +9,7 @@ from pettingzoo.test import api_test, parallel_api_test
 from agents.expert_team import expert_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
-from envs.option_mode import (
+from envs.option.wrapper import (
     MENU_SIZE,
     OBSERVATION_SIZE,
     expert_choice,

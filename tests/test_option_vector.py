@@ -7,12 +7,12 @@ import random
 import pytest
 import torch
 
-from envs.option_mode import MENU_SIZE
-from envs.option_scenarios import SCENARIOS, get_scenario
-from envs.option_vector import OptionVectorEnv, TransitionCache
+from envs.option.scenarios import SCENARIOS, get_scenario
+from envs.option.vector import OptionVectorEnv, TransitionCache
+from envs.option.wrapper import MENU_SIZE
 from envs.synthwiki import load_default_world
 from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.marl.policy import MenuPolicy, play, play_batch
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from maopd.paths import PathOutsideRunError, resolve_inside
+from maopd.base.paths import PathOutsideRunError, resolve_inside
 
 
 @pytest.mark.parametrize("path", ["ckpt", "logs/run.jsonl", "./a/../b", "a/b/../../c"])

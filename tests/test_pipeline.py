@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from envs.synthwiki import load_default_world
+from maopd.base.config import ConfigError
 from maopd.cli import main
-from maopd.config import ConfigError
 from maopd.pipeline import (
     held_out_manifest,
     load_experiment,

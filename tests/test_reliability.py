@@ -364,7 +364,7 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
 )
 def test_env_config_bounds_and_types(overrides):
     from envs import hierarchical_search_v0
-    from maopd.config import ConfigError
+    from maopd.base.config import ConfigError
 
     with pytest.raises(ConfigError):
         hierarchical_search_v0.raw_env(
@@ -491,7 +491,7 @@ def test_env_misuse_gives_clear_errors(module_name):
 def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
     import subprocess
 
-    from maopd.paths import remove_stale_staging
+    from maopd.base.paths import remove_stale_staging
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -13,7 +13,7 @@ from envs.retrieval.corpus import Corpus, Document
 from envs.retrieval.factory import RetrieverConfig, build_retriever
 from envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
 from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
-from maopd.config import ConfigError, from_dict
+from maopd.base.config import ConfigError, from_dict
 
 DOCS = [
     Document("paris", "Paris", "Paris is the capital and largest city of France."),

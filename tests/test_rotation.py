@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.checkpoint import latest_checkpoint, list_checkpoints
 from training.config import load_config
 from training.run_logging import read_metrics

@@ -12,8 +12,8 @@ from agents.chat_tokens import encode_text, end_of_turn_id, render_text
 from agents.tokenizer import train_tokenizer
 from envs.prompts import feedback_message, information_message, system_message, task_message
 from envs.retrieval.base import Passage
+from maopd.base.config import ConfigError
 from maopd.commands.sft import resolve_config
-from maopd.config import ConfigError
 from training.base_model import (
     METRICS_FILE,
     SMOKE_CONFIG,
@@ -203,7 +203,7 @@ def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
 
 def test_the_default_preset_base_model_is_shipped():
     """The main job starts from the committed π_0: the preset and the shipped model must agree."""
-    from maopd.config import load_yaml
+    from maopd.base.config import load_yaml
     from maopd.pipeline import load_preset
     from training.base_model import CONFIG_FILE, SHIPPED_DIR
 
@@ -290,7 +290,7 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
     from envs.episode import run_episode
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.world import load_default_world
-    from maopd.config import load_yaml
+    from maopd.base.config import load_yaml
 
     model = AutoModelForCausalLM.from_pretrained(smoke_model, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from maopd.base.config import ConfigError
 from maopd.cli import main
-from maopd.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.config import load_config
 from training.losses import SOLVER

@@ -6,20 +6,20 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agents.single_role import SingleRoleEnv
-from envs.option_mode import expert_choice
+from agents.expert_team import single_role_env
+from envs.option.wrapper import expert_choice
 
 
 @pytest.mark.parametrize(
     ("role", "workflow"), [("leader", "hierarchical"), ("searcher", "hierarchical"), ("answerer", "cascade")]
 )
 def test_passes_gymnasium_env_checker(role, workflow):
-    check_env(SingleRoleEnv(role, workflow, split="test"), skip_render_check=True)
+    check_env(single_role_env(role, workflow, split="test"), skip_render_check=True)
 
 
 @pytest.mark.parametrize("role", ["leader", "searcher", "answerer"])
 def test_expert_choices_for_the_role_with_expert_others_score_full_reward(role):
-    env = SingleRoleEnv(role, "hierarchical", split="test")
+    env = single_role_env(role, "hierarchical", split="test")
     for seed in range(5):
         _, info = env.reset(seed=seed)
         done = False
@@ -30,7 +30,7 @@ def test_expert_choices_for_the_role_with_expert_others_score_full_reward(role):
 
 
 def test_a_wrong_answer_scores_zero_and_the_others_still_play():
-    env = SingleRoleEnv("answerer", "hierarchical", split="test")
+    env = single_role_env("answerer", "hierarchical", split="test")
     obs, info = env.reset(seed=1)
     menu = env.options.menu("answerer")
     wrong = next(i for i, option in enumerate(menu) if not option.hint)
@@ -41,6 +41,6 @@ def test_a_wrong_answer_scores_zero_and_the_others_still_play():
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="role="):
-        SingleRoleEnv("critic")
+        single_role_env("critic")
     with pytest.raises(ValueError, match="workflow="):
-        SingleRoleEnv("leader", "cascade")
+        single_role_env("leader", "cascade")

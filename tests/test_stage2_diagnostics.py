@@ -13,7 +13,7 @@ from test_trainer import scripted_batch, stage2_config  # noqa: F401  (a fixture
 
 from agents.sampling import Candidate
 from envs.rewards import report_has_gold
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.config import CriticConfig
 from training.critic import PromptedCritic

@@ -217,7 +217,7 @@ def test_ptx_data_is_written_whole_or_not_at_all(tmp_path):
 
 
 def test_ptx_data_errors_name_the_field_and_line(models, tmp_path):
-    from maopd.config import ConfigError
+    from maopd.base.config import ConfigError
 
     with pytest.raises(ConfigError, match="ptx.data"):
         stage2_config(models, tmp_path, **{"ptx.coef": 0.1})
@@ -365,7 +365,7 @@ def test_teacher_with_another_vocabulary_is_refused(models, tmp_path):
 
 
 def test_config_errors_name_the_field(models, tmp_path):
-    from maopd.config import ConfigError
+    from maopd.base.config import ConfigError
 
     with pytest.raises(ConfigError, match="teacher.path"):
         build_config({"stage": "stage2"})

@@ -31,7 +31,7 @@ from typing import Literal
 
 import torch
 
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.losses import (
     ANSWERER,
     LEADER,

@@ -28,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from maopd.config import ConfigError, apply_overrides, from_dict
+from maopd.base.config import ConfigError, apply_overrides, from_dict
 from training.checkpoint import latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
 

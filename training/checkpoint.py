@@ -22,7 +22,7 @@ power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's s
 returning it (``checkpoint_problem``) and falls back to the newest intact one, logging a warning
 that names the damaged checkpoint and what is wrong with it.
 
-Every path read from a run directory is contained in it (``maopd.paths.resolve_inside``): a
+Every path read from a run directory is contained in it (``maopd.base.paths.resolve_inside``): a
 ``latest`` pointer naming ``../other_run/...`` or an absolute path is treated as damage (warned
 about and skipped), never followed. Nothing in a checkpoint is unpickled: trainer state is JSON plus
 a list of tensors that ``torch.load`` reads with ``weights_only=True``. Checkpoints written before
@@ -49,9 +49,9 @@ import numpy as np
 import torch
 
 from agents.model_files import weights_problem
-from maopd.config import save_yaml
-from maopd.paths import PathOutsideRunError, resolve_inside
-from training.atomic_write import write_text_atomically
+from maopd.base.atomic import write_text_atomically
+from maopd.base.config import save_yaml
+from maopd.base.paths import PathOutsideRunError, resolve_inside
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

@@ -29,7 +29,7 @@ from envs.hierarchical_search_v0 import raw_env as HierarchyEnv
 from envs.search_env import SearchEnvConfig
 from envs.single_search_v0 import raw_env as SingleEnv
 from envs.workflows import env_module
-from maopd.config import (
+from maopd.base.config import (
     ConfigError,
     apply_overrides,
     check_partial,

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 from training.token_scoring import TokenBatch, score_tokens
 
 

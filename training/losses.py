@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from envs.actions import ROLES
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 
 ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
 LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ("leader", "searcher", "answerer", "solver"))

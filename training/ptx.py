@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from maopd.config import ConfigError
-from training.atomic_write import write_text_atomically
+from maopd.base.atomic import write_text_atomically
+from maopd.base.config import ConfigError
 from training.sft import SFTExample, encode_call, language_model_windows
 
 

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from training.atomic_write import write_text_atomically
+from maopd.base.atomic import write_text_atomically
 
 METRICS_FILE = "metrics.jsonl"
 _TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')

@@ -38,7 +38,7 @@ from envs.actions import ROLES
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
-from maopd.config import ConfigError, save_yaml, to_dict
+from maopd.base.config import ConfigError, save_yaml, to_dict
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
 from training.checkpoint import (

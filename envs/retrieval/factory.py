@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 
 RETRIEVER_KINDS = ("bm25", "dense", "pyserini", "http")
 

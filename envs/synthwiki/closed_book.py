@@ -12,7 +12,7 @@ per world, for every consumer:
 
 A 1-hop question is then answerable closed-book with probability about
 ``known_fraction · recall_accuracy``, a k-hop chain about its k-th power. The option mode's
-"report from memory" Searcher option (``envs.option_mode``, the ``lazy_searcher_v0`` scenario)
+"report from memory" Searcher option (``envs.option.wrapper``, the ``lazy_searcher_v0`` scenario)
 and the memorised sentences a base model is pretrained on (``SFTConfig.closed_book``, through
 ``memorised_sentences``) both read this one definition.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from envs.retrieval.corpus import Corpus
 from envs.synthwiki.grammar import Chain, Comparison, fact_sentence
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
-from maopd.config import ConfigError
+from maopd.base.config import ConfigError
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def _run(args) -> int:
     env_options = {}
     if args.retriever_config or args.retriever_set:
         from envs.retrieval.factory import RetrieverConfig, build_retriever
-        from maopd.config import load_yaml
+        from maopd.base.config import load_yaml
 
         env_options["retriever"] = build_retriever(
             load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set), corpus

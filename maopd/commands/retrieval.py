@@ -71,7 +71,7 @@ def _add_retriever_args(parser: argparse.ArgumentParser) -> None:
 def _load_retriever(args):
     from envs.retrieval.corpus import load_corpus
     from envs.retrieval.factory import RetrieverConfig, build_retriever
-    from maopd.config import load_yaml
+    from maopd.base.config import load_yaml
 
     config = load_yaml(RetrieverConfig, args.config, args.overrides)
     corpus = load_corpus(args.corpus) if args.corpus else None

@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 def resolve_config(path: str | None, overrides: list[str], smoke: bool):
     """The ``SFTConfig`` of defaults (or the smoke config), then the YAML file, then overrides."""
-    from maopd.config import ConfigError, apply_overrides, from_dict, parse_yaml_file, to_dict
+    from maopd.base.config import ConfigError, apply_overrides, from_dict, parse_yaml_file, to_dict
     from training.base_model import SMOKE_CONFIG, SFTConfig
 
     data = to_dict(SMOKE_CONFIG if smoke else SFTConfig())

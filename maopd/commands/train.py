@@ -19,7 +19,7 @@ def _in_file(path: str, exc: Exception, label: str = "") -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from maopd.config import ConfigError
+    from maopd.base.config import ConfigError
     from training.config import load_config
     from training.trainer import TrainingStopped, train_stage
 
@@ -57,7 +57,7 @@ def _pipeline(
     fresh: bool = False,
     seeds: list[int] | None = None,
 ) -> int:
-    from maopd.config import ConfigError
+    from maopd.base.config import ConfigError
     from maopd.pipeline import load_experiment, run_pipeline, run_seeds
     from training.trainer import TrainingStopped
 

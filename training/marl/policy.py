@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs.option_mode import GLOBAL_FEATURES, ITEM_FEATURES, OptionWrapper
-from envs.option_vector import OptionVectorEnv
+from envs.option.vector import OptionVectorEnv
+from envs.option.wrapper import GLOBAL_FEATURES, ITEM_FEATURES, OptionWrapper
 
 
 class MenuScorer(nn.Module):

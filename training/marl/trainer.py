@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option_mode import MENU_SIZE
-from envs.option_scenarios import get_scenario
-from envs.option_vector import OptionVectorEnv, TransitionCache
+from envs.option.scenarios import get_scenario
+from envs.option.vector import OptionVectorEnv, TransitionCache
+from envs.option.wrapper import MENU_SIZE
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import Episode, MenuPolicy, play_batch
 
@@ -29,7 +29,7 @@ from training.marl.policy import Episode, MenuPolicy, play_batch
 @dataclass
 class MarlConfig:
     method: str = "role"
-    scenario: str = "synthwiki_v0"  # a key of envs.option_scenarios.SCENARIOS
+    scenario: str = "synthwiki_v0"  # a key of envs.option.scenarios.SCENARIOS
     workflow: str | None = None  # None: the scenario's; the OPD Teacher plays "cascade"
     seed: int = 0
     iterations: int = 30

@@ -1,4 +1,4 @@
-"""RLlib integration for the option-level action mode (envs/option_mode.py).
+"""RLlib integration for the option-level action mode (envs/option/wrapper.py).
 
 ``ray[rllib]`` is an optional dependency (the ``rllib`` extra); nothing here imports it at package
 import time. ``bash scripts/setup.sh`` leaves it out; install it with ``INSTALL_RLLIB``.

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envs.option_mode import option_env, option_parallel_env
+from envs.option.wrapper import option_env, option_parallel_env
 from training.rllib import missing_ray
 
 try:

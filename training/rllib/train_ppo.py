@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option_mode import option_env
+from envs.option.wrapper import option_env
 from training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,

@@ -1,9 +1,10 @@
 """One role of an option-mode search environment as a ``gymnasium.Env``.
 
 The learner plays every agent of one role (``"leader"``, ``"searcher"`` — all Searcher slots, one
-decision per step — or ``"answerer"``) through the option menu of ``envs.option_mode``; the other
-roles are played by a text ``Policy`` (the SynthWiki expert team by default; an ``HFPolicy``, a
-vLLM policy or a ``RoleRouter`` work the same way). For single-agent RL libraries, and for
+decision per step — or ``"answerer"``) through the option menu of ``envs.option.wrapper``; the other
+roles are played by a text ``Policy`` (``others``: an ``HFPolicy``, a vLLM policy or a ``RoleRouter``;
+``agents.expert_team.single_role_env`` and the registered Gymnasium ids give them the SynthWiki
+expert team). For single-agent RL libraries, and for
 debugging one role in isolation.
 
 Reward: 0 until the workflow ends, then the role's reward from the environment (Leader R_L,
@@ -21,7 +22,7 @@ import gymnasium
 import numpy as np
 
 from envs.actions import TEAM_ROLES
-from envs.option_mode import MENU_SIZE, OptionWrapper, option_env
+from envs.option.wrapper import MENU_SIZE, OptionWrapper, option_env
 from envs.policy import Policy
 
 MAX_SKIPPED_EPISODES = 100
@@ -34,7 +35,8 @@ class SingleRoleEnv(gymnasium.Env):
         self,
         role: str = "searcher",
         workflow: str = "hierarchical",
-        others: Policy | None = None,
+        *,
+        others: Policy,
         menu_size: int = MENU_SIZE,
         **env_options: Any,
     ):
@@ -42,10 +44,6 @@ class SingleRoleEnv(gymnasium.Env):
             raise ValueError(f"role={role!r} is invalid; expected 'leader', 'searcher' or 'answerer'")
         if role == "leader" and workflow != "hierarchical":
             raise ValueError(f"role='leader' needs workflow='hierarchical', not {workflow!r}")
-        if others is None:
-            from agents.expert_team import expert_team
-
-            others = expert_team()
         self.role = role
         self.others = others
         self.options: OptionWrapper = option_env(workflow, menu_size, **env_options)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.option_mode import OptionWrapper
+from envs.option.wrapper import OptionWrapper
 
 
 @dataclass(frozen=True)
