@@ -3,7 +3,7 @@
 # trainer step at the paper's batch size (B = 32, G = 5; FSDP2 + bf16 + gradient checkpointing
 # under torchrun, PPO-ptx, the continuous decode engine with its decode step under
 # torch.compile "reduce-overhead", i.e. CUDA graphs), the rollout throughput benchmark at paper
-# scale (compiled engine vs the old chunked path vs static/dynamic-cache HF generate), and, when a
+# scale (compiled engine vs the chunked engine vs static/dynamic-cache HF generate), and, when a
 # CUDA vLLM venv is present, vLLM rollouts; all on a ~0.1 B random Qwen3 built from a config
 # (nothing is downloaded). CI never runs it on a GPU.
 #

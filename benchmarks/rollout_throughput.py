@@ -1,4 +1,4 @@
-"""Rollout throughput: the team collector against HF ``generate`` ceilings, the old path and a naive loop.
+"""Rollout throughput: the team collector against HF ``generate`` ceilings, the chunked engine and a naive loop.
 
 Everything is measured in one run, on one model and the same prompts (these machines are noisy;
 compare figures within a run). Every path is timed warm: the collector after one untimed collection
@@ -12,7 +12,7 @@ each repeat and the median ratios (one repeat's slow moment does not decide a ta
   refilled as rows finish (``agents.decode_engine``; ``--compile`` puts its decode step under
   ``torch.compile``, e.g. ``reduce-overhead`` on GPU). Its engine reports the mean number of live
   rows per decode step.
-* **collector (chunked)**: the same collection with the previous engine (fixed chunks of
+* **collector (chunked)**: the same collection with ``HFPolicy(engine="chunked")`` (fixed chunks of
   ``--max-batch-size`` rows that shrink as rows finish), same seeds.
 * **ceilings**: HF ``model.generate`` on the collector's own rows (every prompt of every round, once
   per candidate), in batches of the collector's mean live rows, each row sampling exactly the
@@ -23,15 +23,16 @@ each repeat and the median ratios (one repeat's slow moment does not decide a ta
 * **teacher scoring**: ``Teacher.score`` over the collector's ``TeamBatch`` as the trainer calls it
   (the rows a default Stage II step's losses read, which with the default KL-in-reward are all of
   them; each distinct prefix scored once, in token trees), as a fraction of the continuous
-  collector's time; and, for reference, the previous scoring (every row, whole-row forwards of 16,384 tokens), whole-row
-  forwards at the current batch size, and the Searcher rows only (OPD without KL-in-reward).
+  collector's time; and, for reference, every row scored by whole-row forwards with no prefix
+  shared, in batches of 16,384 tokens and at the Teacher's default batch size, and the Searcher
+  rows only (OPD without KL-in-reward).
 * **naive**: PettingZoo's ``agent_iter`` with one ``policy.act`` call per agent turn, on
   ``--naive-questions`` questions (it is slow; tokens/s is comparable across sizes).
 
 The default setting is the paper's (B = 32, G = 5, hierarchy with 3 Searchers, 5 answer candidates,
 512 new tokens, up to 512 rows per decode batch); ``--small`` is the CPU setting (B = 8, G = 5, 48 new
 tokens, 64 rows). Targets: on CPU, collector ≥ 1.0× dynamic-cache ``generate`` and Teacher scoring
-≤ 0.25 of rollout time; on GPU, collector ≥ 0.6× static-cache ``generate`` and ≥ 15× the old path.
+≤ 0.25 of rollout time; on GPU, collector ≥ 0.6× static-cache ``generate`` and ≥ 15× the chunked engine.
 
     python benchmarks/rollout_throughput.py --small --model models/base-<hash> \\
         --out runs/benchmarks/rollout_throughput.json
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": statistics.median(r["teacher_s"] for r in repeats),
         "seconds_per_repeat": [r["teacher_s"] for r in repeats],
         "rows": int(trainer_rows.sum()),
-        "previous_all_rows_no_sharing_s": time_teacher(
+        "all_rows_no_sharing_16384_tokens_s": time_teacher(
             Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens
         ),
         "all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
@@ -355,14 +356,14 @@ def main(argv: list[str] | None = None) -> dict:
     if "generate_static" in result:
         ratios["collector_vs_generate_static"] = rate / result["generate_static"]["tokens_per_s"]
     if "collector_chunked" in result:
-        ratios["collector_vs_old_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
+        ratios["collector_vs_chunked_collector"] = result["collector_chunked"]["seconds"] / collector_s
     ratios["teacher_scoring_fraction_of_rollout"] = statistics.median(teacher_per_repeat)
     ratios["teacher_scoring_fraction_of_rollout_per_repeat"] = teacher_per_repeat
     ratios["teacher_scoring_fraction_searcher_rows_only"] = (
         result["teacher_scoring"]["searcher_rows_only_s"] / collector_s
     )
-    ratios["previous_teacher_scoring_fraction_of_rollout"] = (
-        result["teacher_scoring"]["previous_all_rows_no_sharing_s"] / collector_s
+    ratios["teacher_scoring_fraction_all_rows_no_sharing_16384_tokens"] = (
+        result["teacher_scoring"]["all_rows_no_sharing_16384_tokens_s"] / collector_s
     )
     if "naive" in result:
         ratios["collector_vs_naive"] = rate / result["naive"]["tokens_per_s"]

@@ -36,7 +36,7 @@ def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
     assert {
         "collector_vs_generate_dynamic",
         "collector_vs_generate_static",
-        "collector_vs_old_chunked_collector",
+        "collector_vs_chunked_collector",
         "teacher_scoring_fraction_of_rollout",
     } <= set(throughput["ratios"])
     assert (tmp_path / "stage2_step_metrics.jsonl").read_text().strip()
