@@ -171,7 +171,8 @@ class NoisyTeam:
         return [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
 
     def _draw_call_mistake(self) -> str | None:
-        # memory_report is drawn only with a closed book, so teams without one draw as before
+        # memory_report is drawn only with a closed book, so a team without one makes the same draws as
+        # if the mistake did not exist
         shortcuts = ("memory_report",) if self.closed_book is not None else ()
         for mistake in ("skip_search", "wrong_entity", "early_report", *shortcuts):
             if self._chance(getattr(self.noise, f"searcher_{mistake}")):

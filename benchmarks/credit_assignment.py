@@ -238,9 +238,9 @@ def vectorized_training(config: MarlConfig) -> int:
     return config.iterations * config.episodes_per_iteration
 
 
-# The training loop of an older checkout (``--reference-checkout``), run in a subprocess with that
-# checkout first on the path: the one-episode-at-a-time loop of training/marl/trainer.py as it was
-# before the vectorized path, without its evaluation. It reads the settings as JSON from argv[1].
+# The training loop of a reference checkout (``--reference-checkout``), run in a subprocess with
+# that checkout first on the path: training/marl/trainer.py's one-episode-at-a-time loop, without
+# the vectorized path and without its evaluation. It reads the settings as JSON from argv[1].
 CHECKOUT_LOOP = """
 import json, random, sys, time
 import torch
@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--reference-checkout",
         type=Path,
-        help="--speed: also time this older checkout's training loop (e.g. a worktree of the "
-        "commit before the vectorized path), on synthwiki_v0, its only setting",
+        help="--speed: also time the one-episode-at-a-time training loop of this checkout (a "
+        "worktree whose training/marl/trainer.py has no vectorized path), on synthwiki_v0, its only setting",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)

@@ -1,15 +1,14 @@
-"""How a run's evaluated systems search: the figures behind benchmarks/results/main_job/ and table3/.
+"""How a run's evaluated systems search: share of workflows without a search, near misses, search rates.
 
 Reads a main-job run directory (``maopd train``, ``maopd experiment table3``) and prints, per
 evaluated method:
 
 - ``searches RECORDS``: the share of workflows without a search, the share answering "unknown",
-  and the exact-match rate of the workflows that did search (``main_job/search_behaviour.txt``);
+  and the exact-match rate of the workflows that did search;
 - ``near-misses RECORDS``: 1-hop workflows, correct ones, and wrong answers within edit distance 2
-  of the gold answer, i.e. corrupted copies such as 1904 -> 1804 (``main_job/copy_errors.txt``);
+  of the gold answer, i.e. corrupted copies such as 1904 -> 1804;
 - ``variants RUN_DIR``: mean search actions per test workflow and workflows without a search, then
-  for each Stage II run the mean training ``workflow/search_actions`` of its first and last 5 steps
-  (``table3/search_stats.txt``).
+  for each Stage II run the mean training ``workflow/search_actions`` of its first and last 5 steps.
 
     python benchmarks/search_behaviour.py searches runs/main/eval/records.jsonl
     python benchmarks/search_behaviour.py near-misses runs/main/eval/records.jsonl

@@ -8,14 +8,14 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
 * ``pooled/``: every method scored on the records of all seeds at once. Seed s's attempt a
   becomes attempt ``s_index·k + a``, so a question keeps its ``seeds × k`` workflows; the
   question bootstrap then resamples questions with all of them, and the paired differences are
-  the issue's "paired CIs pooled over the seeds". The pooled avg is the mean over seeds of each
+  paired CIs pooled over the seeds. The pooled avg is the mean over seeds of each
   seed's avg@k; the pooled pass and k/k are over ``seeds × k`` attempts, not the paper's k.
 * ``per_seed.json``: each seed's macro avg@k per method, from that seed's own records.
 * ``searches_over_training.png`` and ``report.json["searches"]``: search actions per workflow at
   each training step of every stage run (Stage I, each Stage II variant, the single agent), mean
   over seeds with the min–max band; for each run the change from the first to the last ``window``
-  steps, with a bootstrap CI that resamples steps within each window and seed (the issue's
-  "searches per workflow over the last 10 training steps below the first 10").
+  steps, with a bootstrap CI that resamples steps within each window and seed (is the
+  search rate over the last 10 training steps below the first 10?).
 * ``training_em_over_training.png`` and ``report.json["training_em"]``: the same for the team
   outcome R_EM of the training rollouts (the learning curves).
 * ``report.json["divergence"]``: the Teacher–student figures Stage II logs

@@ -244,7 +244,7 @@ def test_defaults_are_written_once():
 
 
 def test_a_field_added_since_a_run_was_saved_is_not_a_change(tmp_path):
-    """Old run directories resume: a saved config without a newer field reads it as its default."""
+    """A run directory resumes when its saved config lacks a field: the field reads as its default."""
     from training.config import build_config
 
     config = build_config({"stage": "stage1", "run_dir": str(tmp_path)})

@@ -167,8 +167,8 @@ def test_neutralized_text_can_never_act(text, role):
 
 
 def test_regression_echoed_notice_before_the_action():
-    """Found by fuzzing: an unclosed opening tag (here from the Leader's last-turn notice, echoed by
-    the model) used to swallow the following action, turning a valid selection into a failure."""
+    """An unclosed opening tag (here from the Leader's last-turn notice, echoed by the model) does
+    not swallow the following action: a valid selection stays valid."""
     echoed = f"{LAST_TURN_NOTICE['leader']} <select>all</select>"
     assert parse_action(echoed, "leader").selection is None and parse_action(echoed, "leader").valid
     assert strict_answer("<answer> maybe… <answer>Paris</answer>") == "Paris"

@@ -1,9 +1,10 @@
-"""The reliability suite: regression tests for issue 24 (each fails on d8996d6).
+"""The reliability suite: what docs/reliability.md guarantees under crashes and bad input.
 
-One section per item of the issue: duplicated metrics after a crash (1), key leaks (3), paths read
-from a run dir and unpickling (4), non-finite counters (5), empty answers (6), bounds (8), stack
-traces instead of one-line errors (9), and the smaller ones (10). Item 1 across the whole pipeline
-is also checked by ``benchmarks/fault_injection.py``.
+One section per guarantee: no duplicated metrics after a crash, no leaked API key, paths read from
+a run dir stay inside it and nothing is unpickled, counters stay finite, empty answers are
+handled, bounds are checked, bad input gives one-line errors instead of stack traces, and the
+smaller ones. Metrics after a crash across the whole pipeline are also checked by
+``benchmarks/fault_injection.py``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 SECRET = "sk-reliability-test-0123456789"
 
 
-# --------------------------------------------------------------------------- 1. metrics after a crash
+# --------------------------------------------------------------------------- metrics after a crash
 
 
 TINY = [
@@ -79,7 +80,7 @@ def test_truncating_to_step_zero_empties_the_metrics(tmp_path):
     assert read_metrics(tmp_path) == []
 
 
-# --------------------------------------------------------------------------- 3. the API key
+# --------------------------------------------------------------------------- the API key
 
 
 class EchoServer:
@@ -180,7 +181,7 @@ def test_redact_url_hides_credentials_and_query_values():
     assert redact_url("http://127.0.0.1:8000/x") == "http://127.0.0.1:8000/x"
 
 
-# --------------------------------------------------------------------------- 4. paths read from a run dir
+# --------------------------------------------------------------------------- paths read from a run dir
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +263,7 @@ def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
         ckpt.load_trainer_state(path)
 
 
-# --------------------------------------------------------------------------- 5. non-finite counters
+# --------------------------------------------------------------------------- non-finite counters
 
 
 def _env():
@@ -320,7 +321,7 @@ def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
             load_records([path])
 
 
-# --------------------------------------------------------------------------- 6. empty answers
+# --------------------------------------------------------------------------- empty answers
 
 
 @pytest.mark.parametrize("gold", ["The", "A", "!!!", "the a an"])
@@ -355,7 +356,7 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
     assert load_records([path])[0].score == 0.0
 
 
-# --------------------------------------------------------------------------- 8. bounds
+# --------------------------------------------------------------------------- bounds
 
 
 @pytest.mark.parametrize(
@@ -416,7 +417,7 @@ def test_cli_numbers_out_of_range_are_usage_errors(argv, capsys):
     assert "out of range" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------- 9. one-line errors
+# --------------------------------------------------------------------------- one-line errors
 
 
 def _cli(argv, capsys):
@@ -485,7 +486,7 @@ def test_env_misuse_gives_clear_errors(module_name):
         parallel.step("str")
 
 
-# --------------------------------------------------------------------------- 10. smaller ones
+# --------------------------------------------------------------------------- smaller ones
 
 
 def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):

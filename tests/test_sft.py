@@ -318,7 +318,7 @@ def test_closed_book_facts_are_pretrained_on_and_change_the_key_only_when_set():
 
     plain = SFTConfig(world_size="tiny")
     knowing = replace(plain, closed_book=ClosedBookConfig(known_fraction=0.5), closed_book_repeats=2)
-    assert plain.key() == replace(plain, closed_book_repeats=7).key()  # unset: the key is the old one
+    assert plain.key() == replace(plain, closed_book_repeats=7).key()  # unused without a closed book: not in the key
     assert knowing.key() != plain.key() and closed_book_texts(plain, random.Random(0)) == []
     texts = closed_book_texts(knowing, random.Random(0))
     memorised = ClosedBook(load_default_world(0, "tiny").corpus, knowing.closed_book).memorised_sentences()

@@ -21,7 +21,7 @@ from training.divergence import decision_index, response_runs, searcher_divergen
 from training.losses import SEARCHER, PPOLossConfig, ppo_loss
 from training.trainer import Trainer
 
-# ----- item 2: Teacher–student divergence ------------------------------------------------------
+# ----- Teacher–student divergence ------------------------------------------------------
 
 
 def chars(text):
@@ -91,7 +91,7 @@ def test_divergence_metrics_need_searcher_tokens():
     ) == {"teacher/searcher_tokens": 0.0}
 
 
-# ----- item 3: every RL advantage zeroed --------------------------------------------------------
+# ----- every RL advantage zeroed --------------------------------------------------------
 
 
 def test_zero_rl_is_off_by_default_and_checked():
@@ -140,7 +140,7 @@ def test_zero_rl_without_extra_terms_leaves_the_weights_unchanged(models, tmp_pa
         assert torch.equal(old, new)
 
 
-# ----- item 4: the Prompted Critic's judge figures ----------------------------------------------
+# ----- the Prompted Critic's judge figures ----------------------------------------------
 
 
 class ScriptedJudge:

@@ -1,4 +1,4 @@
-"""Which loss terms give Searcher tokens gradient in each Table 3 variant, today and in the paper.
+"""Which loss terms give Searcher tokens gradient in each Table 3 variant, in the default preset and in the paper.
 
 For every variant of ``maopd.pipeline.VARIANT_METHODS`` the Stage II config of the default preset
 is built with ``maopd.pipeline.stage_config`` and one tiny loss computation is run on a synthetic
@@ -21,8 +21,9 @@ toward π_T (the paper keeps it in every Table 3 variant; it gives Searcher toke
 objective with the advantages of Eq. (7) and an entropy bonus"; "No additional KL penalty is added
 to their policy loss"; Table 3: "All variants retain the Leader and Answerer objectives"; "w/o
 direct Searcher supervision" gives Searcher tokens no gradient from any term). ``DEPARTURES``
-lists where the default preset's variants differ from it (none today); their paper assertions are
-``xfail(strict=True)``. ``test_today`` pins today's behaviour (PAPER with the departures flipped).
+lists where the default preset's variants differ from it (empty: none does); their paper assertions
+are ``xfail(strict=True)``. ``test_default_preset`` pins the default preset's behaviour (PAPER with
+the departures flipped).
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ PAPER: dict[str, dict[str, bool | None]] = {
     "prompted_critic": {**_ALL_OFF, "grpo": True, "entropy": True, "leader_answerer_kl_in_reward": None},
 }
 
-# Where the default preset's variants depart from the paper (none today); such an entry makes the
+# Where the default preset's variants depart from the paper (none does); such an entry makes the
 # paper assertion an xfail(strict=True), so a change that fixes it must remove the entry.
 DEPARTURES: dict[tuple[str, str], str] = {}
 
 
-def today(variant: str, term: str) -> bool | None:
+def default_preset(variant: str, term: str) -> bool | None:
     paper = PAPER[variant][term]
     return (not paper) if (variant, term) in DEPARTURES else paper
 
@@ -181,8 +182,8 @@ def test_the_tables_cover_every_variant_and_term():
 
 @pytest.mark.parametrize("variant", list(VARIANT_METHODS))
 @pytest.mark.parametrize("term", TERMS)
-def test_today(variant, term):
-    expected = today(variant, term)
+def test_default_preset(variant, term):
+    expected = default_preset(variant, term)
     if expected is None:
         pytest.skip("not stated")
     assert searcher_gradients(variant)[term] is expected

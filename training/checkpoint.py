@@ -25,9 +25,9 @@ that names the damaged checkpoint and what is wrong with it.
 Every path read from a run directory is contained in it (``maopd.base.paths.resolve_inside``): a
 ``latest`` pointer naming ``../other_run/...`` or an absolute path is treated as damage (warned
 about and skipped), never followed. Nothing in a checkpoint is unpickled: trainer state is JSON plus
-a list of tensors that ``torch.load`` reads with ``weights_only=True``. Checkpoints written before
-this format (a pickled ``trainer_state.pt`` alone) are reported as damaged ("trainer_state.json is
-missing"); such runs must be re-run.
+a list of tensors that ``torch.load`` reads with ``weights_only=True``. A checkpoint in another
+format (a pickled ``trainer_state.pt`` alone) is reported as damaged ("trainer_state.json is
+missing"); such a run must be re-run.
 
 Test hook: ``MAOPD_CRASH_AT=checkpoint:<step>:<phase>`` SIGKILLs the process at one of
 ``CRASH_PHASES`` while it saves ``step_<step>`` (tests/test_crash_safety.py).

@@ -27,7 +27,7 @@ As ``synthwiki_v0`` with two changes that pose the paper's credit-assignment pro
 | | |
 |---|---|
 | Closed book | ``ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)``: a Searcher may "report from memory"; |
-| | 63% of single facts come back right, a 2-hop chain about 40%, a 3-hop chain about 25% |
+| | 0.7 × 0.9 = 63% of single facts come back right, a 2-hop chain about 40%, a 3-hop chain about 25% |
 | Budget | 8 environment steps instead of 12: every search spends budget that a multi-hop question needs, |
 | | and a team that runs out answers from what it has |
 
@@ -60,8 +60,8 @@ class OptionScenario:
     closed_book: ClosedBookConfig | None = None
     world_seed: int = 0
     world_size: str = "small"
-    # the v0 scenarios were defined with the forced finish; the text environments' default is now
-    # the paper's (no forced answer), so the scenarios state theirs
+    # the v0 scenarios are defined with the forced finish, unlike the text environments' default
+    # (the paper's: no forced answer), so the scenarios state theirs
     force_finish: bool = True
 
     def make_env(self, split: str = "train", workflow: str | None = None, **overrides: Any) -> OptionWrapper:

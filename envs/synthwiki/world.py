@@ -29,11 +29,11 @@ from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.paths import build_directory_atomically
 
 # Bump when generated content changes, so that stale caches are rebuilt.
-# 2: a fresh test split (TEST_SPLIT_VERSION); corpus, train and dev are those of version 1.
 FORMAT_VERSION = 2
-# The test split is drawn from its own stream, disjoint from every earlier version's test
-# questions: once figures on a test split have been seen and the testbed changes, the reported
-# figures come from questions no earlier figure came from. Train and dev never change with it.
+# Each version of the test split is drawn from its own stream, disjoint from every other
+# version's test questions: once figures on a test split have been seen and the testbed changes,
+# a new version gives figures on questions no reported figure came from. Train and dev do not
+# depend on it.
 TEST_SPLIT_VERSION = 2
 DEFAULT_SEED = 0
 DEFAULT_SIZE = "small"

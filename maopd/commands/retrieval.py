@@ -26,7 +26,7 @@ def register(subparsers) -> None:
         "--kind",
         choices=("dense", "bm25", "pyserini", "lucene"),
         default="dense",
-        help="dense (default), bm25, or pyserini (a Lucene index; 'lucene' is an old alias)",
+        help="dense (default), bm25, or pyserini (a Lucene index; 'lucene' is an alias)",
     )
     build.add_argument(
         "--encoder", default="minilm", help="'minilm' (packaged all-MiniLM-L6-v2) or a local HF model dir"
