@@ -166,7 +166,7 @@ def test_neutralized_text_can_never_act(text, role):
     assert strict_answer(safe) is None
 
 
-def test_regression_echoed_notice_before_the_action():
+def test_an_echoed_notice_does_not_swallow_the_following_action():
     """An unclosed opening tag (here from the Leader's last-turn notice, echoed by the model) does
     not swallow the following action: a valid selection stays valid."""
     echoed = f"{LAST_TURN_NOTICE['leader']} <select>all</select>"

@@ -194,9 +194,9 @@ def test_environment_survives_any_output(module, question, data):
     check_invariants(env, policy, play(env, policy, question))
 
 
-def test_regression_lone_surrogates_are_replaced():
-    """Found by fuzzing: a lone surrogate in an output (possible in a JSON-decoded API answer)
-    made the record impossible to write as UTF-8."""
+def test_lone_surrogates_are_replaced():
+    """A lone surrogate in an output (possible in a JSON-decoded API answer) is replaced, so the
+    record can be written as UTF-8."""
     env = cascade_search_v0.env(
         retriever=RETRIEVER, questions=[Question("s", "Where was Orlen Vask born?", ("Tarvel",))]
     )

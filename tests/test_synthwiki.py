@@ -142,8 +142,8 @@ def test_templates_parse_back():
 
 
 def test_the_test_split_is_fresh_and_train_dev_are_unchanged():
-    """TEST_SPLIT_VERSION 2: no question of the version-1 test split, whose figures were seen; the
-    corpus, train and dev splits are version 1's."""
+    """The current test split (TEST_SPLIT_VERSION) shares no question with the version-1 test split;
+    the corpus, train and dev splits do not depend on the version."""
     import random
 
     from envs.synthwiki.generator import SPLITS, generate_graph
