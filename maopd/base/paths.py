@@ -16,8 +16,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from maopd.base.errors import UserError
 
-class PathOutsideRunError(ValueError):
+
+class PathOutsideRunError(UserError, ValueError):
     """A configured output path escapes the run directory. The message names the field."""
 
 
