@@ -491,7 +491,7 @@ def test_env_misuse_gives_clear_errors(module_name):
 def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
     import subprocess
 
-    from maopd.base.paths import remove_stale_staging
+    from maopd.base.atomic import remove_stale_staging
 
     dead = subprocess.Popen(["true"])
     dead.wait()
