@@ -325,12 +325,13 @@ def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
 
 @pytest.mark.parametrize("gold", ["The", "A", "!!!", "the a an"])
 def test_an_empty_answer_never_matches(gold):
-    from envs.rewards import candidate_score, exact_match
+    from envs.actions import strict_answer
+    from envs.rewards import exact_match
 
     assert exact_match("", [gold]) == 0.0
     assert exact_match("   ", [gold]) == 0.0
     assert exact_match("the", ["Paris"]) == 0.0
-    assert candidate_score("<answer></answer>", [gold]) == 0.0
+    assert exact_match(strict_answer("<answer></answer>"), [gold]) == 0.0  # how the env scores a candidate
     assert exact_match(gold, [gold]) == 1.0  # matched on its raw stripped form
     assert exact_match(f"  {gold} ", [gold]) == 1.0
 
