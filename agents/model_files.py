@@ -10,8 +10,10 @@ import json
 import struct
 from pathlib import Path
 
+from maopd.base.errors import UserError
 
-class ModelFileError(ValueError):
+
+class ModelFileError(UserError, ValueError):
     """A file of a local model directory is damaged or unreadable. The message names the file."""
 
 

@@ -22,7 +22,6 @@ Choices, and why:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -111,10 +110,3 @@ def wrap_tokenizer(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     )
     fast.chat_template = CHATML_TEMPLATE
     return fast
-
-
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, directory: str | Path) -> Path:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(directory)
-    return directory

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
-from envs.option.wrapper import MENU_SIZE
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play, play_batch
 from training.marl.trainer import MarlConfig, ppo_update, train, vector_env

@@ -40,9 +40,11 @@ from dataclasses import dataclass, field
 # The roles of the paper's teams (cascade and hierarchy). The option mode's features and the
 # credit-assignment benchmark are about these three only.
 TEAM_ROLES = ("leader", "searcher", "answerer")
-# Every role; role ids in training batches follow this order, so a new role is appended: the
-# solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v0.py).
+# Every role; a role's id in training batches (``ROLE_IDS``) is its index here, so a new role is
+# appended: the solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v0.py).
 ROLES = (*TEAM_ROLES, "solver")
+ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
+LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ROLES)
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
 ROLE_ACTION_KINDS = {
     "searcher": ("search", "report"),

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from envs.jsonl import iter_json_lines
+from maopd.base.errors import UserError
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset file or line is malformed. The message names the file and line."""
 
 

@@ -1,6 +1,7 @@
 """The paper's rewards as small pure functions.
 
-Notation follows the paper: c_ij is the normalized exact match of candidate j in trajectory i,
+Notation follows the paper: c_ij is the normalized exact match of candidate j in trajectory i
+(``exact_match`` of the text in its last ``<answer>`` tag, as ``SearchEnv`` scores it),
 R_EM,i = max_j c_ij is the team outcome, and each role r has its own reward R_r,i.
 
 * Answerer, per candidate:           R_A,i,j = c_ij
@@ -21,8 +22,6 @@ import re
 import string
 import unicodedata
 from collections.abc import Iterable, Sequence
-
-from envs.actions import strict_answer
 
 FORMAT_PENALTY = -1.0
 TOOL_STEP_CAP = 6
@@ -67,11 +66,6 @@ def exact_match(prediction: str | None, references: Iterable[str]) -> float:
         return 0.0
     normalized = normalize_answer(prediction)
     return float(any(_matches(prediction, normalized, ref) for ref in references))
-
-
-def candidate_score(output: str, references: Iterable[str]) -> float:
-    """c_ij: exact match of the text in the output's last ``<answer>`` tag."""
-    return exact_match(strict_answer(output), references)
 
 
 def team_outcome(candidate_scores: Iterable[float]) -> float:

@@ -7,10 +7,11 @@ they must keep heavy imports (torch, transformers) inside their command function
 
 Errors: a problem with what the user gave (a config value, a file, a run directory, a server
 address) is one line, ``maopd <command>: <message>``, and exit status 2, never a stack trace.
-``main`` turns the exception types of ``user_error_types()`` into that line: ``UserError`` (which
-commands raise), ``ConfigError``, malformed YAML, the project's file-format errors, and the
-OS errors of a path (missing, not a directory, a directory, exists, permission denied). Any other
-exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the trace of user errors too.
+``main`` turns the exception types of ``user_error_types()`` into that line: ``UserError``
+(``maopd.base.errors``, the root of every user-facing error: those commands raise, ``ConfigError``,
+the project's file-format errors), malformed YAML, and the OS errors of a path (missing, not a
+directory, a directory, exists, permission denied). Any other exception is a bug and keeps its
+stack trace. ``MAOPD_DEBUG=1`` shows the trace of user errors too.
 An OS error of a path says what is wrong with which path and what to do (``path_error_message``).
 Usage errors (an unknown option, a number out of range) are one line too, with exit status 2.
 """
@@ -23,6 +24,8 @@ import importlib
 import os
 import sys
 
+from maopd.base.errors import UserError
+
 COMMAND_MODULES = [
     "maopd.commands.play",
     "maopd.commands.retrieval",
@@ -34,39 +37,16 @@ COMMAND_MODULES = [
 ]
 
 
-class UserError(Exception):
-    """A problem with the user's input; ``main`` prints its message as one line and exits 2."""
-
-
 USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError)
 # other OS errors of a path the user chose: a read-only file system, a full disk, a name too long
 USER_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.ENAMETOOLONG)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """The exception types that mean bad input, not a bug (imported only when an error happens)."""
+    """The exception types that mean bad input, not a bug (yaml imported only when an error happens)."""
     import yaml
 
-    from agents.model_files import ModelFileError
-    from benchmarks.eval.records import RecordError
-    from envs.datasets import DatasetError
-    from envs.retrieval.corpus import CorpusError
-    from envs.retrieval.http_client import RetrievalServerError
-    from maopd.base.config import ConfigError
-    from maopd.base.paths import PathOutsideRunError
-
-    return (
-        UserError,
-        ConfigError,
-        PathOutsideRunError,
-        yaml.YAMLError,
-        DatasetError,
-        RecordError,
-        CorpusError,
-        RetrievalServerError,
-        ModelFileError,
-        *USER_OS_ERRORS,
-    )
+    return (UserError, yaml.YAMLError, *USER_OS_ERRORS)
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.base.config import ConfigError, from_dict
 from training.advantages import (
     SEARCHER_ESTIMATORS,
@@ -19,7 +20,7 @@ from training.advantages import (
     sequence_kl,
     team_token_advantages,
 )
-from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError
+from training.losses import NonFiniteError
 
 
 def test_grpo_binary_group_matches_hand_computation():

@@ -60,7 +60,7 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, tiny, monkeypa
     assert ckpt.load_trainer_state(good)["step"] == 1
     # the next save clears the half-written directory
     _save(tmp_path, 2, tiny)
-    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    assert not list((tmp_path / "checkpoints").glob("*.staging-*"))
 
 
 def test_rng_state_round_trips(tmp_path, tiny):

@@ -190,7 +190,7 @@ def _assert_matches(run_dir: Path, reference: Path) -> None:
     assert _without_timings(read_metrics(run_dir)) == expected
     root = run_dir / "checkpoints"
     assert [p.name for p in ckpt.list_checkpoints(root)] == ["step_3", "step_4"]
-    assert not list(root.glob(".tmp-*"))
+    assert not list(root.glob("*.staging-*"))
     final = ckpt.latest_checkpoint(run_dir)
     assert final == root / f"step_{STEPS}"
     a = load_file(final / "model" / "model.safetensors")
@@ -212,8 +212,8 @@ def test_sigkill_inside_a_checkpoint_write_then_restart_equals_the_uninterrupted
     run_dir = tmp_path / "run"
     assert _train(run_dir, crash_at=f"checkpoint:2:{phase}") == -signal.SIGKILL
     assert ckpt.latest_checkpoint(run_dir).name == SURVIVOR[phase]
-    half_written = list((run_dir / "checkpoints").glob(".tmp-*"))
-    assert [p.name for p in half_written] == ([".tmp-step_2"] if phase in ("model", "state") else [])
+    half_written = list((run_dir / "checkpoints").glob("*.staging-*"))
+    assert [p.name.split("-")[0] for p in half_written] == (["step_2.staging"] if phase in ("model", "state") else [])
     assert _train(run_dir) == 0
     _assert_matches(run_dir, reference[0])
 

@@ -5,13 +5,11 @@ import math
 import pytest
 import torch
 
+from envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.base.config import ConfigError, from_dict
 from training.losses import (
-    ANSWERER,
     KL_ESTIMATORS,
-    LEADER,
     LOSS_AGGREGATIONS,
-    SEARCHER,
     NonFiniteError,
     PPOLossConfig,
     aggregate_loss,

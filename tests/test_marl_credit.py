@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, OptionScenario
-from envs.option.wrapper import MENU_SIZE
 from training.marl.credit import (
     CREDIT_METHODS,
     CreditContext,

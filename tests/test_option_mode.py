@@ -9,14 +9,8 @@ from pettingzoo.test import api_test, parallel_api_test
 from agents.expert_team import expert_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.episode import run_episode
-from envs.option.wrapper import (
-    MENU_SIZE,
-    OBSERVATION_SIZE,
-    expert_choice,
-    mentions,
-    option_env,
-    option_parallel_env,
-)
+from envs.option.menus import MENU_SIZE, expert_choice, mentions
+from envs.option.wrapper import OBSERVATION_SIZE, option_env, option_parallel_env, play_options
 
 TEXT_ENVS = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
 SAME_FIELDS = (
@@ -33,16 +27,13 @@ SAME_FIELDS = (
 
 def play(env, choose, question_index):
     """Play one episode choosing with ``choose(env, agent)``; return the record and the menus seen."""
-    env.reset(options={"question_index": question_index})
     seen = []
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent]:
-            env.step(None)
-            continue
-        seen.append((agent, env.menu(agent), env.observe(agent)))
-        env.step(choose(env, agent))
-    return env.unwrapped.record, seen
+
+    def act(agent, observation):
+        seen.append((agent, env.menu(agent), observation))
+        return choose(env, agent)
+
+    return play_options(env, act, {"question_index": question_index}), seen
 
 
 @pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
+from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
-from envs.option.wrapper import MENU_SIZE
 from envs.synthwiki import load_default_world
 from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
 from maopd.base.config import ConfigError

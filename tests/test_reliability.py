@@ -326,12 +326,13 @@ def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
 
 @pytest.mark.parametrize("gold", ["The", "A", "!!!", "the a an"])
 def test_an_empty_answer_never_matches(gold):
-    from envs.rewards import candidate_score, exact_match
+    from envs.actions import strict_answer
+    from envs.rewards import exact_match
 
     assert exact_match("", [gold]) == 0.0
     assert exact_match("   ", [gold]) == 0.0
     assert exact_match("the", ["Paris"]) == 0.0
-    assert candidate_score("<answer></answer>", [gold]) == 0.0
+    assert exact_match(strict_answer("<answer></answer>"), [gold]) == 0.0  # how the env scores a candidate
     assert exact_match(gold, [gold]) == 1.0  # matched on its raw stripped form
     assert exact_match(f"  {gold} ", [gold]) == 1.0
 
@@ -492,7 +493,7 @@ def test_env_misuse_gives_clear_errors(module_name):
 def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
     import subprocess
 
-    from maopd.base.paths import remove_stale_staging
+    from maopd.base.atomic import remove_stale_staging
 
     dead = subprocess.Popen(["true"])
     dead.wait()

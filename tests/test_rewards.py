@@ -2,7 +2,11 @@
 
 import pytest
 
+from envs import cascade_search_v0
 from envs import rewards as R
+from envs.datasets import Question
+from envs.episode import run_episode
+from envs.policy import AgentOutput
 
 
 @pytest.mark.parametrize(
@@ -25,9 +29,21 @@ def test_exact_match_against_every_reference():
     assert R.exact_match("NYC", ["New York City", "nyc"]) == 1.0
 
 
-def test_candidate_score_uses_last_answer_tag():
-    assert R.candidate_score("<answer>Paris</answer><answer>Tarvel</answer>", ["Tarvel"]) == 1.0
-    assert R.candidate_score("Tarvel", ["Tarvel"]) == 0.0
+class Answers:
+    """Searchers report at once; the Answerer writes ``answer``."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def act(self, turns):
+        return [AgentOutput([self.answer if t.role == "answerer" else "<report>x</report>"]) for t in turns]
+
+
+@pytest.mark.parametrize("answer, score", [("<answer>Paris</answer><answer>Tarvel</answer>", 1.0), ("Tarvel", 0.0)])
+def test_a_candidate_is_scored_on_its_last_answer_tag(answer, score):
+    question = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
+    record = run_episode(cascade_search_v0.env(num_candidates=1), Answers(answer), options={"question": question})
+    assert record["candidate_scores"] == [score]
 
 
 def test_search_bonus():

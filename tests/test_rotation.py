@@ -59,7 +59,7 @@ def test_checkpoints_rotate_to_keep_last(soak):
     root = run_dir / "checkpoints"
     assert [p.name for p in list_checkpoints(root)] == ["step_18", "step_20"]
     assert latest_checkpoint(run_dir) == root / "step_20"
-    assert not list(root.glob(".tmp-*"))
+    assert not list(root.glob("*.staging-*"))
     assert max(checkpoints for checkpoints, _ in seen) == 2
 
 

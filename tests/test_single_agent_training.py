@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
+from envs.actions import SOLVER
 from maopd.base.config import ConfigError
 from maopd.cli import main
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.config import load_config
-from training.losses import SOLVER
 from training.run_logging import read_metrics
 
 TINY = "configs/tiny_cpu_single.yaml"

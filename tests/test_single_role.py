@@ -7,7 +7,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agents.expert_team import single_role_env
-from envs.option.wrapper import expert_choice
+from envs.option.menus import expert_choice
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,14 @@ import torch
 from test_trainer import scripted_batch, stage2_config  # noqa: F401  (a fixture, used by name)
 
 from agents.sampling import Candidate
+from envs.actions import SEARCHER
 from envs.rewards import report_has_gold
 from maopd.base.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.config import CriticConfig
 from training.critic import PromptedCritic
 from training.divergence import decision_index, response_runs, searcher_divergence_metrics
-from training.losses import SEARCHER, PPOLossConfig, ppo_loss
+from training.losses import PPOLossConfig, ppo_loss
 from training.trainer import Trainer
 
 # ----- Teacher–student divergence ------------------------------------------------------

@@ -34,9 +34,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from envs.actions import LEADER, SEARCHER
 from maopd.pipeline import VARIANT_METHODS, load_preset, stage_config
 from training.advantages import SEARCHER_OUTCOMES, team_token_advantages
-from training.losses import LEADER, SEARCHER, ppo_loss
+from training.losses import ppo_loss
 
 TERMS = ("opd", "grpo", "ptx", "entropy", "kl_loss", "leader_answerer_kl_in_reward")
 _ALL_OFF = dict.fromkeys(TERMS, False)

@@ -220,7 +220,7 @@ def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):
 
 
 def test_teacher_rows_are_the_rows_the_losses_read():
-    from training.losses import ANSWERER, LEADER, SEARCHER
+    from envs.actions import ANSWERER, LEADER, SEARCHER
     from training.teacher import teacher_rows
 
     roles = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER])

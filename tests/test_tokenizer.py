@@ -3,7 +3,7 @@ import filecmp
 import pytest
 from transformers import AutoTokenizer
 
-from agents.tokenizer import IM_END, PAD_TOKEN, TAG_TOKENS, save_tokenizer, train_tokenizer
+from agents.tokenizer import IM_END, PAD_TOKEN, TAG_TOKENS, train_tokenizer
 from envs.prompts import SEARCHER_PROMPT, system_message, task_message
 
 TEXTS = ["The capital of France is Paris.", "Hamlet was written by William Shakespeare."]
@@ -40,8 +40,9 @@ def test_eos_pad_and_chatml_template(tokenizer):
 
 
 def test_training_is_deterministic_to_the_byte(tmp_path):
-    first = save_tokenizer(train_tokenizer(TEXTS), tmp_path / "a")
-    second = save_tokenizer(train_tokenizer(TEXTS), tmp_path / "b")
+    first, second = tmp_path / "a", tmp_path / "b"
+    train_tokenizer(TEXTS).save_pretrained(first)
+    train_tokenizer(TEXTS).save_pretrained(second)
     names = sorted(p.name for p in first.iterdir())
     assert "tokenizer.json" in names
     match, mismatch, errors = filecmp.cmpfiles(first, second, names, shallow=False)
@@ -49,7 +50,8 @@ def test_training_is_deterministic_to_the_byte(tmp_path):
 
 
 def test_save_and_reload_with_auto_tokenizer(tokenizer, tmp_path):
-    reloaded = AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path), local_files_only=True)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
     text = "Paris <search>who wrote Hamlet?</search><|im_end|>"
     assert reloaded.encode(text, add_special_tokens=False) == tokenizer.encode(text, add_special_tokens=False)
     messages = [system_message("leader"), task_message("x")]

@@ -21,10 +21,11 @@ from agents.sampling import Candidate
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs import hierarchical_search_v0
+from envs.actions import ANSWERER, LEADER, SEARCHER
 from envs.synthwiki import load_default_world
 from training.advantages import grpo_advantages
 from training.config import apply_settings, build_config
-from training.losses import ANSWERER, LEADER, SEARCHER, NonFiniteError
+from training.losses import NonFiniteError
 from training.rollout import TeamRolloutCollector
 from training.token_scoring import score_tokens
 from training.trainer import (

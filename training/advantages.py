@@ -31,19 +31,9 @@ from typing import Literal
 
 import torch
 
+from envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
 from maopd.base.config import ConfigError
-from training.losses import (
-    ANSWERER,
-    LEADER,
-    SEARCHER,
-    SOLVER,
-    check_finite,
-    check_role_ids,
-    kl_estimate,
-    lookup,
-    masked_where,
-    registry_decorator,
-)
+from training.losses import check_finite, check_role_ids, kl_estimate, lookup, masked_where, registry_decorator
 from training.token_scoring import TokenBatch
 
 GRPO_EPS = 1e-6

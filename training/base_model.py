@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
+from maopd.base.atomic import build_directory_atomically
 from maopd.base.config import ConfigError, save_yaml, to_dict
-from maopd.base.paths import build_directory_atomically
 
 if TYPE_CHECKING:
     from agents.noisy_team import NoiseConfig

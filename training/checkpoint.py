@@ -12,10 +12,10 @@ Layout under ``RUN_DIR/checkpoints/``::
         config.yaml          the run's TrainConfig
     latest                   a text file naming the newest complete checkpoint ("step_100")
 
-A checkpoint is assembled in a hidden temporary directory and moved into place with one
-``os.replace``; the ``latest`` pointer is replaced the same way afterwards. A crash at any point
-leaves the previous checkpoint and pointer intact (at worst a stray ``.tmp-*`` directory that the
-next save removes).
+A checkpoint is assembled in a staging directory beside it and renamed into place
+(``maopd.base.atomic.build_directory_atomically``); the ``latest`` pointer is replaced atomically
+afterwards. A crash at any point leaves the previous checkpoint and pointer intact (at worst a
+stray ``step_N.staging-<pid>-*`` directory that the next save of that step removes).
 
 Files can still be damaged after the fact (a full disk, a filesystem that reorders writes across a
 power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure before
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from agents.model_files import weights_problem
-from maopd.base.atomic import write_text_atomically
+from maopd.base.atomic import build_directory_atomically, write_text_atomically
 from maopd.base.config import save_yaml
 from maopd.base.paths import PathOutsideRunError, resolve_inside
 
@@ -159,21 +159,17 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_{step}`` atomically, point ``latest`` at it, prune old ones."""
     root = checkpoint_root(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    for stray in root.glob(".tmp-*"):
-        shutil.rmtree(stray, ignore_errors=True)
-    tmp = root / f".tmp-step_{step}"
-    model.save_pretrained(tmp / MODEL)
-    tokenizer.save_pretrained(tmp / MODEL)
-    _crash_point(step, "model")
-    save_trainer_state(trainer_state, tmp)
-    save_yaml(config, tmp / "config.yaml")
-    _crash_point(step, "state")
 
-    final = root / f"step_{step}"
-    if final.exists():  # saving the same step again (e.g. algo.save after a periodic save)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    def build(staging: Path) -> None:
+        model.save_pretrained(staging / MODEL)
+        tokenizer.save_pretrained(staging / MODEL)
+        _crash_point(step, "model")
+        save_trainer_state(trainer_state, staging)
+        save_yaml(config, staging / "config.yaml")
+        _crash_point(step, "state")
+
+    # without a done file, saving the same step again (e.g. algo.save after a periodic save) replaces it
+    final = build_directory_atomically(root / f"step_{step}", build)
     _crash_point(step, "moved")
     write_text_atomically(root / LATEST, final.name + "\n")
     _crash_point(step, "pointer")

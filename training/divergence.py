@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from training.losses import SEARCHER, kl_k3, masked_where
+from envs.actions import SEARCHER
+from training.losses import kl_k3, masked_where
 
 _DECISION_TAG = re.compile(r"<(?:search|report)>")
 

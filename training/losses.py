@@ -12,7 +12,7 @@ N sequences (one model call each) padded to T tokens:
 * ``weight`` [N, T]         optional per-token multiplier of the numerator only. Weight 0 removes a
                             token's gradient but keeps it in the denominator, which is how the
                             "w/o direct Searcher supervision" variant (paper, Table 3) is written
-* ``role_ids`` [N]          0 = Leader, 1 = Searcher, 2 = Answerer, one per sequence
+* ``role_ids`` [N]          the role of each sequence, its index in ``envs.actions.ROLES`` (``ROLE_IDS``)
 
 Entries outside ``loss_mask`` may hold anything (padding garbage, -inf); they are replaced by
 zeros before any arithmetic, so they can never reach a loss or a gradient as NaN.
@@ -29,11 +29,8 @@ from typing import Literal
 
 import torch
 
-from envs.actions import ROLES
+from envs.actions import ROLE_IDS, ROLES
 from maopd.base.config import ConfigError
-
-ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
-LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ("leader", "searcher", "answerer", "solver"))
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.

@@ -33,10 +33,10 @@ import torch
 
 from agents.chat_tokens import prompt_ids, turn_continuation_ids
 from agents.hf_policy import HFPolicy
+from envs.actions import ROLE_IDS
 from envs.datasets import Question
 from envs.policy import AgentOutput, Policy
 from envs.search_env import SearchEnv
-from training.losses import ROLE_IDS
 from training.token_scoring import TokenBatch, pad_batch
 
 

@@ -37,7 +37,7 @@ from transformers import Cache
 
 from agents.last_layer import is_plain_decoder, last_layer, layers_but_last
 from agents.sampling import _cache_keyword, additive_mask, default_forward_tokens
-from training.losses import ANSWERER, LEADER, SEARCHER
+from envs.actions import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 TREE_ATTENTION = ("sdpa", "eager")  # attention implementations that take an arbitrary 4D mask

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
-from envs.actions import ROLES
+from envs.actions import ROLES, SEARCHER
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
@@ -52,13 +52,7 @@ from training.checkpoint import (
 from training.config import ModelConfig, TrainConfig, changes_since
 from training.critic import PromptedCritic
 from training.divergence import searcher_divergence_metrics
-from training.losses import (
-    SEARCHER,
-    NonFiniteError,
-    PPOLossTerms,
-    ppo_loss,
-    ppo_role_metrics,
-)
+from training.losses import NonFiniteError, PPOLossTerms, ppo_loss, ppo_role_metrics
 from training.nonfinite import save_nonfinite_step, step_tensors
 from training.ptx import PtxData
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches

@@ -174,7 +174,3 @@ def per_question_values(scores: MethodScores) -> dict[str, dict[str, np.ndarray]
             if name in fields:
                 out[name][dataset] = avg_per_question(fields[name])
     return out
-
-
-def cost_names(values: Mapping[str, object]) -> list[str]:
-    return [name for name in COST_FIELDS if name in values]

@@ -19,6 +19,7 @@ from benchmarks.eval.extraction import failure_kind, flexible_answer
 from envs.actions import strict_answer
 from envs.jsonl import iter_json_lines
 from envs.rewards import exact_match
+from maopd.base.errors import UserError
 
 # Workload counters, copied from the workflow record's ``counters`` (Appendix A).
 COUNTER_FIELDS = (
@@ -33,7 +34,7 @@ COST_FIELDS = COUNTER_FIELDS + ("duration_s",)
 REQUIRED_FIELDS = ("method", "dataset", "question_id", "attempt", "golden_answers", "final_output")
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record file or line is malformed. The message names the file and line."""
 
 

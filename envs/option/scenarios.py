@@ -11,7 +11,7 @@ setting gets a new version (``_v1``), so results that name a scenario stay compa
 |---|---|
 | World | the default SynthWiki world (seed 0, size small): 2,000 train / 300 test questions, 1–3 hops and comparisons |
 | Workflow | hierarchical: Leader → waves of 3 Searchers → Answerer, the workflow's budget of 12 environment steps |
-| Actions | ``Discrete(8)`` menus (``envs.option.wrapper``), no expert-hint feature |
+| Actions | ``Discrete(8)`` menus (``envs.option.menus``), no expert-hint feature |
 | Closed book | none: every fact must be searched |
 | Budget exhaustion | forced finish (``force_finish=True``): Searchers must report in their last step and a Leader |
 | | that fails its last step hands every report over, so every workflow gets an answer |
@@ -42,7 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.option.wrapper import MENU_SIZE, OptionWrapper, option_env
+from envs.option.menus import MENU_SIZE
+from envs.option.wrapper import OptionWrapper, option_env
 from envs.retrieval.cache import CachedRetriever
 from envs.retrieval.factory import RetrieverConfig
 from envs.search_env import shared_retriever

@@ -8,8 +8,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from maopd.base.errors import UserError
 
-class CorpusError(ValueError):
+
+class CorpusError(UserError, ValueError):
     """A corpus file or line is malformed. The message names the file and line."""
 
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from envs.retrieval.base import Passage
 from envs.retrieval.protocol import decode_results
+from maopd.base.errors import UserError
 
 
 def redact_url(url: str) -> str:
@@ -31,7 +32,7 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(fragment=""))
 
 
-class RetrievalServerError(RuntimeError):
+class RetrievalServerError(UserError, RuntimeError):
     """The retrieval server could not be reached or refused the request; the message has its URL."""
 
 

@@ -1,7 +1,7 @@
 """Build retrieval indexes on disk, resumably, reporting throughput.
 
 Dense builds encode the corpus in fixed-size chunks and write each chunk's embeddings as soon as it
-is done (atomically: write to a temp file, then rename). An interrupted build rerun with the same
+is done (atomically: ``maopd.base.atomic.write_file_atomically``). An interrupted build rerun with the same
 arguments skips the chunks already on disk. A ``build.json`` manifest pins the corpus fingerprint
 and encoder, so a rerun against a changed corpus or encoder starts over instead of mixing vectors.
 """
@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from envs.retrieval.corpus import load_corpus
+from maopd.base.atomic import write_file_atomically
 
 
 @dataclass
@@ -86,9 +87,7 @@ def build_dense_index(
             continue
         docs = corpus.documents[first : first + chunk_size]
         vectors = encoder.encode_passages([passage_text(d) for d in docs])
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, vectors)
-        tmp.rename(path)
+        write_file_atomically(path, lambda handle: np.save(handle, vectors))
         encoded += len(docs)
 
     vectors = np.concatenate([np.load(chunk_dir / f"{n:06d}.npy") for n in range(len(starts))])

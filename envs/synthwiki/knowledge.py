@@ -2,7 +2,7 @@
 
 ``Knowledge`` collects the facts of passages or reports (``envs.synthwiki.grammar.parse_facts``);
 ``resolve`` walks a question's chain of hops (or its two comparison look-ups) through them. The
-expert team (``agents.expert_team``) and the option menus (``envs.option.wrapper``) reason with it.
+expert team (``agents.expert_team``) and the option menus (``envs.option.menus``) reason with it.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from envs.retrieval.corpus import Corpus, load_corpus
 from envs.synthwiki.corpus import iter_documents
 from envs.synthwiki.generator import SPLITS, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
-from maopd.base.paths import build_directory_atomically
+from maopd.base.atomic import build_directory_atomically
 
 # Bump when generated content changes, so that stale caches are rebuilt.
 FORMAT_VERSION = 2

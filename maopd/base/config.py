@@ -16,10 +16,12 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
+from maopd.base.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is missing, unknown or of the wrong type. The message names the field."""
 
 

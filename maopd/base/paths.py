@@ -1,4 +1,4 @@
-"""Paths the project writes: kept inside the run directory, and cache entries built atomically.
+"""Paths the project writes: kept inside the run directory.
 
 A run directory is data, possibly someone else's: a path it holds (the ``checkpoints/latest``
 pointer, a ``step_N`` symlink) must not lead a run to read or load anything outside it. Every path
@@ -11,13 +11,12 @@ value) lifts the check.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from maopd.base.errors import UserError
 
-class PathOutsideRunError(ValueError):
+
+class PathOutsideRunError(UserError, ValueError):
     """A configured output path escapes the run directory. The message names the field."""
 
 
@@ -44,50 +43,3 @@ def resolve_inside(
             "use a path inside the run directory, or allow writing outside it explicitly"
         )
     return resolved
-
-
-def build_directory_atomically(directory: str | os.PathLike, build: Callable[[Path], object], done_file: str) -> Path:
-    """``directory``, built by ``build(staging)`` in a staging directory beside it, then renamed.
-
-    A directory that already holds ``done_file`` is returned as is. The rename is atomic, so a
-    concurrent reader never sees half an entry; when two builders race, the loser's copy is
-    dropped and the winner's kept. Staging directories of builders that died (SIGKILL, power cut)
-    are removed by the next build.
-    """
-    directory = Path(directory)
-    if (directory / done_file).is_file():
-        return directory
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(directory)
-    # the pid in the name tells a later build whether this builder is still alive
-    staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
-    try:
-        build(staging)
-        try:
-            staging.rename(directory)
-        except OSError:
-            if not (directory / done_file).is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return directory
-
-
-def remove_stale_staging(directory: str | os.PathLike) -> None:
-    """Delete ``<directory>.staging-<pid>-*`` left by builders whose process is gone; live ones stay."""
-    directory = Path(directory)
-    for path in directory.parent.glob(f"{directory.name}.staging-*"):
-        pid = path.name.removeprefix(f"{directory.name}.staging-").split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -136,7 +136,7 @@ def _reporting_errors(command):
     """Bad input (a malformed file, an unknown method) ends the command with its message, not a traceback."""
 
     def run(args) -> int:
-        from maopd.cli import UserError
+        from maopd.base.errors import UserError
 
         try:
             return command(args)

@@ -8,7 +8,8 @@ import json
 import socket
 import sys
 
-from maopd.cli import UserError, bounded_int, positive_int
+from maopd.base.errors import UserError
+from maopd.cli import bounded_int, positive_int
 
 
 def register(subparsers) -> None:

@@ -42,7 +42,7 @@ def resolve_config(path: str | None, overrides: list[str], smoke: bool):
 
 
 def _sft(args) -> int:
-    from maopd.cli import UserError
+    from maopd.base.errors import UserError
     from training.base_model import build_base_model, load_or_build_base_model
 
     try:

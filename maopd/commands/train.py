@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from maopd.cli import UserError
+from maopd.base.errors import UserError
 
 SEEDS_HELP = (
     "the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 
 def _build(args) -> int:
     from envs.synthwiki.world import SIZES, write_world
-    from maopd.cli import UserError
+    from maopd.base.errors import UserError
 
     if args.size not in SIZES:
         raise UserError(f"--size {args.size!r} is unknown; expected one of {sorted(SIZES)}")

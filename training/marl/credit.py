@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from envs.actions import TEAM_ROLES
+from envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from envs.option.vector import OptionVectorEnv
-from envs.option.wrapper import FINISHES_FEATURE, GLOBAL_FEATURES, ITEM_FEATURES
+from envs.option.wrapper import GLOBAL_FEATURES
 from training.losses import lookup, registry_decorator
 from training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
 

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from envs.option.menus import ITEM_FEATURES
 from envs.option.vector import OptionVectorEnv
-from envs.option.wrapper import GLOBAL_FEATURES, ITEM_FEATURES, OptionWrapper
+from envs.option.wrapper import GLOBAL_FEATURES, OptionWrapper, play_options
 
 
 class MenuScorer(nn.Module):
@@ -91,15 +92,10 @@ def greedy(decision: Decision, dist: torch.distributions.Categorical) -> int:
 
 def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser = sample) -> Episode:
     """One episode; ``choose`` picks each action (sampling, greedy, or a scripted deviation)."""
-    env.reset(options=options)
     raw = env.unwrapped
-    episode = Episode(raw.question)
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent]:
-            env.step(None)
-            continue
-        obs = env.observe(agent)
+    decisions: list[Decision] = []
+
+    def act(agent: str, obs: dict[str, np.ndarray]) -> int:
         role = raw.role_of(agent)
         call = raw.searcher_calls.index(raw.active[agent]) if role == "searcher" else None
         decision = Decision(agent, role, call, obs["observations"], obs["action_mask"], -1, 0.0)
@@ -109,10 +105,11 @@ def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser 
             )
         decision.action = choose(decision, dist)
         decision.logprob = float(dist.log_prob(torch.tensor([decision.action]))[0])
-        episode.decisions.append(decision)
-        env.step(decision.action)
-    episode.record = raw.record
-    return episode
+        decisions.append(decision)
+        return decision.action
+
+    record = play_options(env, act, options)
+    return Episode(raw.question, decisions=decisions, record=record)
 
 
 # Forces a decision's action (a scripted deviation) or returns None to let the policy choose.

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
-from envs.option.wrapper import MENU_SIZE
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import Episode, MenuPolicy, play_batch
 

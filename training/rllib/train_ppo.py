@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option.wrapper import option_env
+from envs.option.wrapper import option_env, play_options
 from training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
@@ -63,19 +63,15 @@ def greedy_accuracy(module, workflow: str, num_questions: int) -> dict[str, floa
     """Exact match and searches per workflow of the greedy shared policy on the test split."""
     env = option_env(workflow, split="test")
     ems, searches = [], []
+
+    def act(agent: str, obs: dict[str, np.ndarray]) -> int:
+        batch = {"obs": {key: torch.as_tensor(value)[None] for key, value in obs.items()}}
+        with torch.no_grad():
+            logits = module.forward_inference(batch)["action_dist_inputs"][0]
+        return int(torch.argmax(logits))
+
     for index in range(num_questions):
-        env.reset(options={"question_index": index})
-        while env.agents:
-            agent = env.agent_selection
-            if env.terminations[agent]:
-                env.step(None)
-                continue
-            obs = env.observe(agent)
-            batch = {"obs": {key: torch.as_tensor(value)[None] for key, value in obs.items()}}
-            with torch.no_grad():
-                logits = module.forward_inference(batch)["action_dist_inputs"][0]
-            env.step(int(torch.argmax(logits)))
-        record = env.unwrapped.record
+        record = play_options(env, act, {"question_index": index})
         ems.append(record["rewards"]["em"])
         searches.append(record["counters"]["search_actions"])
     return {"em": float(np.mean(ems)), "searches": float(np.mean(searches))}

@@ -1,0 +1,303 @@
+"""The option menus: for each role, a finite list of the text actions it may take, described by features.
+
+The menu is built from the acting agent's own text turn (``env.turn(agent)``), so it sees exactly
+what an LLM would:
+
+* Leader: candidate decompositions (the world-grammar parse of the question's next unresolved
+  hops, one hop only, the whole question, a hop-skipping sub-question, the bare entity names) and
+  "finish with reports {all | latest wave}";
+* Searcher: candidate queries (the next unresolved hop's sub-question, its entity, the task
+  itself, entity mentions in the task and in the latest passages) and "report" (the resolved
+  facts as canonical sentences); with a ``ClosedBook`` (``envs.synthwiki.closed_book``), also
+  "report from memory": the unresolved hops as the model recalls them, without searching;
+* Answerer: candidate answer spans (entity names and values in the selected reports and the
+  question) and "unknown".
+
+Item features (``ITEM_FEATURES`` per menu slot) describe each option: present, finishes the call,
+``hint`` (the option the SynthWiki expert team would choose, from ``agents.expert_team``),
+repeated (query already searched / subtask already delegated), word overlap with the task, built
+from evidence (passages or reports), size (subtasks per Searcher slot, or resolved fraction of a
+report), fallback (the whole question, "unknown"). Menus are shuffled by a hash of the state, so
+a policy must read the features, not the slot. On questions outside the SynthWiki grammar the
+menus still work (entity mentions, whole-question delegation) but carry no hints.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from envs.actions import action_contents, parse_subtasks
+from envs.policy import AgentTurn
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
+from envs.synthwiki.closed_book import ClosedBook
+from envs.synthwiki.grammar import (
+    NAME,
+    VALUE,
+    Chain,
+    fact_sentence,
+    parse_facts,
+    parse_question,
+    subquestion,
+)
+from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
+from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
+
+MENU_SIZE = 8
+ITEM_FEATURES = 8
+FINISHES_FEATURE = 1  # index of "finishes the call" in ``Option.features``
+HINT_FEATURE = 2  # index of ``hint`` in ``Option.features``
+UNKNOWN = "unknown"
+_MENTION = re.compile(rf"\b(?:{VALUE}|{NAME})\b")
+_RANK = re.compile(r"^\[\d+\] ", re.MULTILINE)
+# Capitalized words of the templates and of inserted messages are not entity mentions.
+_TEMPLATE_WORDS = {
+    word
+    for text in [ALIAS_FACT, *INTRO.values(), *RELATED.values(), "No Reports Report Task Question"]
+    + [t for r in RELATIONS.values() for t in (r.question, r.noun_phrase, *r.facts)]
+    + [t for a in ATTRIBUTES.values() for t in (a.question, a.comparison, *a.facts)]
+    for word in re.findall(r"\b[A-Z][a-z]+\b", text)
+}
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One menu entry: the exact text action it stands for, and its description."""
+
+    kind: str
+    text: str
+    label: str
+    hint: bool = False
+    repeated: bool = False
+    overlap: float = 0.0
+    from_evidence: bool = False
+    size: float = 0.0
+    fallback: bool = False
+
+    def features(self) -> list[float]:
+        finishes = self.kind in ("report", "select", "answer")
+        return [
+            1.0,
+            float(finishes),
+            float(self.hint),
+            float(self.repeated),
+            self.overlap,
+            float(self.from_evidence),
+            self.size,
+            float(self.fallback),
+        ]
+
+
+def mentions(text: str) -> list[str]:
+    """Entity names and values written in ``text``, in order, without repeats."""
+    return list(_mentions(text))
+
+
+# Menus re-read the same tasks, questions and passages at every step of every episode: the two
+# text scans below are memoized (pure functions of the text).
+@functools.lru_cache(maxsize=1 << 16)
+def _mentions(text: str) -> tuple[str, ...]:
+    found = (m.group(0) for m in _MENTION.finditer(_RANK.sub("", text)))
+    return tuple(dict.fromkeys(m for m in found if m not in _TEMPLATE_WORDS))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the lowercased word sets of ``a`` and ``b``."""
+    x, y = _words(a), _words(b)
+    common = len(x & y)
+    union = len(x) + len(y) - common
+    return common / union if union else 0.0
+
+
+def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """``pairs`` without repeated keys, each keeping its first value."""
+    seen: dict[str, bool] = {}
+    for key, value in pairs:
+        seen.setdefault(key, value)
+    return list(seen.items())
+
+
+# ----- menus, one function per role, each reading only the role's text turn ------------------------
+def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
+    question = strip_label(turn.task, "Question:")
+    plan = parse_question(question)
+    report_lines = [r for message in user_texts(turn, "Reports:") for r in parse_reports(message)]
+    delegated = {task for content in action_contents(turn.messages, "delegate") for task in parse_subtasks(content)}
+    menu: list[Option] = []
+    if "delegate" in turn.allowed:
+        wanted: list[str] = []
+        skip: list[str] = []  # asks the last hop of the first unresolved entity: a wrong decomposition
+        if plan is not None:
+            _, missing = resolve(plan, Knowledge(text for _, _, text in report_lines))
+            wanted = [subquestion(step.predicate, step.subject) for step in missing]
+            if isinstance(plan, Chain) and missing and missing[0].predicate != plan.steps[-1]:
+                skip = [subquestion(plan.steps[-1], missing[0].subject)]
+        fresh = [task for task in wanted if task not in delegated]
+        candidates = [
+            (fresh, True, False),
+            (wanted[:1], False, False),
+            (skip, False, False),
+            ([question], not plan and question not in delegated, True),
+            (mentions(question)[:num_searchers], False, False),
+        ]
+        for tasks, hint, fallback in candidates:
+            if tasks:
+                menu.append(
+                    Option(
+                        "delegate",
+                        "<delegate>\n" + "\n".join(tasks) + "\n</delegate>",
+                        " | ".join(tasks),
+                        hint=hint,
+                        repeated=all(t in delegated for t in tasks),
+                        overlap=overlap(" ".join(tasks), question),
+                        size=min(len(tasks), num_searchers) / num_searchers,
+                        fallback=fallback,
+                    )
+                )
+    finish_now = not any(o.hint for o in menu)
+    menu.append(
+        Option(
+            "select",
+            "<select>all</select>",
+            "all reports",
+            hint=finish_now,
+            from_evidence=bool(report_lines),
+            fallback=not report_lines,
+        )
+    )
+    latest = parse_reports(user_texts(turn, "Reports:")[-1]) if report_lines else []
+    if latest and len(latest) < len(report_lines):
+        numbers = ", ".join(str(number) for number, _, _ in latest)
+        menu.append(Option("select", f"<select>{numbers}</select>", f"reports {numbers}", from_evidence=True))
+    return menu
+
+
+def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
+    task = strip_label(turn.task, "Task:")
+    plan = parse_question(task)
+    searched = set(action_contents(turn.messages, "search"))
+    passages = passage_texts(turn)
+    missing: list[Step] = []
+    known = Knowledge(passages)
+    if plan is None:
+        wanted, resolved, hops = [task], [], 1
+    else:
+        resolved, missing = resolve(plan, known)
+        wanted = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
+        hops = len(resolved) + len(missing)
+    expert_query = next((q for q in wanted if q not in searched), None)
+    menu: list[Option] = []
+    if "search" in turn.allowed:
+        latest = user_texts(turn, "<information>")[-1:]
+        evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
+        candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
+        for query, from_evidence in first_seen(candidates):
+            menu.append(
+                Option(
+                    "search",
+                    f"<search>{query}</search>",
+                    query,
+                    hint=query == expert_query,
+                    repeated=query in searched,
+                    overlap=overlap(query, task),
+                    from_evidence=from_evidence,
+                    fallback=query == task,
+                )
+            )
+    report = " ".join(step.sentence() for step in resolved) or NO_FACTS
+    menu.append(
+        Option(
+            "report",
+            f"<report>{report}</report>",
+            report,
+            hint=expert_query is None or "search" not in turn.allowed,
+            from_evidence=bool(resolved),
+            size=len(resolved) / hops,
+            fallback=not resolved,
+        )
+    )
+    # Every fact the passages state about an entity the task names: useful for entity-only tasks.
+    named = set(mentions(task))
+    facts = [f for text in passages for f in parse_facts(text) if f.subject in named]
+    if facts:
+        digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
+        menu.append(
+            Option(
+                "report", f"<report>{digest}</report>", digest, from_evidence=True, size=min(len(facts), hops) / hops
+            )
+        )
+    if book is not None and missing:
+        recalled = [step for step in book.recall_steps(plan, known) if step.value]
+        if recalled:
+            memory = " ".join(step.sentence() for step in [*resolved, *recalled])
+            menu.append(
+                Option(
+                    "report",
+                    f"<report>{memory}</report>",
+                    f"from memory: {memory}",
+                    size=(len(resolved) + len(recalled)) / hops,
+                )
+            )
+    return menu
+
+
+def answerer_menu(turn: AgentTurn) -> list[Option]:
+    body = turn.messages[-1]["content"]
+    question = strip_label(body, "Question:")
+    plan = parse_question(question)
+    knowledge = Knowledge(text for _, _, text in parse_reports(body))
+    answer = (final_answer(plan, knowledge) if plan is not None else None) or UNKNOWN
+    facts = {value for value in knowledge.values.values()}
+    spans = [(s, True) for s in mentions(" ".join(text for _, _, text in parse_reports(body)))]
+    spans += [(s, False) for s in mentions(question)]
+    # Keep the values stated as facts first: they are the likely answers when the menu overflows.
+    spans.sort(key=lambda item: item[0] not in facts)
+    menu = [
+        Option(
+            "answer",
+            f"<answer>{span}</answer>",
+            span,
+            hint=span == answer,
+            repeated=span in question,
+            overlap=overlap(span, question),
+            from_evidence=from_evidence,
+            size=float(span in facts),
+        )
+        for span, from_evidence in first_seen(spans)
+    ]
+    menu.append(Option("answer", f"<answer>{UNKNOWN}</answer>", UNKNOWN, hint=answer == UNKNOWN, fallback=True))
+    return menu
+
+
+def build_menu(
+    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
+) -> list[Option]:
+    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
+    if turn.role == "leader":
+        menu = leader_menu(turn, num_searchers)
+    elif turn.role == "searcher":
+        menu = searcher_menu(turn, book)
+    else:
+        menu = answerer_menu(turn)
+    unique: dict[str, Option] = {}
+    for option in sorted(menu, key=lambda o: not o.hint):
+        unique.setdefault(option.text, option)
+    menu = list(unique.values())[:size]
+    key = f"{salt}|{turn.call_id}|{len(turn.messages)}|{turn.messages[-1]['content'] if turn.messages else ''}"
+    random.Random(zlib.crc32(key.encode())).shuffle(menu)
+    return menu
+
+
+def expert_choice(menu: Sequence[Option]) -> int:
+    """The index of the option the SynthWiki expert team would take (the hinted one, else the last)."""
+    return next((i for i, option in enumerate(menu) if option.hint), len(menu) - 1)
