@@ -27,7 +27,6 @@ naming the differing keys, unless ``fresh`` starts the changed stages over.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
@@ -110,14 +109,17 @@ class EvalConfig:
 
 @dataclass
 class PipelineConfig:
-    """The main job. ``stage1`` / ``stage2`` are partial ``TrainConfig``s (nested mappings, any
-    subset of its fields) applied over the stage and variant layers of ``training.config``; every
-    key and value is checked when the config is built. π_0, the Teacher, the seed and the run
+    """The main job. ``stages`` is a partial ``TrainConfig`` (nested mappings, any subset of its
+    fields) that every stage run shares; ``stage1`` / ``stage2`` / ``single`` are partial
+    ``TrainConfig``s laid over it, stating only what their stage does differently. Both are applied
+    over the stage and variant layers of ``training.config``; every key and value is checked when
+    the config is built. π_0, the Teacher, the seed and the run
     directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
     seed: int = 0
     run_dir: str = "runs/main"
     base_model: SFTConfig = field(default_factory=SFTConfig)
+    stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares
     stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     # the single-agent Search-R1-style baseline (stage "single": one solver, GRPO on its outcome)
@@ -153,7 +155,7 @@ class PipelineConfig:
                 "variants: prompted_critic needs a π_0 that has seen the judge prompt; "
                 "set base_model.critic_demos: true"
             )
-        for stage in STAGES:
+        for stage in ("stages", *STAGES):
             section = check_partial(TrainConfig, getattr(self, stage), stage)
             for key, why in PIPELINE_KEYS.items():
                 if _has_key(section, key):
@@ -186,9 +188,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     # the default job cut to a first look in minutes, in a run directory of its own
     "quick": [
         "run_dir=runs/quick",
-        "stage1.steps=10",
-        "stage2.steps=10",
-        "single.steps=10",
+        "stages.steps=10",
         "eval.questions_per_type=10",
         "eval.attempts=2",
     ],
@@ -220,11 +220,18 @@ def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
     return Path(config.run_dir) / (f"stage2_{variant}" if stage == "stage2" else stage)
 
 
+def stage_settings(config: PipelineConfig, stage: str) -> dict[str, Any]:
+    """The partial ``TrainConfig`` of one stage: its section laid over the shared ``stages`` section."""
+    from training.config import deep_merge
+
+    return deep_merge(config.stages, getattr(config, stage))
+
+
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
     from training.config import build_config
 
-    settings = copy.deepcopy(getattr(config, stage))
+    settings = stage_settings(config, stage)
     pipeline = {
         "stage": stage,
         "variant": variant,
@@ -409,7 +416,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's training data (see stage_config)
-    needs_ptx_data = any(_needs_ptx_data(getattr(config, stage)) for stage in STAGES)
+    needs_ptx_data = any(_needs_ptx_data(stage_settings(config, stage)) for stage in STAGES)
     if needs_ptx_data and not ptx_data_path(config).is_file():
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
     # each stage's config was checked against what its directory holds (check_run_dir)
