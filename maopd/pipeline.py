@@ -38,11 +38,14 @@ from typing import Any
 
 import yaml
 
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from envs.policy import SamplingSettings
 from maopd.base.config import (
     ConfigError,
+    check_fields,
     check_partial,
+    checked,
     config_diff,
+    field_like,
     load_yaml,
     save_yaml,
     set_dotted,
@@ -81,30 +84,18 @@ PIPELINE_KEYS = {
 
 @dataclass
 class EvalConfig:
-    split: str = "test"  # "dev" to tune settings: never tune on test
-    # questions of each type (the "datasets" of the macro average); None: every question of the split
-    questions_per_type: int | None = None
-    attempts: int = 4
-    temperature: float = EVAL_TEMPERATURE
-    top_p: float = EVAL_TOP_P
-    max_new_tokens: int = 64
-    batch_size: int = 32
+    split: str = checked("test", choices=("dev", "test"))  # "dev" to tune settings: never tune on test
+    # questions of each type (the "datasets" of the macro average)
+    questions_per_type: int | None = checked(None, ge=1, null="every question of the split")
+    attempts: int = checked(4, ge=1)
+    temperature: float = field_like(SamplingSettings, "temperature")
+    top_p: float = field_like(SamplingSettings, "top_p")
+    max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
+    batch_size: int = checked(32, ge=1)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.split not in ("dev", "test"):
-            raise ConfigError(f"split: must be 'dev' or 'test', got {self.split!r}")
-        if self.questions_per_type is not None and self.questions_per_type < 1:
-            raise ConfigError(
-                f"questions_per_type: must be at least 1 or null (every question), got {self.questions_per_type}"
-            )
-        for name in ("attempts", "max_new_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+        check_fields(self)
 
 
 @dataclass
@@ -129,15 +120,14 @@ class PipelineConfig:
     # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
     # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
     # anchor copying without anchoring the demonstrated team's mistakes
-    ptx_source: str = "demonstrations"
+    ptx_source: str = checked("demonstrations", choices=PTX_SOURCES)
 
     def __post_init__(self) -> None:
         from training.config import TrainConfig
 
         if not self.run_dir.strip():
             raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
-        if self.ptx_source not in PTX_SOURCES:
-            raise ConfigError(f"ptx_source: must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
+        check_fields(self)
         if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
             raise ConfigError("ptx_source: 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
         for i, variant in enumerate(self.variants):
