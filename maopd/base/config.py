@@ -92,10 +92,13 @@ def checked(
     null: str | None = None,
     what: str = "",
     note: str = "",
+    metadata: dict[str, Any] | None = None,
 ) -> Any:
-    """A dataclass field with its ``Constraint``, which ``check_fields`` checks."""
+    """A dataclass field with its ``Constraint``, which ``check_fields`` checks (and any other ``metadata``)."""
     constraint = Constraint(ge, gt, le, lt, None if choices is None else tuple(choices), null, what, note)
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={CONSTRAINT: constraint})
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={**(metadata or {}), CONSTRAINT: constraint}
+    )
 
 
 def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
