@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
-from maopd.base.config import ConfigError, check_fields, checked, save_yaml, to_dict
+from maopd.base.config import ConfigError, check_fields, checked, probability, save_yaml, to_dict
 from maopd.base.paths import build_directory_atomically
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class SFTConfig:
     # the one RL and evaluation play, out of the demonstrations: π_0 then never saw a question of
     # that world solved, as a real base model never saw the RL training set.
     demo_world_offset: int = checked(0, ge=0, metadata={KEYED_WHEN_SET: True})
-    noise: float = checked(0.1, ge=0, le=1, what="a probability")  # every NoiseConfig knob of the scripted team
+    noise: float = probability(0.1)  # every NoiseConfig knob of the scripted team
     # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
     # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
     noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True})

@@ -101,6 +101,11 @@ def checked(
     )
 
 
+def probability(default: float, **metadata: Any) -> Any:
+    """A field holding a probability: ``checked`` in [0, 1]."""
+    return checked(default, ge=0, le=1, what="a probability", metadata=metadata or None)
+
+
 def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
     """A field declared as ``cls``'s field ``name`` is: its constraint, and its default unless
     ``default`` is given. A setting several configs carry is so defined once, in ``cls``."""
