@@ -157,7 +157,9 @@ class PipelineConfig:
                 stage_config(self, stage, variant, Path("<π_0>"), Path("<stage1>") if stage == "stage2" else None)
             except ConfigError as exc:
                 where = f" (variant {variant})" if stage == "stage2" else ""
-                raise ConfigError(f"{stage}.{exc}{where}") from None
+                key = str(exc).partition(":")[0]
+                section = "stages" if _has_key(self.stages, key) and not _has_key(getattr(self, stage), key) else stage
+                raise ConfigError(f"{section}.{exc}{where}") from None
 
     def stage_runs(self) -> list[tuple[str, str]]:
         """(stage, variant) of every stage run, in the order the pipeline trains them."""
