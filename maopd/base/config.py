@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class Constraint:
             return self.null is not None
         if self.choices is not None:
             return value in self.choices
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False
         return not (
             (self.ge is not None and not value >= self.ge)
@@ -130,7 +131,7 @@ def check_fields(config: Any) -> None:
             continue
         value = getattr(config, spec.name)
         integer = hints[spec.name] is int or hints[spec.name] == int | None
-        if integer and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if integer and value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
             raise ConfigError(f"{spec.name}: must be an integer, got {value!r}")
         if not constraint.accepts(value):
             raise ConfigError(f"{spec.name}: {constraint.describe()}, got {value!r}")
