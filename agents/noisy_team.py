@@ -34,29 +34,27 @@ from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
+from maopd.base.config import check_fields, probability
 
 
 @dataclass
 class NoiseConfig:
     """Probabilities of each mistake, per role."""
 
-    searcher_skip_search: float = 0.0  # report at once, without searching
-    searcher_wrong_entity: float = 0.0  # query a misspelt entity and report what comes back
-    searcher_early_report: float = 0.0  # report after the first search, with its first sentence
-    searcher_misformat: float = 0.0  # an output without a complete action tag
+    searcher_skip_search: float = probability(0.0)  # report at once, without searching
+    searcher_wrong_entity: float = probability(0.0)  # query a misspelt entity and report what comes back
+    searcher_early_report: float = probability(0.0)  # report after the first search, with its first sentence
+    searcher_misformat: float = probability(0.0)  # an output without a complete action tag
     # report at once what the team's closed book recalls (envs.synthwiki.closed_book), without
     # searching: right for facts it knows, a confident wrong value otherwise; needs a closed book
-    searcher_memory_report: float = 0.0
-    leader_drop_report: float = 0.0  # leave one report out of the selection
-    leader_misformat: float = 0.0
-    answerer_wrong_report: float = 0.0  # answer with a fact of another report
-    answerer_misformat: float = 0.0
+    searcher_memory_report: float = probability(0.0)
+    leader_drop_report: float = probability(0.0)  # leave one report out of the selection
+    leader_misformat: float = probability(0.0)
+    answerer_wrong_report: float = probability(0.0)  # answer with a fact of another report
+    answerer_misformat: float = probability(0.0)
 
     def __post_init__(self) -> None:
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{spec.name}={value!r} is invalid: must be a probability in [0, 1]")
+        check_fields(self)
 
     @classmethod
     def uniform(cls, rate: float) -> NoiseConfig:

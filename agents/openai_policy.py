@@ -43,8 +43,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from envs.actions import ROLE_ACTION_KINDS
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P, AgentOutput, AgentTurn, token_count
+from envs.policy import AgentOutput, AgentTurn, SamplingSettings, token_count
 from envs.retrieval.http_client import redact_url
+from maopd.base.config import check_fields, checked, field_like
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,13 @@ class OpenAIPolicyConfig:
     base_url: str
     model: str
     api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = EVAL_TEMPERATURE
-    top_p: float = EVAL_TOP_P
-    max_tokens: int = 512
-    max_concurrency: int = 8
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    backoff_s: float = 1.0
+    temperature: float = field_like(SamplingSettings, "temperature")
+    top_p: float = field_like(SamplingSettings, "top_p")
+    max_tokens: int = field_like(SamplingSettings, "max_new_tokens")
+    max_concurrency: int = checked(8, ge=1)
+    timeout_s: float = checked(120.0, gt=0)
+    max_retries: int = checked(3, ge=0)
+    backoff_s: float = checked(1.0, ge=0)
     # Server-specific request fields, e.g. {"top_k": 20} for vLLM. Never put the key here.
     extra_body: dict[str, Any] = field(default_factory=dict)
     # Send the key over plain http to a non-loopback host (it travels readable on the network).
@@ -75,15 +76,7 @@ class OpenAIPolicyConfig:
             raise ValueError(f"OpenAIPolicyConfig.base_url must start with http:// or https://, got {self.base_url!r}")
         if not self.model:
             raise ValueError("OpenAIPolicyConfig.model must name the served model")
-        for name in ("max_tokens", "max_concurrency"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"OpenAIPolicyConfig.{name} must be a positive integer")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError("OpenAIPolicyConfig.max_retries must be a non-negative integer")
-        if not self.timeout_s > 0 or not self.backoff_s >= 0:
-            raise ValueError("OpenAIPolicyConfig.timeout_s must be > 0 and backoff_s >= 0")
-        if not self.temperature >= 0 or not 0 < self.top_p <= 1:
-            raise ValueError("OpenAIPolicyConfig: temperature must be >= 0 and top_p in (0, 1]")
+        check_fields(self)
 
     @property
     def url(self) -> str:

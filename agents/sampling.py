@@ -35,30 +35,20 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from envs.actions import STOP_STRINGS
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from envs.policy import SamplingSettings
 
 FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(SamplingSettings):
     """Per-call sampling settings; the defaults are the paper's evaluation settings."""
 
-    temperature: float = EVAL_TEMPERATURE
-    top_p: float = EVAL_TOP_P
-    max_new_tokens: int = 512
-    max_input_tokens: int = 8192
     stop_strings: tuple[str, ...] = STOP_STRINGS
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.stop_strings = tuple(self.stop_strings)
-        if not self.temperature >= 0:
-            raise ValueError("SamplingConfig.temperature must be >= 0 (0 means greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("SamplingConfig.top_p must be in (0, 1]")
-        for name in ("max_new_tokens", "max_input_tokens"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"SamplingConfig.{name} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise ValueError("SamplingConfig.stop_strings must be non-empty strings")
 

@@ -25,18 +25,18 @@ from transformers import (
 
 from agents.model_files import ModelFileError, check_model_dir
 from agents.tokenizer import train_tokenizer
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 
 
 @dataclass
 class TinyModelConfig:
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 16
-    intermediate_size: int = 128
-    max_position_embeddings: int = 16384
+    hidden_size: int = checked(64, ge=1)
+    num_layers: int = checked(2, ge=1)
+    num_heads: int = checked(4, ge=1)
+    num_kv_heads: int = checked(2, ge=1)
+    head_dim: int = checked(16, ge=1)
+    intermediate_size: int = checked(128, ge=1)
+    max_position_embeddings: int = checked(16384, ge=1)
     # Larger than Qwen's 0.02 so that a random model's next-token distributions are far from
     # uniform, which makes sampling, top-p and stop-tag tests meaningful.
     initializer_range: float = 0.2
@@ -44,17 +44,7 @@ class TinyModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "max_position_embeddings",
-        ):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
+        check_fields(self)
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"num_heads: must be a multiple of num_kv_heads ({self.num_kv_heads}), got {self.num_heads}"

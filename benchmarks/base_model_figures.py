@@ -68,7 +68,7 @@ def play_model(workflow: str, retriever, questions, model_dir: Path, seed: int) 
     from training.rollout import TeamRolloutCollector
 
     model, tokenizer = load_model(model_dir)
-    policy = HFPolicy(model, tokenizer, SamplingConfig(temperature=0.6, top_p=0.95, max_new_tokens=128), seed=seed)
+    policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=128), seed=seed)
     collector = TeamRolloutCollector(lambda: make_env(workflow, retriever, questions), policy)
     batch = collector.collect(questions, group_size=1, seed=seed)
     return [row[0] for row in batch.records]

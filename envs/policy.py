@@ -18,10 +18,22 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from envs.actions import TEAM_ROLES
+from maopd.base.config import check_fields, checked
 
-# The paper's evaluation sampling (Appendix B); every evaluation default in the project reads these.
-EVAL_TEMPERATURE = 0.6
-EVAL_TOP_P = 0.95
+
+@dataclass
+class SamplingSettings:
+    """How a policy samples, each default and range written once: the defaults are the paper's
+    evaluation sampling (Appendix B). ``agents.sampling.SamplingConfig`` extends it; every other
+    config that carries one of these settings declares it with ``maopd.base.config.field_like``."""
+
+    temperature: float = checked(0.6, ge=0, note="0 is greedy")
+    top_p: float = checked(0.95, gt=0, le=1)
+    max_new_tokens: int = checked(512, ge=1)
+    max_input_tokens: int = checked(8192, ge=1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 
 MAX_OBSERVATION_CHARS = 1_000_000
 # A question longer than this could push a message past MAX_OBSERVATION_CHARS (it is quoted in
@@ -125,13 +125,13 @@ class ActionText(UnicodeText):
 class SearchEnvConfig:
     """Construction options shared by the workflows; ``max_steps=None`` takes the workflow's budget."""
 
-    max_steps: int | None = None
-    max_rounds: int = 5
-    num_searchers: int = 3
-    num_candidates: int = 1
-    topk: int = 3
-    max_action_chars: int = 4096
-    max_passage_chars: int = 600
+    max_steps: int | None = checked(None, ge=1, null="the workflow's budget")
+    max_rounds: int = checked(5, ge=1)
+    num_searchers: int = checked(3, ge=1, le=MAX_SEARCHERS)
+    num_candidates: int = checked(1, ge=1)
+    topk: int = checked(3, ge=1)
+    max_action_chars: int = checked(4096, ge=16)
+    max_passage_chars: int = checked(600, ge=16)
     corpus: str | None = None
     questions: str | None = None
     split: str = "train"
@@ -147,34 +147,11 @@ class SearchEnvConfig:
 
     def validate(self, min_steps: int) -> None:
         """ConfigError naming the first field out of range; ``min_steps``: the workflow's least budget."""
-        for name in ("max_rounds", "num_searchers", "num_candidates", "topk", "max_action_chars", "max_passage_chars"):
-            _require_int(name, getattr(self, name))
-        if self.max_steps is not None:
-            _require_int("max_steps", self.max_steps)
+        check_fields(self)
         if not isinstance(self.force_finish, bool):
-            raise ConfigError(f"force_finish: {self.force_finish!r} is invalid: must be true or false")
-        checks = {
-            "max_steps": self.max_steps is None or self.max_steps >= min_steps,
-            "max_rounds": self.max_rounds >= 1,
-            "num_searchers": self.num_searchers >= 1,
-            "num_candidates": self.num_candidates >= 1,
-            "topk": self.topk >= 1,
-            "max_action_chars": self.max_action_chars >= 16,
-            "max_passage_chars": self.max_passage_chars >= 16,
-        }
-        minimum = {"max_steps": min_steps, "max_action_chars": 16, "max_passage_chars": 16}
-        for name, ok in checks.items():
-            if not ok:
-                raise ConfigError(
-                    f"{name}: {getattr(self, name)!r} is invalid: must be at least {minimum.get(name, 1)}"
-                )
-        if self.num_searchers > MAX_SEARCHERS:
-            raise ConfigError(f"num_searchers: {self.num_searchers!r} is invalid: must be at most {MAX_SEARCHERS}")
-
-
-def _require_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}: {value!r} is invalid: must be an integer")
+            raise ConfigError(f"force_finish: must be true or false, got {self.force_finish!r}")
+        if self.max_steps is not None and self.max_steps < min_steps:
+            raise ConfigError(f"max_steps: must be >= {min_steps} for this workflow, got {self.max_steps!r}")
 
 
 @dataclass

@@ -27,7 +27,6 @@ naming the differing keys, unless ``fresh`` starts the changed stages over.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
@@ -39,11 +38,14 @@ from typing import Any
 
 import yaml
 
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from envs.policy import SamplingSettings
 from maopd.base.config import (
     ConfigError,
+    check_fields,
     check_partial,
+    checked,
     config_diff,
+    field_like,
     load_yaml,
     save_yaml,
     set_dotted,
@@ -82,42 +84,33 @@ PIPELINE_KEYS = {
 
 @dataclass
 class EvalConfig:
-    split: str = "test"  # "dev" to tune settings: never tune on test
-    # questions of each type (the "datasets" of the macro average); None: every question of the split
-    questions_per_type: int | None = None
-    attempts: int = 4
-    temperature: float = EVAL_TEMPERATURE
-    top_p: float = EVAL_TOP_P
-    max_new_tokens: int = 64
-    batch_size: int = 32
+    split: str = checked("test", choices=("dev", "test"))  # "dev" to tune settings: never tune on test
+    # questions of each type (the "datasets" of the macro average)
+    questions_per_type: int | None = checked(None, ge=1, null="every question of the split")
+    attempts: int = checked(4, ge=1)
+    temperature: float = field_like(SamplingSettings, "temperature")
+    top_p: float = field_like(SamplingSettings, "top_p")
+    max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
+    batch_size: int = checked(32, ge=1)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.split not in ("dev", "test"):
-            raise ConfigError(f"split: must be 'dev' or 'test', got {self.split!r}")
-        if self.questions_per_type is not None and self.questions_per_type < 1:
-            raise ConfigError(
-                f"questions_per_type: must be at least 1 or null (every question), got {self.questions_per_type}"
-            )
-        for name in ("attempts", "max_new_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+        check_fields(self)
 
 
 @dataclass
 class PipelineConfig:
-    """The main job. ``stage1`` / ``stage2`` are partial ``TrainConfig``s (nested mappings, any
-    subset of its fields) applied over the stage and variant layers of ``training.config``; every
-    key and value is checked when the config is built. π_0, the Teacher, the seed and the run
+    """The main job. ``stages`` is a partial ``TrainConfig`` (nested mappings, any subset of its
+    fields) that every stage run shares; ``stage1`` / ``stage2`` / ``single`` are partial
+    ``TrainConfig``s laid over it, stating only what their stage does differently. Both are applied
+    over the stage and variant layers of ``training.config``; every key and value is checked when
+    the config is built. π_0, the Teacher, the seed and the run
     directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
     seed: int = 0
     run_dir: str = "runs/main"
     base_model: SFTConfig = field(default_factory=SFTConfig)
+    stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares
     stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     # the single-agent Search-R1-style baseline (stage "single": one solver, GRPO on its outcome)
@@ -127,15 +120,14 @@ class PipelineConfig:
     # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
     # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
     # anchor copying without anchoring the demonstrated team's mistakes
-    ptx_source: str = "demonstrations"
+    ptx_source: str = checked("demonstrations", choices=PTX_SOURCES)
 
     def __post_init__(self) -> None:
         from training.config import TrainConfig
 
         if not self.run_dir.strip():
             raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
-        if self.ptx_source not in PTX_SOURCES:
-            raise ConfigError(f"ptx_source: must be one of {PTX_SOURCES}, got {self.ptx_source!r}")
+        check_fields(self)
         if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
             raise ConfigError("ptx_source: 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
         for i, variant in enumerate(self.variants):
@@ -153,7 +145,7 @@ class PipelineConfig:
                 "variants: prompted_critic needs a π_0 that has seen the judge prompt; "
                 "set base_model.critic_demos: true"
             )
-        for stage in STAGES:
+        for stage in ("stages", *STAGES):
             section = check_partial(TrainConfig, getattr(self, stage), stage)
             for key, why in PIPELINE_KEYS.items():
                 if _has_key(section, key):
@@ -165,7 +157,9 @@ class PipelineConfig:
                 stage_config(self, stage, variant, Path("<π_0>"), Path("<stage1>") if stage == "stage2" else None)
             except ConfigError as exc:
                 where = f" (variant {variant})" if stage == "stage2" else ""
-                raise ConfigError(f"{stage}.{exc}{where}") from None
+                key = str(exc).partition(":")[0]
+                section = "stages" if _has_key(self.stages, key) and not _has_key(getattr(self, stage), key) else stage
+                raise ConfigError(f"{section}.{exc}{where}") from None
 
     def stage_runs(self) -> list[tuple[str, str]]:
         """(stage, variant) of every stage run, in the order the pipeline trains them."""
@@ -186,9 +180,7 @@ EXPERIMENTS: dict[str, list[str]] = {
     # the default job cut to a first look in minutes, in a run directory of its own
     "quick": [
         "run_dir=runs/quick",
-        "stage1.steps=10",
-        "stage2.steps=10",
-        "single.steps=10",
+        "stages.steps=10",
         "eval.questions_per_type=10",
         "eval.attempts=2",
     ],
@@ -220,11 +212,18 @@ def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
     return Path(config.run_dir) / (f"stage2_{variant}" if stage == "stage2" else stage)
 
 
+def stage_settings(config: PipelineConfig, stage: str) -> dict[str, Any]:
+    """The partial ``TrainConfig`` of one stage: its section laid over the shared ``stages`` section."""
+    from training.config import deep_merge
+
+    return deep_merge(config.stages, getattr(config, stage))
+
+
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
     from training.config import build_config
 
-    settings = copy.deepcopy(getattr(config, stage))
+    settings = stage_settings(config, stage)
     pipeline = {
         "stage": stage,
         "variant": variant,
@@ -409,7 +408,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's training data (see stage_config)
-    needs_ptx_data = any(_needs_ptx_data(getattr(config, stage)) for stage in STAGES)
+    needs_ptx_data = any(_needs_ptx_data(stage_settings(config, stage)) for stage in STAGES)
     if needs_ptx_data and not ptx_data_path(config).is_file():
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
     # each stage's config was checked against what its directory holds (check_run_dir)

@@ -9,7 +9,7 @@ import yaml
 
 from maopd.base.config import ConfigError, save_yaml, to_dict
 from maopd.cli import main
-from maopd.pipeline import PIPELINE_KEYS, check_run_dir, load_preset, stage_config
+from maopd.pipeline import PIPELINE_KEYS, PRESET_DIR, STAGES, check_run_dir, load_preset, stage_config, stage_settings
 from training.config import STAGE_SETTINGS, TrainConfig, changes_since, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -49,6 +49,9 @@ BAD_OVERRIDES = [
     ("stage2.optim.lr=.inf", "stage2.optim.lr: expected a finite number"),
     ("stage1.optim.lr=0", "stage1.optim.lr: must be > 0"),
     ("stage1.rollout.batch_size=0", "stage1.rollout.batch_size: must be >= 1"),
+    ("stages.rollout.batch_size=0", "stages.rollout.batch_size: must be >= 1"),
+    ("stages.stepz=1", "stages.stepz: unknown key"),
+    ("stages.seed=3", "stages.seed: set by the pipeline"),
     ("stage2.rollout.top_p=1.5", "stage2.rollout.top_p: must be in"),
     ("stage2.env.max_steps=2", "stage2.env.max_steps: must be at least 5"),
     ("stage2.env.retriever.kind=bogus", "stage2.env.retriever.kind: unknown kind"),
@@ -255,3 +258,33 @@ def test_a_field_added_since_a_run_was_saved_is_not_a_change(tmp_path):
     saved["advantage"]["opd_beta"] = 0.5
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     assert changes_since(config, tmp_path) == ["advantage.opd_beta: 0.5 -> 0.01"]
+
+
+@pytest.mark.parametrize("preset", ["default", "smoke"])
+def test_the_stage_sections_of_a_preset_state_only_what_their_stage_changes(preset):
+    """A stage section never restates a value of the shared stages section, and (in the default
+    preset) no key is set by two stage sections."""
+    data = yaml.safe_load((PRESET_DIR / f"pipeline_{preset}.yaml").read_text(encoding="utf-8"))
+
+    def leaves(section, prefix=""):
+        for key, value in section.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    shared = dict(leaves(data["stages"]))
+    for stage in STAGES:
+        restated = [key for key, value in leaves(data[stage]) if key in shared and shared[key] == value]
+        assert not restated, f"{stage} restates {restated} of stages"
+    if preset == "default":
+        stage_keys = [dict(leaves(data[stage])).keys() for stage in STAGES]
+        assert not any(a & b for i, a in enumerate(stage_keys) for b in stage_keys[i + 1 :])
+    config = load_preset(preset)
+    for stage in STAGES:
+        settings = stage_settings(config, stage)
+        for dotted, value in STAGE_SETTINGS[stage].items():
+            node = settings
+            for part in dotted.split("."):
+                node = node.get(part, {}) if isinstance(node, dict) else {}
+            assert node != value, f"{stage} repeats STAGE_SETTINGS' {dotted}"

@@ -156,3 +156,27 @@ def test_a_model_that_is_nowhere_is_a_one_line_error(manifest_path, tmp_path, ca
         == 2
     )
     assert re.fullmatch(r"maopd eval run: --model: .*no such model directory.*\n", capsys.readouterr().err)
+
+
+def test_every_sampling_default_reads_the_one_definition():
+    import inspect
+
+    from agents.openai_policy import OpenAIPolicyConfig
+    from agents.sampling import SamplingConfig
+    from envs.policy import SamplingSettings
+    from maopd.pipeline import EvalConfig
+
+    settings = SamplingSettings()
+    sampling = SamplingConfig()
+    assert (sampling.temperature, sampling.top_p, sampling.max_new_tokens) == (0.6, 0.95, 512)
+    assert dataclasses.asdict(settings).items() <= dataclasses.asdict(sampling).items()
+    client = OpenAIPolicyConfig("http://127.0.0.1:1/v1", "m")
+    assert (client.temperature, client.top_p, client.max_tokens) == (0.6, 0.95, 512)
+    assert (EvalConfig().temperature, EvalConfig().top_p) == (0.6, 0.95)
+    for solver in (solvers.model_policy, solvers.checkpoint_solver):
+        parameters = inspect.signature(solver).parameters
+        assert {name: parameters[name].default for name in ("temperature", "top_p", "max_new_tokens")} == {
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "max_new_tokens": 512,
+        }

@@ -15,6 +15,7 @@ from maopd.pipeline import (
     ptx_data_path,
     ptx_rows,
     stage_config,
+    stage_settings,
 )
 
 
@@ -62,7 +63,8 @@ def test_derived_presets_change_only_what_they_name_and_write_elsewhere():
     quick, paper_beta = load_experiment("quick"), load_experiment("paper_beta")
     assert quick.run_dir != default.run_dir != paper_beta.run_dir  # never mixes with the main job's run
     assert quick.base_model == paper_beta.base_model == default.base_model  # the shipped π_0
-    assert (quick.stage1["steps"], quick.stage2["steps"], quick.eval.questions_per_type) == (10, 10, 10)
+    steps = [stage_settings(quick, stage)["steps"] for stage in ("stage1", "stage2", "single")]
+    assert (*steps, quick.eval.questions_per_type) == (10, 10, 10, 10)
     beta = [
         stage_config(c, "stage2", "full", Path("<π_0>"), Path("<stage1>")).advantage.opd_beta
         for c in (default, paper_beta)

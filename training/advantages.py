@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 
 from envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 from training.losses import check_finite, check_role_ids, kl_estimate, lookup, masked_where, registry_decorator
 from training.token_scoring import TokenBatch
 
@@ -210,12 +210,12 @@ class AdvantageConfig:
     """How token advantages are built; see docs/algorithms.md."""
 
     searcher_signal: str = "opd"  # a key of SEARCHER_ESTIMATORS
-    opd_beta: float = OPD_BETA
-    opd_log_ratio_clamp: float | None = None
+    opd_beta: float = checked(OPD_BETA, ge=0)
+    opd_log_ratio_clamp: float | None = checked(None, gt=0, null="no clamp")
     # KL(π_old‖π_T) penalty subtracted from Leader and Answerer rewards before Eq. 1.
-    kl_in_reward_coef: float = KL_IN_REWARD_COEF
+    kl_in_reward_coef: float = checked(KL_IN_REWARD_COEF, ge=0)
     kl_in_reward_estimator: Literal["k1", "k2", "k3"] = "k1"
-    grpo_eps: float = GRPO_EPS
+    grpo_eps: float = checked(GRPO_EPS, ge=0)
     grpo_unbiased_std: bool = False
     # A control: every token advantage is 0 (GRPO and OPD alike), so only the terms the
     # paper lacks (PPO-ptx, the entropy bonus, the KL loss) move the model. The group advantages
@@ -225,13 +225,9 @@ class AdvantageConfig:
     def __post_init__(self) -> None:
         if self.searcher_signal not in SEARCHER_ESTIMATORS:
             raise ConfigError(f"searcher_signal: {self.searcher_signal!r} is not one of {sorted(SEARCHER_ESTIMATORS)}")
-        for name in ("opd_beta", "kl_in_reward_coef", "grpo_eps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        check_fields(self)
         if not isinstance(self.zero_rl, bool):
             raise ConfigError(f"zero_rl: must be true or false, got {self.zero_rl!r}")
-        if self.opd_log_ratio_clamp is not None and self.opd_log_ratio_clamp <= 0:
-            raise ConfigError(f"opd_log_ratio_clamp: must be > 0 or null, got {self.opd_log_ratio_clamp}")
 
 
 @dataclass

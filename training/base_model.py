@@ -32,15 +32,15 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.config import ConfigError, save_yaml, to_dict
+from maopd.base.config import ConfigError, check_fields, checked, probability, save_yaml, to_dict
 
 if TYPE_CHECKING:
     from agents.noisy_team import NoiseConfig
@@ -51,121 +51,95 @@ CONFIG_FILE = "sft_config.yaml"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"
 METRICS_FILE = "sft_metrics.json"
 CHAT_ROLES = ("system", "user", "assistant")
+T = TypeVar("T")
+# Field metadata for the cache key. KEYED_WHEN_SET: a setting whose default builds what the build
+# without it builds; left out of the key while at its default, so that adding such a setting keeps
+# every cached model's key. KEYED_WITH: a setting that acts only through another (named) one, left
+# out of the key while that one is unset.
+KEYED_WHEN_SET = "keyed_when_set"
+KEYED_WITH = "keyed_with"
 
 
 @dataclass
 class SFTConfig:
     """Everything that determines π_0. Defaults: the base model used by the training recipes."""
 
-    seed: int = 0
+    seed: int = checked(0, ge=0)
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
-    world_seed: int = 0
+    world_seed: int = checked(0, ge=0)
     world_size: str = "small"
     # the workflows demonstrated (envs.workflows.WORKFLOWS): by default every one, so that each
     # system of the main job (the team's two workflows and the single-agent baseline) starts from
     # a π_0 that has seen its format
     workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS))
-    demo_questions: int = 600  # first N train questions of each world, played once per workflow
+    demo_questions: int = checked(600, ge=1)  # first N train questions of each world, played once per workflow
     # Demonstrations come from this many independently generated worlds (seeds world_seed,
     # world_seed + 1, …): every extra world brings new names, so that memorising names stops
     # paying and copying them from the context is what the model learns. RL and evaluation use
     # the world_seed world only.
-    demo_worlds: int = 1
+    demo_worlds: int = checked(1, ge=1)
     # The first demonstration world is world_seed + demo_world_offset. 1 keeps the world_seed world,
     # the one RL and evaluation play, out of the demonstrations: π_0 then never saw a question of
     # that world solved, as a real base model never saw the RL training set.
-    demo_world_offset: int = 0
-    noise: float = 0.1  # every NoiseConfig knob of the scripted team
+    demo_world_offset: int = checked(0, ge=0, metadata={KEYED_WHEN_SET: True})
+    noise: float = probability(0.1)  # every NoiseConfig knob of the scripted team
     # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
     # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
-    noise_knobs: dict[str, float] = field(default_factory=dict)
+    noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True})
     successful_only: bool = False  # keep only demonstrations of episodes the team got right
     # Also demonstrate the Prompted Critic's judge (envs.prompts.CRITIC_PROMPT) on every report of
     # the played episodes, failed ones included: yes exactly when the report states the answer to its
     # sub-question. A base model that never saw a judge prompt answers it with noise.
-    critic_demos: bool = False
+    critic_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True})
     # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
     # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
     # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
     # the model learns to copy a name from its context; it never reads the world_seed world.
-    pretrain_worlds: int = 0
+    pretrain_worlds: int = checked(0, ge=0)
     # After every group of this many passages, restate some of their sentences in a shuffled order
     # (0: none). A value (a year, a city) appears once in a passage, so plain passages never teach
     # copying it; the restatement does, among distractors, which is what a Searcher's report needs.
-    pretrain_recall_group: int = 0
-    pretrain_recall_sentences: int = 3
+    pretrain_recall_group: int = checked(0, ge=0)
+    pretrain_recall_sentences: int = checked(3, ge=1)
     # Closed-book knowledge (envs.synthwiki.closed_book): the facts of the world_seed world that π_0
     # "knows", as it states them (wrong ones included), are pretrained on this many times each, in
     # shuffled groups, so that some questions can be answered without search. None: none. With
     # noise_knobs searcher_memory_report, the demonstrating team reports from each demonstration
     # world's closed book (same config); demonstration worlds that are also pretraining worlds
     # were read by π_0 as passages, so such a report states what it read.
-    closed_book: ClosedBookConfig | None = None
-    closed_book_repeats: int = 4
-    pretrain_epochs: int = 1
-    pretrain_seq_len: int = 256
-    pretrain_batch_size: int = 16
+    closed_book: ClosedBookConfig | None = field(default=None, metadata={KEYED_WHEN_SET: True})
+    closed_book_repeats: int = checked(4, ge=1, metadata={KEYED_WITH: "closed_book"})
+    pretrain_epochs: int = checked(1, ge=1)
+    pretrain_seq_len: int = checked(256, ge=1)
+    pretrain_batch_size: int = checked(16, ge=1)
     # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
-    vocab_size: int = 3072
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 32
-    intermediate_size: int = 384
-    initializer_range: float = 0.02
+    vocab_size: int = checked(3072, ge=1)
+    hidden_size: int = checked(128, ge=1)
+    num_layers: int = checked(2, ge=1)
+    num_heads: int = checked(4, ge=1)
+    num_kv_heads: int = checked(2, ge=1)
+    head_dim: int = checked(32, ge=1)
+    intermediate_size: int = checked(384, ge=1)
+    initializer_range: float = checked(0.02, gt=0)
     # Training (see training.sft.TrainingSchedule).
-    max_seq_len: int = 1024  # longer calls are left out, and counted in the metrics
-    epochs: int = 1
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup_fraction: float = 0.03
-    weight_decay: float = 0.01
-    batch_size: int = 4
-    grad_clip: float = 1.0
+    max_seq_len: int = checked(1024, ge=1)  # longer calls are left out, and counted in the metrics
+    epochs: int = checked(1, ge=1)
+    lr: float = checked(2e-3, gt=0)
+    min_lr_ratio: float = checked(0.1, ge=0, le=1)
+    warmup_fraction: float = checked(0.03, ge=0, le=1)
+    weight_decay: float = checked(0.01, ge=0)
+    batch_size: int = checked(4, ge=1)
+    grad_clip: float = checked(1.0, gt=0)
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.workflows if w not in WORKFLOWS]
         if not self.workflows or unknown:
             raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
-        if not 0.0 <= self.noise <= 1.0:
-            raise ConfigError(f"noise: must be a probability in [0, 1], got {self.noise!r}")
+        check_fields(self)
         try:
             self.noise_config()
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"noise_knobs: {exc}") from None
-        for name in (
-            "demo_questions",
-            "demo_worlds",
-            "vocab_size",
-            "max_seq_len",
-            "epochs",
-            "batch_size",
-            "closed_book_repeats",
-            "pretrain_epochs",
-            "pretrain_seq_len",
-            "pretrain_batch_size",
-            "pretrain_recall_sentences",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be a positive integer, got {getattr(self, name)!r}")
-        for name in ("pretrain_recall_group", "pretrain_worlds", "world_seed", "seed", "demo_world_offset"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
-        for name in ("lr", "grad_clip", "initializer_range"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name}: must be positive, got {getattr(self, name)!r}")
-        for name in ("min_lr_ratio", "warmup_fraction"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"{name}: must be in [0, 1], got {getattr(self, name)!r}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay!r}")
 
     def noise_config(self) -> NoiseConfig:
         """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
@@ -175,15 +149,17 @@ class SFTConfig:
 
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
-        values = to_dict(self)
-        # models built before a field existed keep their key
-        for name in ("noise_knobs", "closed_book", "demo_world_offset", "critic_demos"):
-            if not getattr(self, name):
-                del values[name]
-        if self.closed_book is None:
-            del values["closed_book_repeats"]
+        values = {spec.name: to_dict(getattr(self, spec.name)) for spec in fields(self) if self._keyed(spec)}
         text = json.dumps({"build_version": BUILD_VERSION, **values}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _keyed(self, spec: Field) -> bool:
+        """Whether field ``spec`` is part of the key (see ``KEYED_WHEN_SET`` and ``KEYED_WITH``)."""
+        if spec.metadata.get(KEYED_WHEN_SET):
+            default = spec.default if spec.default_factory is MISSING else spec.default_factory()
+            return getattr(self, spec.name) != default
+        needs = spec.metadata.get(KEYED_WITH)
+        return needs is None or getattr(self, needs) is not None
 
 
 # A base model small enough to build in well under a minute: for tests and CI.
@@ -298,6 +274,13 @@ def tail_mean(losses: list[float], last: int = 20) -> float:
     return sum(losses[-last:]) / len(losses[-last:])
 
 
+def shared_fields(cls: type[T], config: SFTConfig) -> T:
+    """Dataclass ``cls`` (the model's or the schedule's config) with every field ``config`` has too
+    taken from ``config``, the seed included, and its own defaults for the rest."""
+    names = {spec.name for spec in fields(config)}
+    return cls(**{spec.name: getattr(config, spec.name) for spec in fields(cls) if spec.name in names})
+
+
 def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
     """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics)."""
     import torch
@@ -323,27 +306,8 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
 
-    model_config = TinyModelConfig(
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        num_kv_heads=config.num_kv_heads,
-        head_dim=config.head_dim,
-        intermediate_size=config.intermediate_size,
-        initializer_range=config.initializer_range,
-        seed=config.seed,
-    )
-    model = build_tiny_model(tokenizer, model_config)
-    schedule = TrainingSchedule(
-        epochs=config.epochs,
-        lr=config.lr,
-        min_lr_ratio=config.min_lr_ratio,
-        warmup_fraction=config.warmup_fraction,
-        weight_decay=config.weight_decay,
-        batch_size=config.batch_size,
-        grad_clip=config.grad_clip,
-        seed=config.seed,
-    )
+    model = build_tiny_model(tokenizer, shared_fields(TinyModelConfig, config))
+    schedule = shared_fields(TrainingSchedule, config)
     pretraining = pretraining_examples(config, tokenizer)  # none when pretrain_worlds is 0
     pretrain_losses = []
     if pretraining:

@@ -26,15 +26,19 @@ from typing import Any, Literal
 from agents.tiny_model import TinyModelConfig
 from envs.cascade_search_v0 import raw_env as CascadeEnv
 from envs.hierarchical_search_v0 import raw_env as HierarchyEnv
+from envs.policy import SamplingSettings
 from envs.search_env import SearchEnvConfig
 from envs.single_search_v0 import raw_env as SingleEnv
 from envs.workflows import env_module
 from maopd.base.config import (
     ConfigError,
     apply_overrides,
+    check_fields,
     check_partial,
+    checked,
     config_diff,
     defaults_dict,
+    field_like,
     from_dict,
     read_yaml_mapping,
     set_dotted,
@@ -85,60 +89,44 @@ class TeacherConfig:
 
 @dataclass
 class RolloutConfig:
-    batch_size: int = 32  # questions per step (B)
-    group_size: int = 5  # trajectories per question (G)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    max_input_tokens: int = 8192
-    generation_batch_size: int = 64  # rows per batched generate call (KV-cache slots of the continuous engine)
+    batch_size: int = checked(32, ge=1)  # questions per step (B)
+    group_size: int = checked(5, ge=1)  # trajectories per question (G)
+    # rollouts sample the policy's whole distribution: what PPO re-scores is what was sampled
+    temperature: float = field_like(SamplingSettings, "temperature", 1.0)
+    top_p: float = field_like(SamplingSettings, "top_p", 1.0)
+    max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens")
+    max_input_tokens: int = field_like(SamplingSettings, "max_input_tokens")
+    # rows per batched generate call (KV-cache slots of the continuous engine)
+    generation_batch_size: int = checked(64, ge=1)
     # HFPolicy's decode: "continuous" (slots refilled as rows finish, agents/decode_engine.py) or
     # "chunked" (the previous fixed chunks); decode_compile: a torch.compile mode for the
     # continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
     decode_engine: Literal["continuous", "chunked"] = "continuous"
     decode_compile: str | None = None
-    max_questions: int | None = None  # train on the first N questions of the split only
+    # train on the first N questions of the split only
+    max_questions: int | None = checked(None, ge=1, null="every question")
     # skip the first N questions of the split (e.g. those π_0's demonstrations were made from)
-    first_question: int = 0
+    first_question: int = checked(0, ge=0)
     # DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions
     # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
-    dynamic_sampling_rounds: int = 0
+    dynamic_sampling_rounds: int = checked(0, ge=0)
 
     def __post_init__(self) -> None:
-        _at_least(
-            self,
-            batch_size=1,
-            group_size=1,
-            max_new_tokens=1,
-            max_input_tokens=1,
-            generation_batch_size=1,
-            first_question=0,
-            dynamic_sampling_rounds=0,
-        )
-        if self.max_questions is not None and self.max_questions < 1:
-            raise ConfigError(f"max_questions: must be >= 1 or null (every question), got {self.max_questions}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature: must be >= 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p: must be in (0, 1], got {self.top_p}")
+        check_fields(self)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.0
+    lr: float = checked(1e-6, gt=0)
+    weight_decay: float = checked(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = 1.0
-    minibatches: int = 5  # PPO minibatch updates (optimizer steps) per epoch over a batch
-    epochs: int = 1
-    micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate
+    grad_clip: float = checked(1.0, gt=0)
+    minibatches: int = checked(5, ge=1)  # PPO minibatch updates (optimizer steps) per epoch over a batch
+    epochs: int = checked(1, ge=1)
+    micro_batch_size: int = checked(8, ge=1)  # sequences per forward/backward; gradients accumulate
 
     def __post_init__(self) -> None:
-        _at_least(self, minibatches=1, epochs=1, micro_batch_size=1, weight_decay=0.0)
-        if not self.lr > 0:
-            raise ConfigError(f"lr: must be > 0, got {self.lr}")
-        if not self.grad_clip > 0:
-            raise ConfigError(f"grad_clip: must be > 0, got {self.grad_clip}")
+        check_fields(self)
 
 
 @dataclass
@@ -157,39 +145,37 @@ class PtxConfig:
     added to every PPO minibatch, so that the RL update does not erode what π_0 learned from them
     (``training.ptx``)."""
 
-    coef: float = 0.0  # γ; 0 is off
+    coef: float = checked(0.0, ge=0, note="0 is off")  # γ
     data: str | None = None  # a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines
-    batch_size: int = 4  # examples per minibatch
-    seq_len: int = 1536  # text window length; longer chats are skipped
+    batch_size: int = checked(4, ge=1)  # examples per minibatch
+    seq_len: int = checked(1536, ge=2)  # text window length; longer chats are skipped
 
     def __post_init__(self) -> None:
-        if self.coef < 0:
-            raise ConfigError(f"coef: must be >= 0 (0 is off), got {self.coef}")
-        _at_least(self, batch_size=1, seq_len=2)
+        check_fields(self)
 
 
 @dataclass
 class CheckpointConfig:
-    every: int = 100
-    keep_last: int = 3
+    every: int = checked(100, ge=1)
+    keep_last: int = checked(3, ge=1)
 
     def __post_init__(self) -> None:
-        _at_least(self, every=1, keep_last=1)
+        check_fields(self)
 
 
 @dataclass
 class LoggingConfig:
-    every: int = 1
-    sample_every: int = 10  # write sample trajectories every N steps (0: never)
-    num_samples: int = 2
-    keep_samples: int = 0  # keep only the newest N sample files (0: keep all)
+    every: int = checked(1, ge=1)
+    sample_every: int = checked(10, ge=0)  # write sample trajectories every N steps (0: never)
+    num_samples: int = checked(2, ge=0)
+    keep_samples: int = checked(0, ge=0)  # keep only the newest N sample files (0: keep all)
     tensorboard: bool = True
     wandb: bool = False  # used only when the wandb package is installed
     wandb_project: str = "multiagent-opd"
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _at_least(self, every=1, sample_every=0, num_samples=0, keep_samples=0)
+        check_fields(self)
 
 
 @dataclass
@@ -197,7 +183,7 @@ class TrainConfig:
     stage: Stage = "stage2"
     variant: Variant = "full"
     seed: int = 0
-    steps: int = 500
+    steps: int = checked(500, ge=1)
     run_dir: str = "runs/default"
     searcher_reward: Literal["env", "critic"] = "env"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -224,8 +210,7 @@ class TrainConfig:
     def validate(self) -> None:
         """The checks across fields (each section checks its own in ``__post_init__``); run when
         the config is built, and again by the trainer on a config changed since."""
-        if self.steps < 1:
-            raise ConfigError(f"steps: must be >= 1, got {self.steps}")
+        check_fields(self)
         if not str(self.run_dir).strip():
             raise ConfigError("run_dir: is empty; name the directory the run writes to")
         if self.ptx.coef > 0 and not self.ptx.data:
@@ -270,13 +255,6 @@ class TrainConfig:
             raise ConfigError("ppo.kl_loss_coef: stage 'single' has no KL reference (no Teacher); set it to 0")
         if self.searcher_reward != "env":
             raise ConfigError("searcher_reward: stage 'single' has no Searchers to critique; set it to env")
-
-
-def _at_least(config: Any, **minimum: float) -> None:
-    """ConfigError naming the first field of ``config`` below its minimum."""
-    for name, lowest in minimum.items():
-        if getattr(config, name) < lowest:
-            raise ConfigError(f"{name}: must be >= {lowest}, got {getattr(config, name)}")
 
 
 # What the two stages differ in (paper, "Stage I" and "Stage II").

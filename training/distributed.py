@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 from training.token_scoring import TokenBatch, score_tokens
 
 
@@ -67,15 +67,14 @@ class DistributedConfig:
     mixed_precision: Literal["none", "bfloat16"] = "none"
     cpu_offload: bool = False
     backend: Literal["auto", "nccl", "gloo"] = "auto"  # auto: nccl on CUDA, else gloo
-    timeout_s: int = 1800  # how long a collective waits for a missing rank
+    timeout_s: int = checked(1800, ge=1)  # how long a collective waits for a missing rank
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not self.fsdp and self.mixed_precision != "none":
             raise ConfigError("mixed_precision: needs distributed.fsdp: true (without FSDP set model.dtype instead)")
         if not self.fsdp and self.cpu_offload:
             raise ConfigError("cpu_offload: needs distributed.fsdp: true")
-        if self.timeout_s < 1:
-            raise ConfigError(f"timeout_s: must be >= 1, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 from agents.sampling import SamplingConfig
 from envs.datasets import Question
+from maopd.base.config import check_fields, checked
 from training.ray_cluster import init_ray
 from training.rollout import TeamBatch
 
@@ -70,11 +71,14 @@ class RolloutWorker:
 
 @dataclass
 class RayRolloutConfig:
-    num_workers: int = 2
+    num_workers: int = checked(2, ge=1)
     torch_threads_per_worker: int = 1
     address: str | None = None  # join this cluster; None starts a local one under the run dir
     max_restarts: int = 2
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 class RayRolloutCollector:
@@ -89,8 +93,6 @@ class RayRolloutCollector:
         import ray
 
         self.config = config or RayRolloutConfig()
-        if self.config.num_workers < 1:
-            raise ValueError("num_workers must be at least 1")
         init_ray(run_dir, self.config.address, num_cpus=None if self.config.address else self.config.num_workers)
         self._actor_class = ray.remote(num_cpus=1)(RolloutWorker)
         self.model_dir, self.workflow, self.sampling = str(model_dir), workflow, sampling

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from envs.actions import ROLE_IDS, ROLES
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
@@ -251,13 +251,13 @@ def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapp
 class PPOLossConfig:
     """Settings of the PPO update; see docs/algorithms.md."""
 
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
+    clip_ratio_low: float = checked(0.2, ge=0)
+    clip_ratio_high: float = checked(0.2, ge=0)
     # The paper adds an entropy bonus without stating its coefficient; 1e-3 is our choice.
-    entropy_coef: float = 1e-3
+    entropy_coef: float = checked(1e-3, ge=0)
     # Direct KL loss toward π_T. Off by default: in the paper the Leader/Answerer KL enters the
     # rewards (``AdvantageConfig.kl_in_reward_coef``) and Searchers get no extra KL.
-    kl_loss_coef: float = 0.0
+    kl_loss_coef: float = checked(0.0, ge=0)
     kl_loss_estimator: Literal["k1", "k2", "k3"] = "k3"
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
         "token-mean"
@@ -266,9 +266,7 @@ class PPOLossConfig:
     role_loss_weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("clip_ratio_low", "clip_ratio_high", "entropy_coef", "kl_loss_coef"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        check_fields(self)
         unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
         if unknown:
             raise ConfigError(f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}")

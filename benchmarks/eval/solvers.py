@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks.eval.runner import Solve
 from envs.datasets import Question
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P, Policy
+from envs.policy import Policy, SamplingSettings
 from envs.retrieval.corpus import Corpus
 from envs.workflows import env_module
 
@@ -58,10 +58,10 @@ BACKENDS = ("hf", "vllm", "openai")
 def model_policy(
     model: str,
     backend: str = "hf",
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int = 512,
-    max_input_tokens: int = 8192,
+    temperature: float = SamplingSettings.temperature,
+    top_p: float = SamplingSettings.top_p,
+    max_new_tokens: int = SamplingSettings.max_new_tokens,
+    max_input_tokens: int = SamplingSettings.max_input_tokens,
     device: str = "cpu",
     dtype: str = "float32",
     seed: int = 0,
@@ -106,10 +106,10 @@ def checkpoint_solver(
     model_dir: str,
     corpus: Corpus | None,
     questions: Sequence[Question],
-    temperature: float = EVAL_TEMPERATURE,
-    top_p: float = EVAL_TOP_P,
-    max_new_tokens: int = 512,
-    max_input_tokens: int = 8192,
+    temperature: float = SamplingSettings.temperature,
+    top_p: float = SamplingSettings.top_p,
+    max_new_tokens: int = SamplingSettings.max_new_tokens,
+    max_input_tokens: int = SamplingSettings.max_input_tokens,
     device: str = "cpu",
     dtype: str = "float32",
     backend: str = "hf",

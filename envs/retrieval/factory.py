@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, check_fields, checked
 
 RETRIEVER_KINDS = ("bm25", "dense", "pyserini", "http")
 
@@ -28,21 +28,18 @@ class RetrieverConfig:
     index_type: str = "flat"  # flat | hnsw | ivfpq (dense builds only)
     encode_batch_size: int = 64
     url: str = "http://127.0.0.1:8000"
-    timeout_s: float = 30.0
-    retries: int = 2
+    timeout_s: float = checked(30.0, gt=0)
+    retries: int = checked(2, ge=0)
     cache: bool = False
     cache_path: str = ""  # SQLite file: the cache survives restarts and is shared by processes
     cache_max_entries: int = 100_000
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.kind not in RETRIEVER_KINDS:
             raise ConfigError(f"kind: unknown kind {self.kind!r}; expected one of {RETRIEVER_KINDS}")
         if self.kind == "pyserini" and not self.index_dir:
             raise ConfigError("index_dir: kind 'pyserini' needs a Lucene index directory or prebuilt name")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"timeout_s: must be positive, got {self.timeout_s}")
-        if self.retries < 0:
-            raise ConfigError(f"retries: must be >= 0, got {self.retries}")
 
 
 def build_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retriever:

@@ -27,20 +27,17 @@ from dataclasses import dataclass
 from envs.retrieval.corpus import Corpus
 from envs.synthwiki.grammar import Chain, Comparison, fact_sentence
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
-from maopd.base.config import ConfigError
+from maopd.base.config import check_fields, probability
 
 
 @dataclass(frozen=True)
 class ClosedBookConfig:
-    known_fraction: float = 0.7  # share of the world's facts a model knows without search
-    recall_accuracy: float = 0.9  # share of known facts it recalls right
+    known_fraction: float = probability(0.7)  # share of the world's facts a model knows without search
+    recall_accuracy: float = probability(0.9)  # share of known facts it recalls right
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("known_fraction", "recall_accuracy"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
-                raise ConfigError(f"{name}: {value!r} is invalid: must be a probability in [0, 1]")
+        check_fields(self)
 
 
 def _draw(*parts: object) -> float:

@@ -3,14 +3,21 @@
 Every config in the project is a plain ``@dataclass``. ``from_dict`` builds one from nested
 dicts (as YAML gives them) and checks each value against the field's type annotation, so a typo
 or a wrong type fails at load time with the dotted path of the field, not deep inside a run.
+
+A field's range or choices are declared beside it, ``batch_size: int = checked(32, ge=1)``, and
+``check_fields(self)`` in the dataclass's ``__post_init__`` checks them all; ``field_like`` declares
+a setting that another config defines (its range, and its default unless another is given).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import types
 import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -23,6 +30,113 @@ T = TypeVar("T")
 
 class ConfigError(UserError, ValueError):
     """A config value is missing, unknown or of the wrong type. The message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """The values a field accepts: bounds (``ge``/``gt``/``le``/``lt``), or ``choices``; ``null``
+    says what None means where None is accepted, ``what`` names the kind of value (``a probability``),
+    and ``note`` adds why (``0 is greedy``)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    null: str | None = None
+    what: str = ""
+    note: str = ""
+
+    def describe(self) -> str:
+        """``must be ...`` as an error message says it."""
+        if self.choices is not None:
+            allowed = f"one of {list(self.choices)}"
+        elif self.le is not None and (self.ge is not None or self.gt is not None):
+            low, high = ("[", self.ge) if self.ge is not None else ("(", self.gt)
+            allowed = f"in {low}{high}, {self.le}]"
+        elif self.lt is not None and (self.ge is not None or self.gt is not None):
+            low, high = ("[", self.ge) if self.ge is not None else ("(", self.gt)
+            allowed = f"in {low}{high}, {self.lt})"
+        else:
+            bounds = [(">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt)]
+            allowed = " and ".join(f"{op} {bound}" for op, bound in bounds if bound is not None)
+        what = f"{self.what} " if self.what else ""
+        null = f" or null ({self.null})" if self.null else ""
+        note = f" ({self.note})" if self.note else ""
+        return f"must be {what}{allowed}{null}{note}"
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.null is not None
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        return not (
+            (self.ge is not None and not value >= self.ge)
+            or (self.gt is not None and not value > self.gt)
+            or (self.le is not None and not value <= self.le)
+            or (self.lt is not None and not value < self.lt)
+        )
+
+
+CONSTRAINT = "constraint"  # the metadata key of a field's Constraint
+
+
+def checked(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Sequence[Any] | None = None,
+    null: str | None = None,
+    what: str = "",
+    note: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> Any:
+    """A dataclass field with its ``Constraint``, which ``check_fields`` checks (and any other ``metadata``)."""
+    constraint = Constraint(ge, gt, le, lt, None if choices is None else tuple(choices), null, what, note)
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={**(metadata or {}), CONSTRAINT: constraint}
+    )
+
+
+def probability(default: float, **metadata: Any) -> Any:
+    """A field holding a probability: ``checked`` in [0, 1]."""
+    return checked(default, ge=0, le=1, what="a probability", metadata=metadata or None)
+
+
+def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field declared as ``cls``'s field ``name`` is: its constraint, and its default unless
+    ``default`` is given. A setting several configs carry is so defined once, in ``cls``."""
+    spec = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if default is dataclasses.MISSING:
+        default = spec.default
+    return dataclasses.field(default=default, metadata=spec.metadata)
+
+
+@functools.cache
+def _annotations(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check_fields(config: Any) -> None:
+    """ConfigError naming the first field of dataclass ``config`` whose value its declared
+    ``Constraint`` refuses (an integer field also refuses a non-integer)."""
+    hints = _annotations(type(config))
+    for spec in dataclasses.fields(config):
+        constraint = spec.metadata.get(CONSTRAINT)
+        if constraint is None:
+            continue
+        value = getattr(config, spec.name)
+        integer = hints[spec.name] is int or hints[spec.name] == int | None
+        if integer and value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ConfigError(f"{spec.name}: must be an integer, got {value!r}")
+        if not constraint.accepts(value):
+            raise ConfigError(f"{spec.name}: {constraint.describe()}, got {value!r}")
 
 
 def _coerce(value: Any, annotation: Any, path: str) -> Any:

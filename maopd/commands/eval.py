@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.policy import EVAL_TEMPERATURE, EVAL_TOP_P
+from envs.policy import SamplingSettings
 from envs.workflows import WORKFLOWS
 from maopd.cli import bounded_int, positive_int
 
@@ -84,8 +84,18 @@ def register(subparsers) -> None:
         default="float32",
         help="model weights' dtype for the hf and vllm backends (default float32)",
     )
-    run.add_argument("--max-new-tokens", type=int, default=512, help="tokens generated per turn at most (default 512)")
-    run.add_argument("--max-input-tokens", type=int, default=8192, help="prompt tokens per turn at most (default 8192)")
+    run.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=SamplingSettings.max_new_tokens,
+        help="tokens generated per turn at most (default %(default)s)",
+    )
+    run.add_argument(
+        "--max-input-tokens",
+        type=int,
+        default=SamplingSettings.max_input_tokens,
+        help="prompt tokens per turn at most (default %(default)s)",
+    )
     run.add_argument("--base-url", help="--backend openai: the server's base URL, e.g. http://127.0.0.1:8000/v1")
     run.add_argument(
         "--api-key-env",
@@ -106,8 +116,8 @@ def register(subparsers) -> None:
         help="RetrieverConfig override, e.g. --retriever-set kind=http --retriever-set url=http://host:8000 "
         "(repeatable)",
     )
-    run.add_argument("--temperature", type=float, default=EVAL_TEMPERATURE)
-    run.add_argument("--top-p", type=float, default=EVAL_TOP_P)
+    run.add_argument("--temperature", type=float, default=SamplingSettings.temperature)
+    run.add_argument("--top-p", type=float, default=SamplingSettings.top_p)
     run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
     run.add_argument("--attempts", type=positive_int, default=4)
     run.add_argument("--batch-size", type=positive_int, default=8)
