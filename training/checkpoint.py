@@ -50,8 +50,8 @@ import torch
 
 from agents.model_files import weights_problem
 from maopd.base.atomic import write_text_atomically
-from maopd.base.config import save_yaml
 from maopd.base.paths import PathOutsideRunError, resolve_inside
+from maopd.base.run_dir import CONFIG_FILE, write_record
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -167,7 +167,7 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp / MODEL)
     _crash_point(step, "model")
     save_trainer_state(trainer_state, tmp)
-    save_yaml(config, tmp / "config.yaml")
+    write_record(config, tmp)
     _crash_point(step, "state")
 
     final = root / f"step_{step}"
@@ -225,7 +225,7 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     for name in (
         TRAINER_STATE,
         TRAINER_STATE_JSON,
-        "config.yaml",
+        CONFIG_FILE,
         f"{MODEL}/config.json",
         f"{MODEL}/tokenizer_config.json",
     ):

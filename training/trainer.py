@@ -38,7 +38,8 @@ from envs.actions import ROLES
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
-from maopd.base.config import ConfigError, save_yaml, to_dict
+from maopd.base.config import ConfigError, to_dict
+from maopd.base.run_dir import check_resume, write_record
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
 from training.checkpoint import (
@@ -49,7 +50,7 @@ from training.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from training.config import ModelConfig, TrainConfig, changes_since
+from training.config import ModelConfig, TrainConfig
 from training.critic import PromptedCritic
 from training.divergence import searcher_divergence_metrics
 from training.losses import (
@@ -679,28 +680,19 @@ class _GatheredWeights:
 def train_stage(config: TrainConfig, resume: bool | None = None, check_config: bool = True) -> Path:
     """Run one stage to ``config.steps``; returns the run directory.
 
-    ``resume=None`` resumes from the run directory's latest checkpoint when there is one;
-    ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints. A run
-    resumes only under the config that made it (``RESUMABLE_KEYS`` excepted), unless the caller
-    checked that itself (``check_config=False``: the pipeline, which also allows a moved run dir).
-    Under torchrun every rank runs it; only rank 0 writes files.
+    ``resume`` and ``check_config`` decide whether the run directory is this run's
+    (``maopd.base.run_dir.check_resume``): ``None`` resumes from its latest checkpoint when there
+    is one, ``True`` requires one, ``False`` refuses to overwrite a run that has checkpoints;
+    ``check_config=False`` is for a caller that compared the configs itself (the pipeline, which
+    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files.
     """
     main = distributed.DistributedContext.from_env().is_main
     run_dir = Path(config.run_dir)
     checkpoint = latest_checkpoint(run_dir)
-    if resume is True and checkpoint is None:
-        raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
-    if resume is False and checkpoint is not None:
-        raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
-    changed = changes_since(config, run_dir) if checkpoint is not None and check_config else []
-    if changed:
-        raise ConfigError(
-            f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
-            f"resumes only under the config that made it: restore those settings or pick another run_dir"
-        )
+    check_resume(config, checkpoint, resume, check_config)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_yaml(config, run_dir / "config.yaml")
+        write_record(config, run_dir)
     trainer = Trainer(config, checkpoint)
     if main:
         # rows after the restored step (all of them when no checkpoint survived) are logged again
