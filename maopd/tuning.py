@@ -29,7 +29,8 @@ from typing import Any
 
 from envs.workflows import WORKFLOWS
 from maopd.base.config import ConfigError
-from maopd.pipeline import PipelineConfig, evaluate, held_out_manifest, stage_config, stage_dir
+from maopd.pipeline.config import PipelineConfig, stage_config, stage_dir
+from maopd.pipeline.job import evaluate, held_out_manifest
 
 PAPER_OPD_BETA = 0.01
 

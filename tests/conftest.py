@@ -25,7 +25,7 @@ def tokenizer(lm):
 def models(tmp_path_factory):
     """π_0 (tiny, random) and a Teacher with the same tokenizer but other weights, on disk."""
     from training.config import ModelConfig
-    from training.trainer import build_tiny_policy
+    from training.model_loading import build_tiny_policy
 
     root = tmp_path_factory.mktemp("models")
     pi0, tokenizer = build_tiny_policy(ModelConfig())

@@ -17,7 +17,7 @@ from envs.prompts import LAST_TURN_NOTICE
 from envs.search_env import SearchEnvConfig
 from maopd.base.config import ConfigError
 from training.advantages import AdvantageConfig, team_token_advantages
-from training.trainer import record_rewards
+from training.rollout_rewards import record_rewards
 
 SEARCH = "<search>Orlen Vask</search>"
 ANSWER = "<answer>Tarvel</answer>"

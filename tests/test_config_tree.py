@@ -8,9 +8,11 @@ import pytest
 import yaml
 
 from maopd.base.config import ConfigError, save_yaml, to_dict
+from maopd.base.run_dir import changes_since
 from maopd.cli import main
-from maopd.pipeline import PIPELINE_KEYS, PRESET_DIR, STAGES, check_run_dir, load_preset, stage_config, stage_settings
-from training.config import STAGE_SETTINGS, TrainConfig, changes_since, load_config
+from maopd.pipeline.config import PIPELINE_KEYS, PRESET_DIR, STAGES, load_preset, stage_config, stage_settings
+from maopd.pipeline.resume import check_run_dir
+from training.config import STAGE_SETTINGS, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -235,7 +237,7 @@ def test_defaults_are_written_once():
     from envs.cascade_search_v0 import raw_env as cascade
     from envs.hierarchical_search_v0 import raw_env as hierarchy
     from maopd.cli import build_parser
-    from maopd.pipeline import EvalConfig
+    from maopd.pipeline.config import EvalConfig
 
     run = build_parser().parse_args(["eval", "run", "--manifest", "m.json", "--out", "x.jsonl"])
     assert EvalConfig().temperature == SamplingConfig().temperature == run.temperature == 0.6

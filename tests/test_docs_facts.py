@@ -79,7 +79,7 @@ def test_credit_benchmark_prints_no_interval_for_one_seed():
 
 
 def test_readme_timings_come_from_the_job():
-    from maopd.pipeline import format_timings
+    from maopd.pipeline.job import format_timings
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert not re.search(r"\d+(\.\d+)? min(utes)?\b", readme) and "prints" in readme

@@ -164,7 +164,7 @@ def test_every_sampling_default_reads_the_one_definition():
     from agents.openai_policy import OpenAIPolicyConfig
     from agents.sampling import SamplingConfig
     from envs.policy import SamplingSettings
-    from maopd.pipeline import EvalConfig
+    from maopd.pipeline.config import EvalConfig
 
     settings = SamplingSettings()
     sampling = SamplingConfig()

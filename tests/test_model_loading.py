@@ -37,7 +37,7 @@ def load_in_subprocess(source: str, tmp_path: Path, offline: bool = True) -> sub
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
     code = (
-        "import sys; from training.trainer import model_source; from agents.tiny_model import load_model; "
+        "import sys; from training.model_loading import model_source; from agents.tiny_model import load_model; "
         "model, tok = load_model(model_source(sys.argv[1])); "
         "print(type(model).__name__, model.config.num_hidden_layers, len(tok))"
     )
@@ -70,7 +70,7 @@ def test_a_missing_hub_id_offline_is_a_one_line_error(tmp_path):
 def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
     from training import checkpoint as ckpt
     from training.config import build_config
-    from training.trainer import model_source
+    from training.model_loading import model_source
 
     model, tokenizer = tiny
     step = ckpt.save_checkpoint(

@@ -8,15 +8,8 @@ import pytest
 from envs.synthwiki import load_default_world
 from maopd.base.config import ConfigError
 from maopd.cli import main
-from maopd.pipeline import (
-    held_out_manifest,
-    load_experiment,
-    load_preset,
-    ptx_data_path,
-    ptx_rows,
-    stage_config,
-    stage_settings,
-)
+from maopd.pipeline.config import load_experiment, load_preset, ptx_data_path, stage_config, stage_settings
+from maopd.pipeline.job import held_out_manifest, ptx_rows
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():

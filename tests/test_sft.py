@@ -204,7 +204,7 @@ def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
 def test_the_default_preset_base_model_is_shipped():
     """The main job starts from the committed π_0: the preset and the shipped model must agree."""
     from maopd.base.config import load_yaml
-    from maopd.pipeline import load_preset
+    from maopd.pipeline.config import load_preset
     from training.base_model import CONFIG_FILE, SHIPPED_DIR
 
     config = load_preset("default").base_model

@@ -1,7 +1,7 @@
 """Which loss terms give Searcher tokens gradient in each Table 3 variant, in the default preset and in the paper.
 
-For every variant of ``maopd.pipeline.VARIANT_METHODS`` the Stage II config of the default preset
-is built with ``maopd.pipeline.stage_config`` and one tiny loss computation is run on a synthetic
+For every variant of ``maopd.pipeline.config.VARIANT_METHODS`` the Stage II config of the default preset
+is built with ``maopd.pipeline.config.stage_config`` and one tiny loss computation is run on a synthetic
 batch (two trajectories, each with a Leader call, a Searcher call and two Answerer candidates; the
 Teacher, when the config has one, disagrees with π_old), with exactly the config's
 ``AdvantageConfig`` and ``PPOLossConfig``. A term "gives Searcher tokens gradient" when its part
@@ -35,7 +35,7 @@ import pytest
 import torch
 
 from envs.actions import LEADER, SEARCHER
-from maopd.pipeline import VARIANT_METHODS, load_preset, stage_config
+from maopd.pipeline.config import VARIANT_METHODS, load_preset, stage_config
 from training.advantages import SEARCHER_OUTCOMES, team_token_advantages
 from training.losses import ppo_loss
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from maopd.base.config import ConfigError, apply_overrides, from_dict
+from maopd.base.run_dir import CONFIG_FILE
 from training.checkpoint import latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
 
@@ -153,5 +154,5 @@ class OPDAlgorithm:
         checkpoint = path if (path / "trainer_state.pt").is_file() else latest_checkpoint(path)
         if checkpoint is None:
             raise FileNotFoundError(f"{path}: neither a checkpoint nor a run directory with checkpoints")
-        data = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8"))
+        data = yaml.safe_load((checkpoint / CONFIG_FILE).read_text(encoding="utf-8"))
         return cls(from_dict(TrainConfig, data), checkpoint)

@@ -40,7 +40,8 @@ from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.config import ConfigError, check_fields, checked, probability, save_yaml, to_dict
+from maopd.base.config import ConfigError, check_fields, checked, probability, to_dict
+from maopd.base.run_dir import cache_entry, write_record
 
 if TYPE_CHECKING:
     from agents.noisy_team import NoiseConfig
@@ -318,7 +319,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     losses = train_sft(model, examples, schedule, tokenizer.pad_token_id, progress)
 
     out_dir = save_model(model, tokenizer, out_dir)
-    save_yaml(config, out_dir / CONFIG_FILE)
+    write_record(config, out_dir, CONFIG_FILE)
     metrics = {
         "config_key": config.key(),
         "demonstrations": len(rows),
@@ -350,10 +351,8 @@ def default_cache_dir() -> Path:
 
 def base_model_dir(config: SFTConfig, cache_dir: str | Path | None = None, shipped_dir: Path = SHIPPED_DIR) -> Path:
     """Where π_0 for ``config`` is (shipped with the repo) or will be (in the cache), without building it."""
-    name = f"base-{config.key()}"
-    if (shipped_dir / name / METRICS_FILE).is_file():
-        return shipped_dir / name
-    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / name
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return cache_entry(f"base-{config.key()}", METRICS_FILE, shipped_dir, cache_root)
 
 
 def load_or_build_base_model(

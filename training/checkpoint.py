@@ -50,8 +50,8 @@ import torch
 
 from agents.model_files import weights_problem
 from maopd.base.atomic import build_directory_atomically, write_text_atomically
-from maopd.base.config import save_yaml
 from maopd.base.paths import PathOutsideRunError, resolve_inside
+from maopd.base.run_dir import CONFIG_FILE, write_record
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -165,7 +165,7 @@ def save_checkpoint(
         tokenizer.save_pretrained(staging / MODEL)
         _crash_point(step, "model")
         save_trainer_state(trainer_state, staging)
-        save_yaml(config, staging / "config.yaml")
+        write_record(config, staging)
         _crash_point(step, "state")
 
     # without a done file, saving the same step again (e.g. algo.save after a periodic save) replaces it
@@ -221,7 +221,7 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     for name in (
         TRAINER_STATE,
         TRAINER_STATE_JSON,
-        "config.yaml",
+        CONFIG_FILE,
         f"{MODEL}/config.json",
         f"{MODEL}/tokenizer_config.json",
     ):

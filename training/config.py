@@ -36,13 +36,11 @@ from maopd.base.config import (
     check_fields,
     check_partial,
     checked,
-    config_diff,
     defaults_dict,
     field_like,
     from_dict,
     read_yaml_mapping,
     set_dotted,
-    to_dict,
 )
 from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
@@ -326,35 +324,6 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
     layered = apply_settings(defaults, STAGE_SETTINGS[head["stage"]])
     layered = apply_settings(layered, VARIANT_SETTINGS[head["variant"]])
     return from_dict(TrainConfig, deep_merge(layered, user))
-
-
-# What a stage run may change when it resumes: where it is, how long it runs, how it reports, and
-# how many processes share it (a step is the same on 1 rank or on FSDP ranks, to float rounding).
-RESUMABLE_KEYS = ("run_dir", "steps", "logging", "distributed")
-
-
-def changes_since(config: TrainConfig, run_dir: str | Path, ignore: tuple[str, ...] = RESUMABLE_KEYS) -> list[str]:
-    """``key: old -> new`` for each key on which ``config`` differs from the config that made
-    ``run_dir`` (its ``config.yaml``; none when there is none), ``ignore`` excepted."""
-    import yaml
-
-    saved = Path(run_dir) / "config.yaml"
-    if not saved.is_file():
-        return []
-    made = yaml.safe_load(saved.read_text(encoding="utf-8"))
-    wanted = yaml.safe_load(yaml.safe_dump(to_dict(config)))
-    return config_diff(read_as_current(made) if isinstance(made, dict) else {}, wanted, ignore)
-
-
-def read_as_current(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved stage config read as today's ``TrainConfig``: a field added since it was written takes
-    its default, which by rule keeps the behaviour the run had, so it does not count as a change."""
-    import yaml
-
-    try:
-        return yaml.safe_load(yaml.safe_dump(to_dict(from_dict(TrainConfig, saved))))
-    except ConfigError:
-        return saved
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:

@@ -30,7 +30,7 @@ def role_gradient_norms(trainer, batch: PPOBatch) -> dict[str, float]:
         for name, keep in groups.items():
             batch.advantages.token_advantages = advantages * keep[:, None]
             trainer.model.zero_grad(set_to_none=True)
-            terms, _ = trainer._micro_loss(batch, rows, with_grad=True)
+            terms, _ = trainer._micro_loss(batch, rows)
             terms.loss.backward()
             grads = [p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]
             norms[name] = float(torch.cat(grads).norm()) if grads else 0.0

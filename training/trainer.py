@@ -6,15 +6,16 @@ One ``Trainer.train_step`` is one training step of the paper (B questions, G tra
 2. roll out G team trajectories per question with the current policy (``TeamRolloutCollector``);
    every model call becomes a token-exact sequence with π_old log-probs (with dynamic sampling,
    more rounds of questions until B of them have trajectories that disagree on R_EM);
-3. read the role rewards from the workflow records: R_EM, R_L (Eq. 6), c_ij, R_S (or, for the
-   Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
+3. read the role rewards from the workflow records (``training.rollout_rewards``): R_EM, R_L
+   (Eq. 6), c_ij, R_S (or, for the Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
 4. score the sequences a loss reads with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
    tokens; the KL-in-reward penalty on Leader and Answerer tokens);
 5. build the token advantages with ``team_token_advantages`` (Eq. 1, 5, 7);
 6. for each of ``optim.minibatches`` minibatches (``optim.epochs`` passes): re-score the tokens
    with gradients, ``ppo_loss``, backward (accumulated over micro-batches), clip, AdamW step.
 
-``train_stage(config)`` runs the steps, logs, writes samples and checkpoints. Stage I and Stage II
+The Trainer loads the policy and the Teacher with ``training.model_loading``. ``train_stage(config)``
+runs the steps, logs, writes samples and checkpoints. Stage I and Stage II
 and every variant are the same code; ``training.config`` says how they differ.
 """
 
@@ -34,116 +35,39 @@ from tqdm import tqdm
 
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig
-from envs.actions import ROLES, SEARCHER
+from envs.actions import SEARCHER
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
-from maopd.base.config import ConfigError, save_yaml, to_dict
+from maopd.base.config import ConfigError, to_dict
+from maopd.base.run_dir import check_resume, write_record
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
 from training.checkpoint import (
     capture_rng_state,
     latest_checkpoint,
     load_trainer_state,
-    resolve_model_dir,
     restore_rng_state,
     save_checkpoint,
 )
-from training.config import ModelConfig, TrainConfig, changes_since
+from training.config import TrainConfig
 from training.critic import PromptedCritic
 from training.divergence import searcher_divergence_metrics
 from training.losses import NonFiniteError, PPOLossTerms, ppo_loss, ppo_role_metrics
+from training.model_loading import load_policy_model, load_teacher, resolve_device
 from training.nonfinite import save_nonfinite_step, step_tensors
 from training.ptx import PtxData
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
+from training.rollout_rewards import record_rewards, rollout_metrics
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.sft import sft_batch
-from training.teacher import Teacher, teacher_rows
+from training.teacher import teacher_rows
 from training.token_scoring import TokenBatch
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class TrainingStopped(RuntimeError):
     """A step hit a non-finite loss, advantage or gradient. No checkpoint or metrics of it were
     written; its inputs were saved under ``RUN_DIR/nonfinite/`` for inspection."""
-
-
-class TokenizerMismatchError(ValueError):
-    """The Teacher's vocabulary differs from the student's, so OPD cannot compare them."""
-
-
-# --------------------------------------------------------------------------- models
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def build_tiny_policy(config: ModelConfig) -> tuple[torch.nn.Module, Any]:
-    """The random tiny π_0 of ``model.path: tiny``: same settings, same weights and vocabulary."""
-    from agents.tiny_model import build_tiny_model
-    from agents.tokenizer import train_tokenizer
-    from envs.synthwiki import load_default_world
-
-    world = load_default_world()
-    texts = [d.contents for d in world.corpus.documents[:400]]
-    texts += [q.question for q in world.splits["train"][:200]]
-    tokenizer = train_tokenizer(texts, vocab_size=config.tiny_vocab_size)
-    return build_tiny_model(tokenizer, config.tiny), tokenizer
-
-
-def load_policy_model(config: ModelConfig, device: torch.device, path: str | Path | None = None):
-    """π_0 from ``config`` (tiny or a model directory), or the weights saved at ``path``."""
-    from agents.tiny_model import load_model
-
-    if path is None and config.path == "tiny":
-        model, tokenizer = build_tiny_policy(config)
-        return model.to(device=device, dtype=DTYPES[config.dtype]), tokenizer
-    return load_model(model_source(path or config.path), DTYPES[config.dtype], device)
-
-
-def model_source(source: str | Path) -> str | Path:
-    """What ``load_model`` should load for ``source``: a local run directory, checkpoint
-    (``checkpoints/step_N``) or model directory as its model directory; anything that does not
-    exist locally (a Hugging Face hub id) as it is."""
-    return resolve_model_dir(source) if Path(source).exists() else str(source)
-
-
-def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> None:
-    """OPD needs the Teacher to read the student's token ids as the same strings."""
-    student_vocab, teacher_vocab = student.get_vocab(), teacher.get_vocab()
-    if student_vocab == teacher_vocab:
-        return
-    differing = sorted(set(student_vocab.items()) ^ set(teacher_vocab.items()))
-    example = differing[0] if differing else None
-    raise TokenizerMismatchError(
-        f"teacher.path {teacher_path}: the Teacher's tokenizer differs from the student's "
-        f"({len(student_vocab)} vs {len(teacher_vocab)} tokens; {len(differing)} (token, id) pairs "
-        f"differ, e.g. {example!r}). OPD scores log π_T(a_t|h_t) on the student's own token ids "
-        f"and compares it with log π_old token by token (Eq. 5), so teacher and student need the "
-        f"same vocabulary: use a Teacher trained from the same base model as the student."
-    )
-
-
-def load_teacher(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> Teacher | None:
-    needs_scores = (
-        config.advantage.searcher_signal == "opd"
-        or config.advantage.kl_in_reward_coef > 0
-        or config.ppo.kl_loss_coef > 0
-    )
-    if config.teacher.source == "none" or not needs_scores:
-        return None
-    if config.teacher.source == "base_model":
-        model, tokenizer = load_policy_model(config.model, device)
-        where = f"model.path {config.model.path}"
-    else:
-        model, tokenizer = load_policy_model(config.model, device, config.teacher.path)
-        where = str(config.teacher.path)
-    check_tokenizers_match(student_tokenizer, tokenizer, where)
-    return Teacher(model, temperature=config.rollout.temperature)
 
 
 # --------------------------------------------------------------------------- data
@@ -200,69 +124,7 @@ def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
     return lambda: module.env(config=replace(config.env))
 
 
-# --------------------------------------------------------------------------- the PPO batch
-
-
-def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
-    """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
-    records = batch.records
-    rewards = [[r["rewards"] for r in row] for row in records]
-    # at least 1: a batch where no workflow reached the Answerer (env.force_finish off) keeps
-    # a [B, G, 1] tensor whose entries are all masked out
-    num_candidates = max(1, max(len(r["answerer"]) for row in rewards for r in row))
-    answerer = torch.zeros(len(records), batch.group_size, num_candidates)
-    candidate_mask = torch.zeros_like(answerer, dtype=torch.bool)
-    for b, row in enumerate(rewards):
-        for g, r in enumerate(row):
-            answerer[b, g, : len(r["answerer"])] = torch.tensor(r["answerer"], dtype=torch.float32)
-            candidate_mask[b, g, : len(r["answerer"])] = True
-    has_leader = all(r["leader"] is not None for row in rewards for r in row)
-    has_solver = all("solver" in r for row in rewards for r in row)  # the single workflow's records
-    return {
-        "em": torch.tensor([[r["em"] for r in row] for row in rewards]),
-        "leader": torch.tensor([[r["leader"] for r in row] for row in rewards]) if has_leader else None,
-        "answerer": answerer,
-        "candidate_mask": candidate_mask,
-        # R_S of a trajectory: the mean over its Searcher calls (0 when it made none)
-        "searcher": torch.tensor(
-            [[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0 for r in row] for row in rewards]
-        ),
-        "solver": torch.tensor([[r["solver"] for r in row] for row in rewards]) if has_solver else None,
-    }
-
-
-def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -> dict[str, float]:
-    """Rewards, EM and workflow counters averaged over the B·G trajectories of a step."""
-    records = [r for row in batch.records for r in row]
-    metrics = {
-        "reward/em": float(rewards["em"].mean()),
-        "reward/answerer": float(rewards["answerer"][rewards["candidate_mask"]].mean())
-        if rewards["candidate_mask"].any()
-        else 0.0,
-        "reward/searcher": float(rewards["searcher"].mean()),
-        "em/answerer_candidates": float(np.mean([s for r in records for s in r["candidate_scores"]] or [0.0])),
-    }
-    if rewards["leader"] is not None:
-        metrics["reward/leader"] = float(rewards["leader"].mean())
-    if rewards.get("solver") is not None:
-        metrics["reward/solver"] = float(rewards["solver"].mean())
-    for counter in (
-        "search_actions",
-        "searches_with_passages",
-        "reports",
-        "format_failures",
-        "delegation_rounds",
-        "task_assignments",
-        "tool_steps",
-        "env_steps",
-    ):
-        metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
-    for role in ROLES:
-        sequences = [s for s in batch.sequences if s.role == role]
-        if sequences:
-            metrics[f"{role}/sequences"] = float(len(sequences))
-            metrics[f"{role}/generated_tokens"] = float(np.mean([s.num_generated for s in sequences]))
-    return metrics
+# --------------------------------------------------------------------------- micro-batches
 
 
 def _rows(tokens: TokenBatch, rows: torch.Tensor, trim: bool) -> tuple[TokenBatch, int]:
@@ -385,7 +247,8 @@ class Trainer:
 
     def _seed_for(self, purpose: int, sampling_round: int = 0) -> int:
         """A seed for this step's rollouts (0) or minibatch order (1), from the run seed alone."""
-        # round 0 keeps the seeds that runs had before dynamic sampling existed
+        # round 0 adds nothing to the entropy: a step's first round draws the same trajectories
+        # whether dynamic sampling is on or off, so turning it on changes only the extra rounds
         entropy = [self.config.seed, self.step, purpose] + ([sampling_round] if sampling_round else [])
         state = np.random.SeedSequence(entropy)
         return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(33))
@@ -488,11 +351,11 @@ class Trainer:
         )
         return PPOBatch(tokens, role_ids, old_logprobs, teacher_logprobs, advantages), metrics
 
-    def _micro_loss(self, batch: PPOBatch, rows: torch.Tensor, with_grad: bool) -> tuple[PPOLossTerms, dict]:
-        """PPO loss of some rows, re-scored under the current parameters."""
+    def _micro_loss(self, batch: PPOBatch, rows: torch.Tensor) -> tuple[PPOLossTerms, dict]:
+        """PPO loss of some rows, re-scored with gradients under the current parameters."""
         ppo = self.config.ppo
         tokens, width = _rows(batch.tokens, rows, trim=ppo.loss_agg_mode != "seq-mean-token-sum-norm")
-        with torch.set_grad_enabled(with_grad):
+        with torch.enable_grad():
             logprobs, entropy = self.scorer(
                 tokens.to(self.device), self.config.rollout.temperature, with_entropy=ppo.entropy_coef > 0
             )
@@ -517,13 +380,6 @@ class Trainer:
                 ref_logprobs=tensors["ref_logprobs"] if ppo.kl_loss_coef > 0 else None,
             )
         return terms, tensors
-
-    @torch.no_grad()
-    def evaluate_loss(self, batch: PPOBatch) -> float:
-        """The PPO loss of the whole batch under the current parameters (no update)."""
-        self.model.eval()
-        terms, _ = self._micro_loss(batch, torch.arange(batch.num_sequences), with_grad=False)
-        return float(terms.loss)
 
     def update(self, batch: PPOBatch) -> dict[str, float]:
         """``optim.epochs`` passes of ``optim.minibatches`` AdamW steps over the batch.
@@ -554,7 +410,7 @@ class Trainer:
                 micro_batches += [(order[:1], 0.0)] * (self.dist.max(len(micro_batches)) - len(micro_batches))
                 minibatch_loss = 0.0
                 for rows, weight in micro_batches:
-                    terms, tensors = self._micro_loss(batch, rows, with_grad=True)
+                    terms, tensors = self._micro_loss(batch, rows)
                     share = weight * _denominator(mode, tensors["loss_mask"]) / total
                     (terms.loss * share).backward()
                     if not weight:
@@ -673,28 +529,19 @@ class _GatheredWeights:
 def train_stage(config: TrainConfig, resume: bool | None = None, check_config: bool = True) -> Path:
     """Run one stage to ``config.steps``; returns the run directory.
 
-    ``resume=None`` resumes from the run directory's latest checkpoint when there is one;
-    ``True`` requires one; ``False`` refuses to overwrite a run that has checkpoints. A run
-    resumes only under the config that made it (``RESUMABLE_KEYS`` excepted), unless the caller
-    checked that itself (``check_config=False``: the pipeline, which also allows a moved run dir).
-    Under torchrun every rank runs it; only rank 0 writes files.
+    ``resume`` and ``check_config`` decide whether the run directory is this run's
+    (``maopd.base.run_dir.check_resume``): ``None`` resumes from its latest checkpoint when there
+    is one, ``True`` requires one, ``False`` refuses to overwrite a run that has checkpoints;
+    ``check_config=False`` is for a caller that compared the configs itself (the pipeline, which
+    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files.
     """
     main = distributed.DistributedContext.from_env().is_main
     run_dir = Path(config.run_dir)
     checkpoint = latest_checkpoint(run_dir)
-    if resume is True and checkpoint is None:
-        raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
-    if resume is False and checkpoint is not None:
-        raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
-    changed = changes_since(config, run_dir) if checkpoint is not None and check_config else []
-    if changed:
-        raise ConfigError(
-            f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
-            f"resumes only under the config that made it: restore those settings or pick another run_dir"
-        )
+    check_resume(config, checkpoint, resume, check_config)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_yaml(config, run_dir / "config.yaml")
+        write_record(config, run_dir)
     trainer = Trainer(config, checkpoint)
     if main:
         # rows after the restored step (all of them when no checkpoint survived) are logged again

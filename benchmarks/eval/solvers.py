@@ -77,7 +77,7 @@ def model_policy(
       ``model``; the API key comes from the environment variable ``api_key_env``.
     """
     from agents.sampling import SamplingConfig
-    from training.trainer import DTYPES, model_source
+    from training.model_loading import DTYPES, model_source
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: unknown backend {backend!r}; expected one of {BACKENDS}")

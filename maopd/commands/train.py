@@ -58,7 +58,9 @@ def _pipeline(
     seeds: list[int] | None = None,
 ) -> int:
     from maopd.base.config import ConfigError
-    from maopd.pipeline import load_experiment, run_pipeline, run_seeds
+    from maopd.pipeline.config import load_experiment
+    from maopd.pipeline.job import run_pipeline
+    from maopd.pipeline.seeds import run_seeds
     from training.trainer import TrainingStopped
 
     try:

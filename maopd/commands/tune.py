@@ -80,7 +80,7 @@ def _judge(args) -> int:
 
 def _eval(args) -> int:
     from benchmarks.provenance import git_commit
-    from maopd.pipeline import load_preset
+    from maopd.pipeline.config import load_preset
     from maopd.tuning import dev_eval, parse_system
 
     # a ConfigError is bad input: maopd.cli prints it as one line
@@ -99,7 +99,7 @@ def _eval(args) -> int:
 
 def _beta(args) -> int:
     from benchmarks.provenance import git_commit
-    from maopd.pipeline import load_preset
+    from maopd.pipeline.config import load_preset
     from maopd.tuning import calibrate_beta
 
     started = time.perf_counter()

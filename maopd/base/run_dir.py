@@ -1,0 +1,141 @@
+"""Whether a directory is this run's: the one answer the stages, the pipeline and the π_0 cache share.
+
+A directory belongs to the config that made it. A run directory records that config as YAML
+(``config.yaml`` for a stage and in each of its checkpoints, ``pipeline.yaml`` for the main job);
+a run may use the directory when it records no config yet, or the same config up to the keys a
+resume may change. Any other difference is refused before any work, naming every differing key
+(``key: old -> new``), unless the caller starts the changed parts over (``--fresh``). A cache entry
+(π_0) carries its config's key in its name instead, so finding it answers the question.
+
+Locking a run directory against a second writer belongs here too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from maopd.base.config import ConfigError, config_diff, from_dict, save_yaml, to_dict
+
+CONFIG_FILE = "config.yaml"
+
+# What a stage run may change when it resumes: where it is, how long it runs, how it reports, and
+# how many processes share it (a step is the same on 1 rank or on FSDP ranks, to float rounding).
+RESUMABLE_KEYS = ("run_dir", "steps", "logging", "distributed")
+
+
+def write_record(config: Any, directory: str | Path, name: str = CONFIG_FILE) -> None:
+    """Record ``config`` as the one that made ``directory``."""
+    save_yaml(config, Path(directory) / name)
+
+
+def read_record(path: str | Path) -> dict[str, Any] | None:
+    """The config a record file holds; None when there is no file or it holds no mapping."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None
+
+
+def as_plain(config: Any) -> dict[str, Any]:
+    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on)."""
+    return yaml.safe_load(yaml.safe_dump(to_dict(config)))
+
+
+def read_as_current(config_type: type, saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config read as today's ``config_type``: a field added since it was written takes its
+    default, which by rule keeps the behaviour the run had, so it does not count as a change."""
+    try:
+        return as_plain(from_dict(config_type, saved))
+    except ConfigError:
+        return saved
+
+
+def moved(data: Any, old_root: str, new_root: str) -> Any:
+    """``data`` with paths under ``old_root`` moved under ``new_root`` (a run directory copied elsewhere)."""
+    if isinstance(data, dict):
+        return {k: moved(v, old_root, new_root) for k, v in data.items()}
+    if isinstance(data, str) and (data == old_root or data.startswith(old_root + os.sep)):
+        return new_root + data[len(old_root) :]
+    return data
+
+
+def changes_since(
+    config: Any,
+    directory: str | Path,
+    ignore: tuple[str, ...] = RESUMABLE_KEYS,
+    relocated: tuple[str, str] | None = None,
+) -> list[str]:
+    """``key: old -> new`` for each key on which ``config`` differs from the config that made
+    ``directory`` (its ``config.yaml``; none when there is none), ``ignore`` excepted. With
+    ``relocated`` = (old root, new root), the record's paths under the old root are read as under
+    the new one: the run directory was copied there."""
+    saved = Path(directory) / CONFIG_FILE
+    if not saved.is_file():
+        return []
+    made = read_record(saved)
+    made = read_as_current(type(config), made) if made is not None else {}
+    if relocated is not None:
+        made = moved(made, *relocated)
+    return config_diff(made, as_plain(config), ignore)
+
+
+def check_resume(config: Any, checkpoint: Path | None, resume: bool | None = None, check_config: bool = True) -> None:
+    """Whether a stage may run in ``config.run_dir``, whose newest checkpoint is ``checkpoint``.
+
+    ``resume=None`` resumes from the checkpoint when there is one; ``True`` requires one; ``False``
+    (``--fresh``) refuses to overwrite a run that has checkpoints. A run resumes only under the
+    config that made it (``RESUMABLE_KEYS`` excepted), unless the caller checked that itself
+    (``check_config=False``).
+    """
+    run_dir = Path(config.run_dir)
+    if resume is True and checkpoint is None:
+        raise FileNotFoundError(f"run_dir {run_dir}: no checkpoint to resume from")
+    if resume is False and checkpoint is not None:
+        raise FileExistsError(f"run_dir {run_dir} already has checkpoints; resume or pick another run_dir")
+    changed = changes_since(config, run_dir) if checkpoint is not None and check_config else []
+    if changed:
+        raise ConfigError(
+            f"run_dir {run_dir} was trained under another config ({'; '.join(changed)}); a run "
+            f"resumes only under the config that made it: restore those settings or pick another run_dir"
+        )
+
+
+@dataclass
+class Conflicts:
+    """What a run directory of several parts holds that another config made: every differing key,
+    and the parts to start over (each changed part, and what depends on one)."""
+
+    run_dir: Path
+    differences: list[str] = field(default_factory=list)
+    stale: list[Path] = field(default_factory=list)
+
+    def add(self, path: Path, changed: list[str], upstream_changed: bool = False) -> None:
+        """``path`` is stale when its own settings ``changed`` or a part it depends on did."""
+        if changed or upstream_changed:
+            self.differences += changed
+            self.stale.append(path)
+
+    def resolve(self, fresh: bool) -> list[Path]:
+        """Raise ``ConfigError`` naming every differing key, or with ``fresh`` the paths to delete."""
+        if self.differences and not fresh:
+            raise ConfigError(
+                f"{self.run_dir} was made under another config, and a stage resumes only under the config that "
+                f"made it: {'; '.join(self.differences)}. Rerun with the settings it was made with, pick another "
+                f"--run-dir, or pass --fresh to start the changed stages (and what depends on them) over"
+            )
+        return self.stale if fresh else []
+
+
+def cache_entry(name: str, done_file: str, *roots: Path) -> Path:
+    """Where the cache entry ``name`` is: under the first of ``roots`` that holds it complete
+    (``done_file`` written), else under the last root, where it will be built."""
+    for root in roots[:-1]:
+        if (root / name / done_file).is_file():
+            return root / name
+    return roots[-1] / name

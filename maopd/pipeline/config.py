@@ -1,0 +1,213 @@
+"""The main job's config: ``PipelineConfig``, its presets and experiments, and the ``TrainConfig`` of
+each stage run.
+
+The whole config is checked when it loads, before any work: every key of the stage sections
+against ``TrainConfig``'s tree, types, ranges and the variants' names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.policy import SamplingSettings
+from maopd.base.config import ConfigError, check_fields, check_partial, checked, field_like, load_yaml, set_dotted
+from training.base_model import SFTConfig
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs"
+PTX_SOURCES = ("demonstrations", "pretraining")
+VARIANT_METHODS = {
+    "full": "MultiAgent-OPD",
+    "outcome_searcher_rl": "w/ outcome-based Searcher RL",
+    "base_model_teacher": "w/ base-model teacher",
+    "no_searcher_supervision": "w/o direct Searcher supervision",
+    "prompted_critic": "Prompted Critic",
+}
+STAGES = ("stage1", "stage2", "single")
+SINGLE_AGENT_BASE, SINGLE_AGENT_RL = "Single agent base", "Search-R1 (single agent + RL)"
+# Keys of a stage's TrainConfig that the pipeline sets itself, so a stage section may not set them.
+_PI0 = (
+    "π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
+    "your own, use `maopd train --config FILE model.path=DIR`"
+)
+PIPELINE_KEYS = {
+    "stage": "the pipeline runs stage1 as Stage I, stage2 as Stage II and single as the single-agent baseline",
+    "variant": "Stage II's variants are the top-level `variants` list",
+    "seed": "every stage takes the top-level `seed`",
+    "run_dir": "each stage writes under the top-level run_dir (<run_dir>/stage1, <run_dir>/stage2_<variant>, "
+    "<run_dir>/single)",
+    "model.path": _PI0,
+    "model.tiny": _PI0,
+    "model.tiny_vocab_size": _PI0,
+    "teacher.path": "Stage II's Teacher is Stage I's last checkpoint (<run_dir>/stage1)",
+}
+
+
+@dataclass
+class EvalConfig:
+    split: str = checked("test", choices=("dev", "test"))  # "dev" to tune settings: never tune on test
+    # questions of each type (the "datasets" of the macro average)
+    questions_per_type: int | None = checked(None, ge=1, null="every question of the split")
+    attempts: int = checked(4, ge=1)
+    temperature: float = field_like(SamplingSettings, "temperature")
+    top_p: float = field_like(SamplingSettings, "top_p")
+    max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
+    batch_size: int = checked(32, ge=1)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass
+class PipelineConfig:
+    """The main job. ``stages`` is a partial ``TrainConfig`` (nested mappings, any subset of its
+    fields) that every stage run shares; ``stage1`` / ``stage2`` / ``single`` are partial
+    ``TrainConfig``s laid over it, stating only what their stage does differently. Both are applied
+    over the stage and variant layers of ``training.config``; every key and value is checked when
+    the config is built. π_0, the Teacher, the seed and the run
+    directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
+
+    seed: int = 0
+    run_dir: str = "runs/main"
+    base_model: SFTConfig = field(default_factory=SFTConfig)
+    stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares
+    stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
+    stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
+    # the single-agent Search-R1-style baseline (stage "single": one solver, GRPO on its outcome)
+    single: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
+    variants: list[str] = field(default_factory=lambda: ["full"])
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
+    # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
+    # anchor copying without anchoring the demonstrated team's mistakes
+    ptx_source: str = checked("demonstrations", choices=PTX_SOURCES)
+
+    def __post_init__(self) -> None:
+        from training.config import TrainConfig
+
+        if not self.run_dir.strip():
+            raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
+        check_fields(self)
+        if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
+            raise ConfigError("ptx_source: 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
+        for i, variant in enumerate(self.variants):
+            if variant not in VARIANT_METHODS:
+                raise ConfigError(f"variants[{i}]: {variant!r} is not a variant; choose from {list(VARIANT_METHODS)}")
+            if variant in self.variants[:i]:
+                raise ConfigError(f"variants[{i}]: {variant!r} is listed twice")
+        if "single" not in self.base_model.workflows:
+            raise ConfigError(
+                "base_model.workflows: the job trains and evaluates the single-agent baseline, so π_0 "
+                "needs demonstrations of the single workflow; add 'single'"
+            )
+        if "prompted_critic" in self.variants and not self.base_model.critic_demos:
+            raise ConfigError(
+                "variants: prompted_critic needs a π_0 that has seen the judge prompt; "
+                "set base_model.critic_demos: true"
+            )
+        for stage in ("stages", *STAGES):
+            section = check_partial(TrainConfig, getattr(self, stage), stage)
+            for key, why in PIPELINE_KEYS.items():
+                if _has_key(section, key):
+                    raise ConfigError(f"{stage}.{key}: set by the pipeline, not by a stage section: {why}")
+            setattr(self, stage, section)
+        # ranges and the checks across fields need the whole stage config: build each one now
+        for stage, variant in self.stage_runs():
+            try:
+                stage_config(self, stage, variant, Path("<π_0>"), Path("<stage1>") if stage == "stage2" else None)
+            except ConfigError as exc:
+                where = f" (variant {variant})" if stage == "stage2" else ""
+                key = str(exc).partition(":")[0]
+                section = "stages" if _has_key(self.stages, key) and not _has_key(getattr(self, stage), key) else stage
+                raise ConfigError(f"{section}.{exc}{where}") from None
+
+    def stage_runs(self) -> list[tuple[str, str]]:
+        """(stage, variant) of every stage run, in the order the pipeline trains them."""
+        return [("stage1", "full"), *(("stage2", variant) for variant in self.variants), ("single", "full")]
+
+
+def _has_key(data: dict[str, Any], dotted: str) -> bool:
+    head, _, rest = dotted.partition(".")
+    if head not in data:
+        return False
+    return not rest or (isinstance(data[head], dict) and _has_key(data[head], rest))
+
+
+# Studies over the default pipeline: the settings each one changes. Table 3 extends the main job's
+# run directory, so π_0, Stage I, the full method and their evaluation are reused, not rerun.
+EXPERIMENTS: dict[str, list[str]] = {
+    "table3": [f"variants={list(VARIANT_METHODS)}"],
+    # the default job cut to a first look in minutes, in a run directory of its own
+    "quick": [
+        "run_dir=runs/quick",
+        "stages.steps=10",
+        "eval.questions_per_type=10",
+        "eval.attempts=2",
+    ],
+    # the paper's OPD coefficient instead of the one chosen on dev, in a run directory of its own
+    "paper_beta": ["run_dir=runs/paper_beta", "stage2.advantage.opd_beta=0.01"],
+}
+
+
+def load_experiment(name: str, overrides: list[str] | None = None) -> PipelineConfig:
+    """The default preset with the experiment's settings, then ``overrides``."""
+    if name not in EXPERIMENTS:
+        return load_preset(name, overrides)
+    return load_preset("default", [*EXPERIMENTS[name], *(overrides or [])])
+
+
+def load_preset(name_or_path: str, overrides: list[str] | None = None) -> PipelineConfig:
+    """A preset name (``default``, ``smoke``) from configs/pipeline_<name>.yaml, or a YAML path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = PRESET_DIR / f"pipeline_{name_or_path}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem.removeprefix("pipeline_") for p in PRESET_DIR.glob("pipeline_*.yaml"))
+            raise ConfigError(f"preset {name_or_path!r} not found; known presets: {known}, or pass a YAML path")
+    return load_yaml(PipelineConfig, path, overrides)
+
+
+def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
+    """Where one stage run of the pipeline writes."""
+    return Path(config.run_dir) / (f"stage2_{variant}" if stage == "stage2" else stage)
+
+
+def stage_settings(config: PipelineConfig, stage: str) -> dict[str, Any]:
+    """The partial ``TrainConfig`` of one stage: its section laid over the shared ``stages`` section."""
+    from training.config import deep_merge
+
+    return deep_merge(config.stages, getattr(config, stage))
+
+
+def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
+    """The ``TrainConfig`` of one stage run of the pipeline."""
+    from training.config import build_config
+
+    settings = stage_settings(config, stage)
+    pipeline = {
+        "stage": stage,
+        "variant": variant,
+        "seed": config.seed,
+        "run_dir": str(stage_dir(config, stage, variant)),
+        "model.path": str(base_model),
+    }
+    if teacher is not None:
+        pipeline["teacher.path"] = str(teacher)
+    if needs_ptx_data(settings):
+        pipeline["ptx.data"] = str(ptx_data_path(config))
+    for key, value in pipeline.items():
+        set_dotted(settings, key, value)
+    return build_config(settings)
+
+
+def needs_ptx_data(settings: dict[str, Any]) -> bool:
+    """Whether a stage section uses PPO-ptx without data of its own."""
+    ptx = settings.get("ptx", {})
+    return ptx.get("coef", 0) > 0 and not ptx.get("data")
+
+
+def ptx_data_path(config: PipelineConfig) -> Path:
+    """Where the pipeline writes the PPO-ptx data of ``ptx_source`` (``ptx.coef`` > 0)."""
+    return Path(config.run_dir) / "ptx_data.jsonl"

@@ -1,0 +1,182 @@
+"""The main job: π_0 → Stage I (cascade GRPO) → Teacher → Stage II (hierarchy, OPD + GRPO) → evaluation.
+
+``run_pipeline(config)`` reads top to bottom:
+
+1. build or load the base model π_0 (SFT on the noisy scripted team, cached by its config);
+2. Stage I from π_0 on the cascade; its last checkpoint is the frozen Teacher;
+3. Stage II from π_0 on the hierarchy with OPD from that Teacher (and, for the ablation study,
+   each Table 3 variant), and the single-agent Search-R1-style baseline from π_0 (GRPO on its
+   outcome);
+4. evaluate C-MAS base, H-MAS base, C-MAS + RL, MultiAgent-OPD (plus the variants) and the single
+   agent before and after RL on the
+   held-out test split of the world: ``attempts`` independent workflows per question, one answer
+   candidate, temperature 0.6, top-p 0.95; the question types of the world (1-hop, 2-hop, 3-hop,
+   comparison) are the "datasets" of the macro average;
+5. score with question-bootstrap CIs and paired differences, print the tables, write the plots.
+
+Every step resumes: π_0 is cached, stages resume from their checkpoints, evaluation skips finished
+records; what the run directory holds is checked against the config first
+(``maopd.pipeline.resume.check_run_dir``). The config and seed are saved in
+``<run_dir>/pipeline.yaml``, timings and the machine in ``<run_dir>/pipeline.json``.
+``maopd.pipeline.seeds`` runs the job once per training seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from maopd.base.config import to_dict
+from maopd.base.run_dir import write_record
+from maopd.pipeline.config import (
+    SINGLE_AGENT_BASE,
+    SINGLE_AGENT_RL,
+    STAGES,
+    VARIANT_METHODS,
+    PipelineConfig,
+    needs_ptx_data,
+    ptx_data_path,
+    stage_config,
+    stage_settings,
+)
+from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
+
+
+def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
+    """The rows of π_0's training data that ``config.ptx_source`` names, in ``training.ptx``'s format."""
+    from training.base_model import demonstration_chats, pretraining_texts
+
+    if config.ptx_source == "demonstrations":
+        return demonstration_chats(config.base_model, progress=False)
+    return [{"text": text} for text in pretraining_texts(config.base_model)]
+
+
+def held_out_manifest(config: PipelineConfig):
+    """The held-out questions (``eval.split``): ``questions_per_type`` of each type, sampled with the
+    manifest seed, or all of them."""
+    from benchmarks.eval.manifest import build_manifest
+    from envs.synthwiki import load_default_world
+
+    world = load_default_world()  # the world the environments play by default
+    pools: dict[str, list] = {}
+    for question in world.splits[config.eval.split]:
+        meta = question.metadata
+        pools.setdefault("comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop", []).append(question)
+    wanted = config.eval.questions_per_type
+    counts = {name: len(pool) if wanted is None else min(wanted, len(pool)) for name, pool in sorted(pools.items())}
+    training = [q.question for q in world.splits["train"]]
+    return build_manifest(pools, counts, training_questions=training).entries
+
+
+def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path, manifest, records: Path) -> None:
+    from benchmarks.eval.runner import EvalSettings, run_attempts
+    from benchmarks.eval.solvers import checkpoint_solver
+
+    ev = config.eval
+    solve = checkpoint_solver(
+        workflow, str(model_dir), None, [e.question for e in manifest], ev.temperature, ev.top_p, ev.max_new_tokens
+    )
+    settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
+    run_attempts(solve, manifest, records, method, settings)
+
+
+def format_timings(timings: dict[str, float], machine: dict) -> str:
+    """The stage timings the job prints at its end, with the machine they were measured on."""
+    width = max(len(name) for name in timings)
+    lines = [f"stage timings on {machine.get('platform', '?')}, {machine.get('cpus', '?')} CPUs:"]
+    lines += [f"  {name:<{width}}  {seconds:8.1f} s  ({seconds / 60:5.1f} min)" for name, seconds in timings.items()]
+    return "\n".join(lines)
+
+
+def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
+    """The paired differences the job reports: the paper's directions, then the full method against
+    each Table 3 variant."""
+    comparisons = [
+        ("C-MAS + RL", "C-MAS base"),
+        ("MultiAgent-OPD", "H-MAS base"),
+        ("MultiAgent-OPD", "C-MAS + RL"),
+        ("MultiAgent-OPD", SINGLE_AGENT_RL),
+        (SINGLE_AGENT_RL, SINGLE_AGENT_BASE),
+    ]
+    return comparisons + [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
+
+
+def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
+    from benchmarks.eval.records import load_records
+    from benchmarks.eval.scoring import score_records
+    from training.base_model import base_model_dir, load_or_build_base_model
+    from training.checkpoint import resolve_model_dir
+    from training.plot import plot_run
+    from training.ptx import write_rows
+    from training.trainer import train_stage
+
+    run_dir = Path(config.run_dir)
+    for path in check_run_dir(config, base_model_dir(config.base_model), fresh):  # before any work
+        print(f"--fresh: starting over without {path}")
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_record(config, run_dir, PIPELINE_RECORD)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def timed(name: str, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    base_model = timed("base_model", load_or_build_base_model, config.base_model)
+    # PPO-ptx without its own data trains on π_0's training data (see stage_config)
+    if any(needs_ptx_data(stage_settings(config, stage)) for stage in STAGES) and not ptx_data_path(config).is_file():
+        write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
+    # each stage's config was checked against what its directory holds (check_run_dir)
+    stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None), None, False)
+    teacher = resolve_model_dir(stage1_run)
+    stage2_runs = {
+        variant: timed(
+            f"stage2_{variant}",
+            train_stage,
+            stage_config(config, "stage2", variant, base_model, stage1_run),
+            None,
+            False,
+        )
+        for variant in config.variants
+    }
+    single_run = timed("single", train_stage, stage_config(config, "single", "full", base_model, None), None, False)
+
+    manifest = held_out_manifest(config)
+    records = run_dir / "eval" / "records.jsonl"
+    systems = [
+        ("C-MAS base", "cascade", base_model),
+        ("H-MAS base", "hierarchical", base_model),
+        ("C-MAS + RL", "cascade", teacher),
+    ]
+    systems += [(VARIANT_METHODS[v], "hierarchical", resolve_model_dir(r)) for v, r in stage2_runs.items()]
+    systems += [(SINGLE_AGENT_BASE, "single", base_model), (SINGLE_AGENT_RL, "single", resolve_model_dir(single_run))]
+    for method, workflow, model_dir in systems:
+        timed("evaluation", evaluate, config, method, workflow, model_dir, manifest, records)
+
+    comparisons = [pair for pair in pipeline_comparisons(config) if all(m in {s[0] for s in systems} for m in pair)]
+    summary = score_records(load_records([records]), comparisons, run_dir / "eval")
+    for stage_run in (stage1_run, *stage2_runs.values(), single_run):
+        plot_run(stage_run)
+    timings["total"] = time.perf_counter() - started
+    report = {
+        "config": to_dict(config),
+        "seconds": timings,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "base_model": str(base_model),
+        "stage1_run": str(stage1_run),
+        "stage2_runs": {v: str(r) for v, r in stage2_runs.items()},
+        "single_run": str(single_run),
+        "eval": str(run_dir / "eval"),
+    }
+    (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(format_timings(timings, report["machine"]))
+    print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
+    return summary

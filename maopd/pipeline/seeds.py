@@ -1,0 +1,82 @@
+"""The main job once per training seed, all seeds at once, then the report pooled over them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from maopd.base.config import ConfigError, save_yaml
+from maopd.base.run_dir import write_record
+from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, PipelineConfig
+from maopd.pipeline.job import pipeline_comparisons
+from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
+
+
+def seed_dir(config: PipelineConfig, seed: int) -> Path:
+    return Path(config.run_dir) / f"seed_{seed}"
+
+
+def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> dict:
+    """The job once per training seed, all seeds at once with one torch thread each (one process
+    per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``), then the report pooled over
+    them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from benchmarks.seed_report import write_report
+    from training.base_model import base_model_dir
+
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
+    # each seed also samples its evaluation with its own seed: the base model's workflows, which no
+    # training seed changes, are then new samples in every seed rather than copies
+    configs = {
+        seed: replace(
+            config,
+            seed=seed,
+            run_dir=str(seed_dir(config, seed)),
+            eval=replace(config.eval, seed=config.eval.seed + seed),
+        )
+        for seed in seeds
+    }
+    for seed_config in configs.values():  # every seed's directory is checked before any work
+        check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
+    run_dir = Path(config.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_record(config, run_dir, PIPELINE_RECORD)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    logs = {seed: run_dir / f"seed_{seed}.log" for seed in seeds}
+    jobs = {}
+    for seed, seed_config in configs.items():
+        config_file = run_dir / f"seed_{seed}.yaml"
+        save_yaml(seed_config, config_file)
+        command = [
+            sys.executable,
+            "-m",
+            "maopd.cli",
+            "train",
+            "--preset",
+            str(config_file),
+            *(["--fresh"] if fresh else []),
+        ]
+        log = logs[seed].open("w", encoding="utf-8")
+        jobs[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment), log)
+        print(f"seed {seed}: {' '.join(command)} > {logs[seed]}")
+    failed = []
+    for seed, (process, log) in jobs.items():
+        if process.wait() != 0:
+            failed.append(seed)
+        log.close()
+    if failed:
+        raise RuntimeError(f"seed(s) {failed} failed; see {', '.join(str(logs[s]) for s in failed)}")
+    labels = {
+        "stage1": "Stage I: C-MAS + RL",
+        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
+        "single": SINGLE_AGENT_RL,
+    }
+    report = write_report(
+        [Path(c.run_dir) for c in configs.values()], pipeline_comparisons(config), run_dir / "report", labels
+    )
+    print(f"report over seeds {seeds} in {run_dir / 'report'}")
+    return report

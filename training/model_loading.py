@@ -1,0 +1,89 @@
+"""Loading the models of a stage: the policy π_0 (a model directory, a checkpoint or the random tiny
+model) and the frozen Teacher, whose vocabulary must be the student's for OPD."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.checkpoint import resolve_model_dir
+from training.config import ModelConfig, TrainConfig
+from training.teacher import Teacher
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TokenizerMismatchError(ValueError):
+    """The Teacher's vocabulary differs from the student's, so OPD cannot compare them."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_tiny_policy(config: ModelConfig) -> tuple[torch.nn.Module, Any]:
+    """The random tiny π_0 of ``model.path: tiny``: same settings, same weights and vocabulary."""
+    from agents.tiny_model import build_tiny_model
+    from agents.tokenizer import train_tokenizer
+    from envs.synthwiki import load_default_world
+
+    world = load_default_world()
+    texts = [d.contents for d in world.corpus.documents[:400]]
+    texts += [q.question for q in world.splits["train"][:200]]
+    tokenizer = train_tokenizer(texts, vocab_size=config.tiny_vocab_size)
+    return build_tiny_model(tokenizer, config.tiny), tokenizer
+
+
+def load_policy_model(config: ModelConfig, device: torch.device, path: str | Path | None = None):
+    """π_0 from ``config`` (tiny or a model directory), or the weights saved at ``path``."""
+    from agents.tiny_model import load_model
+
+    if path is None and config.path == "tiny":
+        model, tokenizer = build_tiny_policy(config)
+        return model.to(device=device, dtype=DTYPES[config.dtype]), tokenizer
+    return load_model(model_source(path or config.path), DTYPES[config.dtype], device)
+
+
+def model_source(source: str | Path) -> str | Path:
+    """What ``load_model`` should load for ``source``: a local run directory, checkpoint
+    (``checkpoints/step_N``) or model directory as its model directory; anything that does not
+    exist locally (a Hugging Face hub id) as it is."""
+    return resolve_model_dir(source) if Path(source).exists() else str(source)
+
+
+def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> None:
+    """OPD needs the Teacher to read the student's token ids as the same strings."""
+    student_vocab, teacher_vocab = student.get_vocab(), teacher.get_vocab()
+    if student_vocab == teacher_vocab:
+        return
+    differing = sorted(set(student_vocab.items()) ^ set(teacher_vocab.items()))
+    example = differing[0] if differing else None
+    raise TokenizerMismatchError(
+        f"teacher.path {teacher_path}: the Teacher's tokenizer differs from the student's "
+        f"({len(student_vocab)} vs {len(teacher_vocab)} tokens; {len(differing)} (token, id) pairs "
+        f"differ, e.g. {example!r}). OPD scores log π_T(a_t|h_t) on the student's own token ids "
+        f"and compares it with log π_old token by token (Eq. 5), so teacher and student need the "
+        f"same vocabulary: use a Teacher trained from the same base model as the student."
+    )
+
+
+def load_teacher(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> Teacher | None:
+    needs_scores = (
+        config.advantage.searcher_signal == "opd"
+        or config.advantage.kl_in_reward_coef > 0
+        or config.ppo.kl_loss_coef > 0
+    )
+    if config.teacher.source == "none" or not needs_scores:
+        return None
+    if config.teacher.source == "base_model":
+        model, tokenizer = load_policy_model(config.model, device)
+        where = f"model.path {config.model.path}"
+    else:
+        model, tokenizer = load_policy_model(config.model, device, config.teacher.path)
+        where = str(config.teacher.path)
+    check_tokenizers_match(student_tokenizer, tokenizer, where)
+    return Teacher(model, temperature=config.rollout.temperature)
