@@ -217,15 +217,16 @@ class SampledRows:
             candidate.token_ids.append(token)
             candidate.logprobs.append(logprob)
             if token in self.eos:
-                candidate.finish_reason = "eos"
+                reason = "eos"
             elif self.stops.stopped(candidate.token_ids):
-                candidate.finish_reason = "stop"
+                reason = "stop"
             elif len(candidate.token_ids) == self.sampling.max_new_tokens:
-                candidate.finish_reason = "length"
+                reason = "length"
             else:
-                ended.append(False)
-                continue
-            ended.append(True)
+                reason = None
+            if reason is not None:
+                candidate.finish_reason = reason
+            ended.append(reason is not None)
         return tokens, ended
 
 
