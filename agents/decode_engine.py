@@ -15,11 +15,11 @@ prompt that starts with them (a multi-turn call's next turn: previous prompt + g
 inserted ids, token-exactly) is admitted by ``extend``: the stored columns are copied into its slot
 and only the rest of the prompt is prefilled, attending over the copied prefix.
 
-Records are those of ``sample_rows``: each row draws its uniforms from its own generator (so a
-row's tokens do not depend on which rows share its step or which slot it got), the same inverse-CDF
-sampler, log-probs at the generated tokens, the same stops, ``max_input_tokens`` and
-``prompt_too_long``. Padding and slot assignment change a row's floating-point sums by ~1e-6 only
-(tested against the chunked path to 1e-5).
+Records are those of ``sample_rows``: both draw through ``agents.sampling.SampledRows``, where each
+row takes its uniforms from its own generator (so a row's tokens do not depend on which rows share
+its step or which slot it got), with the same inverse-CDF sampler, log-probs at the generated
+tokens, stops, ``max_input_tokens`` and ``prompt_too_long``. Padding and slot assignment change a
+row's floating-point sums in their last bits only (tested against the chunked path to 1e-5).
 
 Shapes: with ``compile`` set, every decode step has ``slots`` rows and an attention width that is a
 power of two (at least 256, at most the capacity), so ``torch.compile`` (``mode="reduce-overhead"``:
@@ -29,7 +29,8 @@ slots only (finished rows are compacted down when nothing waits) and attends ove
 use, rounded up to 64.
 
 Supported: causal LMs whose attention layers call ``cache.update(keys, values, layer_idx, ...)``
-and accept a 4D mask (Llama, Qwen, Mistral families) with the ``sdpa`` or ``eager`` attention.
+(the protocol of ``agents.kv_cache``) and accept a 4D mask (Llama, Qwen, Mistral families) with
+the ``sdpa`` or ``eager`` attention.
 """
 
 from __future__ import annotations
@@ -40,25 +41,13 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
-from transformers import Cache
 
+from agents.kv_cache import MASK_ATTENTION, EngineKVCache, additive_mask, attention_implementation, cache_keyword
 from agents.last_layer import is_plain_decoder, last_layer, layers_but_last
-from agents.sampling import (
-    Candidate,
-    SamplingConfig,
-    StopMatcher,
-    _cache_keyword,
-    additive_mask,
-    admit_rows,
-    default_forward_tokens,
-    row_uniforms,
-    sample_next_tokens,
-)
-
-ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
+from agents.sampling import Candidate, SampledRows, SamplingConfig, StopMatcher, default_forward_tokens
 
 
-class SlotKVCache(Cache):
+class SlotKVCache(EngineKVCache):
     """Keys/values of ``slots`` rows × ``capacity`` columns per layer, allocated at the first write.
 
     Before each forward the engine sets ``mode``: ``"prefill"`` writes the keys of batch row
@@ -68,19 +57,14 @@ class SlotKVCache(Cache):
     over the first ``width`` columns of the slots ``readers``; ``"decode"`` writes the
     one new key of slot s (s < batch) at column ``columns[s]`` and attends over the first ``width``
     columns of the first batch slots; ``"read"`` writes nothing and attends over the first ``width``
-    columns of the slots ``readers``. ``store`` writes without returning what to attend over
-    (``agents.last_layer``).
+    columns of the slots ``readers``.
     """
 
     is_compileable = True
 
     def __init__(self, slots: int, capacity: int, static_addresses: bool = False):
-        # Not Cache.__init__: its signature moves between transformers releases, and this cache
-        # needs none of its layer machinery.
-        self.layers, self.layer_class_to_replicate, self.offloading = [], None, False
-        self.slots, self.capacity, self.static_addresses = slots, capacity, static_addresses
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
+        super().__init__(static_addresses)
+        self.slots, self.capacity = slots, capacity
         self.mode = "prefill"
         self.rows: torch.Tensor | None = None
         self.owners: torch.Tensor | None = None
@@ -89,17 +73,10 @@ class SlotKVCache(Cache):
         self.readers: torch.Tensor | None = None
         self.width = 0
 
-    def store(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int) -> tuple:
-        """Write the forward's keys and values of layer ``layer_idx`` as ``mode`` says; return that
-        layer's buffers."""
-        if layer_idx == len(self.keys):
-            shape = (self.slots, key_states.shape[1], self.capacity, key_states.shape[3])
-            for store, like in ((self.keys, key_states), (self.values, value_states)):
-                buffer = like.new_zeros(shape)
-                if self.static_addresses:
-                    torch._dynamo.mark_static_address(buffer)
-                store.append(buffer)
-        keys, values = self.keys[layer_idx], self.values[layer_idx]
+    def buffer_shape(self, key_states: torch.Tensor) -> tuple[int, ...]:
+        return (self.slots, key_states.shape[1], self.capacity, key_states.shape[3])
+
+    def write(self, keys, values, key_states, value_states, layer_idx: int) -> None:
         if self.mode == "prefill":
             width = key_states.shape[2]
             keys[self.rows, :, :width] = key_states[self.owners]
@@ -117,19 +94,14 @@ class SlotKVCache(Cache):
             slots = torch.arange(key_states.shape[0], device=key_states.device)
             keys[slots, :, self.columns] = key_states[:, :, 0]
             values[slots, :, self.columns] = value_states[:, :, 0]
-        return keys, values
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        keys, values = self.store(key_states, value_states, layer_idx)
+    def attended(self, keys, values, key_states, value_states) -> tuple[torch.Tensor, torch.Tensor]:
         if self.mode == "prefill":
             return key_states, value_states
         if self.mode in ("extend", "read"):  # batch row b attends over the slot readers[b]
             return keys[self.readers, :, : self.width], values[self.readers, :, : self.width]
         batch = key_states.shape[0]
         return keys[:batch, :, : self.width], values[:batch, :, : self.width]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return 0  # positions are always passed explicitly
 
     def move_slot(self, source: int, target: int, columns: slice) -> None:
         for store in (self.keys, self.values):
@@ -246,8 +218,8 @@ class DecodeEngine:
     ):
         if slots < 1:
             raise ValueError("DecodeEngine needs at least one slot")
-        attention = getattr(model.config, "_attn_implementation", None) or "eager"
-        if attention not in ATTENTION_IMPLEMENTATIONS:
+        attention = attention_implementation(model)
+        if attention not in MASK_ATTENTION:
             raise NotImplementedError(
                 f"the continuous decode engine needs the sdpa or eager attention, not {attention!r}; "
                 f"use HFPolicy(engine='chunked')"
@@ -255,10 +227,10 @@ class DecodeEngine:
         self.model = model
         self.slots = slots
         self.compile = compile
-        # CPU: 4,096-token prefills measured ~10% faster rollouts than 16,384, with less padding.
+        # Bounded prefills pad less, and on CPU their attention tensors stay in cache.
         self.max_prefill_tokens = default_forward_tokens(model) if max_prefill_tokens is None else max_prefill_tokens
         self.refill_fraction = refill_fraction
-        self.cache_keyword = _cache_keyword(model)
+        self.cache_keyword = cache_keyword(model)
         self.last_layer_at_last_token = is_plain_decoder(model)
         # Totals over the engine's runs: decode steps, occupied slots summed over those steps
         # (their ratio is the mean live batch), forwards and their padded tokens, and the prompt
@@ -274,8 +246,8 @@ class DecodeEngine:
     def cache_for(self, slots: int, capacity: int) -> SlotKVCache:
         """A cache for one run. The engine keeps it and hands it out again while it fits
         (``release`` frees it, e.g. before a training update): compiled, so CUDA graphs see the
-        same static buffers on every call; eager, because allocating and zeroing a cache per call
-        cost ~4% of a CPU rollout. An eager cache grows to the largest run seen (an eager run uses
+        same static buffers on every call; eager, so that a call does not pay for allocating and
+        zeroing a cache. An eager cache grows to the largest run seen (an eager run uses
         only its first ``slots`` slots); what earlier runs left in it is never attended to."""
         cache = self._cache
         if self.compile:
@@ -344,24 +316,24 @@ class DecodeEngine:
         pad_id: int,
     ) -> list[Candidate]:
         """One candidate per (prompt, seed) row; rows are admitted shortest prefill first."""
-        results, runnable = admit_rows(prompts, seeds, sampling)
-        if not runnable:
-            return results
+        rows = SampledRows(prompts, seeds, sampling, stops, eos_ids, next(self.model.parameters()).device)
+        if not rows.runnable:
+            return rows.results
         try:
-            _Run(self, prompts, seeds, runnable, results, sampling, stops, set(eos_ids), pad_id).loop()
+            _Run(self, prompts, rows, pad_id).loop()
         except FloatingPointError:
             if not self.compile:  # non-finite keys may be in the kept cache: the next run starts a new one
                 self._cache = None
             raise
-        return results
+        return rows.results
 
 
 class _Run:
     """The state of one ``DecodeEngine.run``: slots, the waiting queue and the cache."""
 
-    def __init__(self, engine, prompts, seeds, runnable, results, sampling, stops, eos, pad_id):
-        self.engine, self.prompts, self.results = engine, prompts, results
-        self.sampling, self.stops, self.eos, self.pad_id = sampling, stops, eos, pad_id
+    def __init__(self, engine, prompts, rows: SampledRows, pad_id):
+        self.engine, self.prompts, self.rows, self.pad_id = engine, prompts, rows, pad_id
+        runnable, sampling = rows.runnable, rows.sampling
         self.device = next(engine.model.parameters()).device
         self.compiled = bool(engine.compile)
         self.slots = engine.slots if self.compiled else min(engine.slots, len(runnable))
@@ -381,8 +353,6 @@ class _Run:
         self.capacity = _power_of_two_at_least(needed, 256) if self.compiled else -(-needed // 64) * 64
         self.cache = engine.cache_for(self.slots, self.capacity)
         self.capacity = self.cache.capacity
-        self.uniform_row = {row: i for i, row in enumerate(runnable)}
-        self.uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(self.device)
         # pop() takes the next row: the shortest prefill first (a reusing row's prefill is its
         # prompt past the stored prefix), so that each prefill pads little; rows of equal length
         # keep their order, so an Answerer call's candidates stay together and share a prefill.
@@ -402,21 +372,11 @@ class _Run:
     def record(self, slots: list[int], logits: torch.Tensor) -> None:
         """Sample the next token of each of ``slots`` from its row of ``logits``; free finished slots."""
         rows = [self.row[s] for s in slots]
-        steps = [len(self.results[r].token_ids) for r in rows]
-        uniforms = self.uniforms[[self.uniform_row[r] for r in rows], steps]
-        tokens, logprobs = sample_next_tokens(logits, uniforms, self.sampling.temperature, self.sampling.top_p)
-        for slot, row, token, logprob in zip(slots, rows, tokens.tolist(), logprobs.tolist()):
-            candidate = self.results[row]
-            candidate.token_ids.append(token)
-            candidate.logprobs.append(logprob)
-            if token in self.eos:
-                candidate.finish_reason = "eos"
-            elif self.stops.stopped(candidate.token_ids):
-                candidate.finish_reason = "stop"
-            elif len(candidate.token_ids) == self.sampling.max_new_tokens:
-                candidate.finish_reason = "length"
-            else:
-                self.token[slot] = token
+        _, ended = self.rows.record(rows, logits)
+        for slot, row, end in zip(slots, rows, ended):
+            candidate = self.rows.results[row]
+            if not end:
+                self.token[slot] = candidate.token_ids[-1]
                 continue
             self.row[slot] = -1
             # Columns [start, column) hold the prompt and every generated id but this last one.

@@ -24,7 +24,7 @@ refilled at once with the next waiting row, the decode step optionally under ``t
 (``compile="reduce-overhead"`` on GPU: CUDA graphs); a prompt that continues an earlier row of the
 policy (a multi-turn call's next turn) reuses that row's stored keys and values. ``engine="chunked"``:
 ``agents.sampling.sample_rows`` over fixed chunks of ``max_batch_size`` rows that shrink as rows
-finish. Both give the same records up to ~1e-6 in the log-probs (tested).
+finish. Both give the same records, up to float rounding in the log-probs (tested to 1e-5).
 
 Seeds: unless given, each prompt takes the next seed of the policy's own stream (from ``seed``),
 in order, so a run is reproducible from its seed, and cutting the same turns into batches

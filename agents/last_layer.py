@@ -7,8 +7,8 @@ plain decoders (``PLAIN_DECODERS``: embeddings, rotary positions, decoder layers
 that order) ``layers_but_last`` runs all layers but the last and stores that layer's keys and values
 from its key and value projections alone, as its attention module computes them; ``last_layer``
 then runs the last layer and the norm at the chosen tokens over the stored keys. A cache used this
-way has a ``store(key_states, value_states, layer_idx)`` method: ``update``'s writes, without the
-keys to attend over.
+way follows ``agents.kv_cache``'s protocol: its ``store(key_states, value_states, layer_idx)`` does
+``update``'s writes, without the keys to attend over.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from agents.sampling import _cache_keyword
+from agents.kv_cache import cache_keyword
 
 # Model types whose base model's forward is embed_tokens, rotary_emb, the decoder layers, norm.
 PLAIN_DECODERS = ("llama", "qwen2", "qwen3")
@@ -53,7 +53,7 @@ def layers_but_last(
 ) -> torch.Tensor:
     """The hidden states entering the last decoder layer at ``ids``; every layer's keys and values,
     the last one's included, go to ``cache``."""
-    base, keyword = model.base_model, _cache_keyword(model.base_model)
+    base, keyword = model.base_model, cache_keyword(model.base_model)
     *layers, last = _layers(model)
     hidden = base.embed_tokens(ids)
     rotary = base.rotary_emb(hidden, positions)
@@ -95,6 +95,6 @@ def last_layer(
         position_ids=positions,
         position_embeddings=base.rotary_emb(hidden, positions),
         use_cache=True,
-        **{_cache_keyword(base): cache},
+        **{cache_keyword(base): cache},
     )
     return base.norm(_output(out))

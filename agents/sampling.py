@@ -15,8 +15,8 @@ recorded is exactly what was sampled:
   row's seed, and samples by inverse CDF over the vocabulary sorted by probability (stable sort;
   in the vocabulary's own order when top-p is 1 and nothing is truncated).
   A row's tokens therefore depend only on its prompt and seed, not on the other rows or on padding.
-  Left padding changes the floating-point sums of a row by ~1e-6, which changes a token only if
-  its uniform lies within that distance of a CDF boundary.
+  Left padding changes the floating-point sums of a row in their last bits, which changes a token
+  only if its uniform lies that close to a CDF boundary.
 * **Stops**: a row ends at an EOS token (kept, ``finish_reason="eos"``), at a stop string such as
   ``</search>`` (``"stop"``; matched by token id when the string is one token, else by decoding the
   row's last tokens, so any tokenizer works; the token that completes the string is kept whole),
@@ -26,7 +26,6 @@ recorded is exactly what was sampled:
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
+from agents.kv_cache import cache_keyword
 from envs.actions import STOP_STRINGS
 from envs.policy import SamplingSettings
 
@@ -95,9 +95,8 @@ class StopMatcher:
 def descending_order(probs: torch.Tensor) -> torch.Tensor:
     """The permutation of ``probs.sort(dim=-1, descending=True, stable=True)`` for non-negative
     float32 probabilities. On CPU it is computed as two stable 16-bit radix passes over the values'
-    bits (a non-negative float orders as its bit pattern): torch's CPU sort of a few dozen rows of
-    a vocabulary costs about a millisecond, a tenth of a decode step of a small model, the radix
-    passes less than half of that."""
+    bits (a non-negative float orders as its bit pattern), which cost less than torch's CPU sort of
+    a few dozen rows of a vocabulary (docs/llm_policy.md)."""
     if probs.device.type != "cpu" or probs.dtype != torch.float32:
         return probs.sort(dim=-1, descending=True, stable=True).indices
     keys = ~probs.numpy().view(np.uint32)  # ascending keys = descending probabilities
@@ -143,7 +142,7 @@ def sample_next_tokens(
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(1)
 
 
-CPU_FORWARD_TOKENS = 4096  # measured on the 2-core CPU: faster prefills and Teacher forwards than 16,384
+CPU_FORWARD_TOKENS = 4096  # on CPU smaller forwards run faster: their attention tensors stay in cache
 GPU_FORWARD_TOKENS = 16384  # GPUs want large batches
 
 
@@ -151,33 +150,6 @@ def default_forward_tokens(model: torch.nn.Module) -> int:
     """Tokens per batched forward (a prefill, a Teacher scoring pass) for ``model``'s device."""
     on_cpu = next(model.parameters()).device.type == "cpu"
     return CPU_FORWARD_TOKENS if on_cpu else GPU_FORWARD_TOKENS
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean attention mask (True: attend) as the additive mask HF models also accept: 0 where
-    allowed, the dtype's minimum elsewhere. The eager attention needs it; CPU sdpa is also faster
-    with it than with the boolean mask (measured 15-35% on prefill and decode shapes). One multiply
-    builds it (3.5x faster on CPU than zeros and masked_fill; the allowed entries are -0.0)."""
-    return (~allowed).to(dtype) * torch.finfo(dtype).min
-
-
-def admit_rows(
-    prompts: Sequence[Sequence[int]], seeds: Sequence[int], sampling: SamplingConfig
-) -> tuple[list[Candidate], list[int]]:
-    """One empty ``Candidate`` per row, and the rows to run: a prompt over ``max_input_tokens`` is
-    not run (``prompt_too_long``) rather than silently truncated; an empty prompt is an error."""
-    if len(prompts) != len(seeds):
-        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
-    results = [Candidate() for _ in prompts]
-    runnable = []
-    for row, prompt in enumerate(prompts):
-        if not prompt:
-            raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
-        if len(prompt) > sampling.max_input_tokens:
-            results[row].finish_reason = "prompt_too_long"
-        else:
-            runnable.append(row)
-    return results, runnable
 
 
 def row_uniforms(seeds: Sequence[int], steps: int) -> torch.Tensor:
@@ -189,9 +161,63 @@ def row_uniforms(seeds: Sequence[int], steps: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _cache_keyword(model: torch.nn.Module) -> str:
-    """``cache`` in recent transformers, ``past_key_values`` before it was renamed."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+class SampledRows:
+    """The candidates of one sampling call, one per (prompt, seed) row, as both engines draw them.
+
+    ``results`` holds an empty ``Candidate`` per row and ``runnable`` the rows to run: a prompt over
+    ``max_input_tokens`` is not run (``prompt_too_long``) rather than silently truncated; an empty
+    prompt is an error. ``record`` draws the next token of some rows with each row's own uniforms,
+    so a row's tokens do not depend on which rows share its forward.
+    """
+
+    def __init__(
+        self,
+        prompts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        sampling: SamplingConfig,
+        stops: StopMatcher,
+        eos_ids: Iterable[int],
+        device: torch.device,
+    ):
+        if len(prompts) != len(seeds):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        self.results = [Candidate() for _ in prompts]
+        self.runnable: list[int] = []
+        for row, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {row} is empty; a prompt needs at least one token")
+            if len(prompt) > sampling.max_input_tokens:
+                self.results[row].finish_reason = "prompt_too_long"
+            else:
+                self.runnable.append(row)
+        self.sampling, self.stops, self.eos = sampling, stops, set(eos_ids)
+        self.uniform_row = {row: i for i, row in enumerate(self.runnable)}
+        if self.runnable:
+            self.uniforms = row_uniforms([seeds[r] for r in self.runnable], sampling.max_new_tokens).to(device)
+
+    def record(self, rows: Sequence[int], logits: torch.Tensor) -> tuple[torch.Tensor, list[bool]]:
+        """Sample the next token of each of ``rows`` from its row of ``logits`` and append it with
+        its log-prob; return the tokens and which rows ended (EOS, a stop string, ``max_new_tokens``)."""
+        steps = [len(self.results[r].token_ids) for r in rows]
+        uniforms = self.uniforms[[self.uniform_row[r] for r in rows], steps]
+        tokens, logprobs = sample_next_tokens(logits, uniforms, self.sampling.temperature, self.sampling.top_p)
+        ended = []
+        for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
+            candidate = self.results[row]
+            candidate.token_ids.append(token)
+            candidate.logprobs.append(logprob)
+            if token in self.eos:
+                reason = "eos"
+            elif self.stops.stopped(candidate.token_ids):
+                reason = "stop"
+            elif len(candidate.token_ids) == self.sampling.max_new_tokens:
+                reason = "length"
+            else:
+                reason = None
+            if reason is not None:
+                candidate.finish_reason = reason
+            ended.append(reason is not None)
+        return tokens, ended
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,57 +244,35 @@ def sample_rows(
 
     Rows that finish are dropped from the batch (and from the cache) so they cost nothing more.
     """
-    results, runnable = admit_rows(prompts, seeds, sampling)
-    if not runnable:
-        return results
-
     device = next(model.parameters()).device
-    eos = set(eos_ids)
-    uniforms = row_uniforms([seeds[r] for r in runnable], sampling.max_new_tokens).to(device)
-    ids, mask = _left_pad([prompts[r] for r in runnable], pad_id, device)
+    rows = SampledRows(prompts, seeds, sampling, stops, eos_ids, device)
+    if not rows.runnable:
+        return rows.results
+    ids, mask = _left_pad([prompts[r] for r in rows.runnable], pad_id, device)
     positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
-    active = torch.tensor(runnable, device=device)  # batch slot -> row in `prompts`
-    slots = torch.arange(len(runnable), device=device)  # batch slot -> row in `uniforms`
+    active = list(rows.runnable)  # batch row -> row in `prompts`
     # The cache is filled in place by every forward call.
     cache = DynamicCache(config=model.config)
-    cache_arg = {_cache_keyword(model): cache}
-    output = model(
+    cache_arg = {cache_keyword(model): cache}
+    logits = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **cache_arg
-    )
+    ).logits[:, -1]
     next_position = positions[:, -1] + 1
-
-    for step in range(sampling.max_new_tokens):
-        tokens, logprobs = sample_next_tokens(
-            output.logits[:, -1], uniforms[slots, step], sampling.temperature, sampling.top_p
-        )
-        finished = []
-        for slot, (row, token, logprob) in enumerate(zip(active.tolist(), tokens.tolist(), logprobs.tolist())):
-            candidate = results[row]
-            candidate.token_ids.append(token)
-            candidate.logprobs.append(logprob)
-            if token in eos:
-                candidate.finish_reason = "eos"
-            elif stops.stopped(candidate.token_ids):
-                candidate.finish_reason = "stop"
-            else:
-                continue
-            finished.append(slot)
-        if step == sampling.max_new_tokens - 1:
-            break
-        if finished:
-            keep = torch.tensor([s for s in range(len(active)) if s not in finished], dtype=torch.long, device=device)
-            if len(keep) == 0:
-                break
+    while True:
+        tokens, ended = rows.record(active, logits)
+        if all(ended):
+            return rows.results
+        if any(ended):
+            keep = torch.tensor([b for b, end in enumerate(ended) if not end], dtype=torch.long, device=device)
             cache.batch_select_indices(keep)
-            active, slots, tokens = active[keep], slots[keep], tokens[keep]
-            mask, next_position = mask[keep], next_position[keep]
+            active = [row for row, end in zip(active, ended) if not end]
+            tokens, mask, next_position = tokens[keep], mask[keep], next_position[keep]
         mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
-        output = model(
+        logits = model(
             input_ids=tokens[:, None],
             attention_mask=mask,
             position_ids=next_position[:, None],
             use_cache=True,
             **cache_arg,
-        )
+        ).logits[:, -1]
         next_position = next_position + 1
-    return results
