@@ -43,7 +43,7 @@ import pytest
 
 from maopd.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 OPTIONAL_GROUP = re.compile(r"(?<!\S)\[([^\[\]]*)\](?:\.\.\.)?")
 PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_]*|<[^<>]+>)$")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from training.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_gpu_check_config_is_the_paper_batch_with_the_compiled_engine():

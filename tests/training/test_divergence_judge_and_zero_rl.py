@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_trainer import scripted_batch, stage2_config  # noqa: F401  (a fixture, used by name)
 
 from agents.sampling import Candidate
 from envs.rewards import report_has_gold
 from maopd.base.config import ConfigError
+from tests.training.test_trainer import scripted_batch, stage2_config  # noqa: F401  (a fixture, used by name)
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.config import CriticConfig
 from training.critic import PromptedCritic

@@ -14,7 +14,7 @@ from maopd.cli import main
 
 REAL = Path("/work/shared/data/real")
 if not REAL.is_dir():
-    REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+    REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 
 
 def manifest(n):

@@ -11,7 +11,7 @@ import pytest
 from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
 from agents.tokenizer import train_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 

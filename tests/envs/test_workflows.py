@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from fixture import load_fixture
 
 from agents.misbehaving import MisbehavingPolicy
 from agents.scripted import scripted_team
@@ -13,6 +12,7 @@ from envs.episode import run_episode
 from envs.policy import AgentOutput, RoleRouter
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
+from tests.fixture import load_fixture
 
 QUESTION = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
 OPTIONS = {"question": QUESTION}
@@ -294,7 +294,7 @@ def test_scripted_team_accuracy_on_fixture():
 
 
 def test_corpus_and_questions_from_paths():
-    from fixture import FIXTURE_DIR
+    from tests.fixture import FIXTURE_DIR
 
     env = cascade_search_v0.env(corpus=FIXTURE_DIR / "corpus.jsonl", questions=str(FIXTURE_DIR / "questions.jsonl"))
     assert len(env.questions) == 12 and len(env.retriever.corpus) == 16

@@ -9,7 +9,6 @@ reuses them to drive whole episodes.
 import os
 import re
 
-from adversarial import INJECTION_PAYLOADS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from envs.actions import (
     strict_answer,
 )
 from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from tests.adversarial import INJECTION_PAYLOADS
 
 # CI runs >= 10,000 examples in all (these three tests plus test_fuzz_envs.py); set
 # MAOPD_FUZZ_SCALE=10 for a deeper run.

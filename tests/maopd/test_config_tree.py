@@ -12,7 +12,7 @@ from maopd.cli import main
 from maopd.pipeline import PIPELINE_KEYS, check_run_dir, load_preset, stage_config
 from training.config import STAGE_SETTINGS, TrainConfig, changes_since, load_config
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _keys(data):

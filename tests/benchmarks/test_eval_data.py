@@ -22,7 +22,7 @@ from benchmarks.eval.records import (
 )
 from envs.datasets import DatasetError, Question
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 if not REAL.is_dir():
     REAL = Path("/work/shared/data/real")
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("envs", "agents", "training", "benchmarks", "maopd")
 SHARED_BASE = "maopd.base"
 

@@ -30,7 +30,7 @@ from training.ptx import write_rows
 from training.run_logging import read_metrics
 from training.trainer import Trainer, train_stage
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 240
 LR = 1e-3
 # Adam's first steps move a weight by about lr·g/(|g| + 1e-8): for gradients near 1e-8 the float

@@ -5,17 +5,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_workflows import (  # the scripted-policy helpers of the workflow tests
-    OPTIONS,
-    Rules,
-    n_searches,
-)
 
 from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.episode import run_episode
 from envs.prompts import LAST_TURN_NOTICE
 from envs.search_env import SearchEnvConfig
 from maopd.base.config import ConfigError
+from tests.envs.test_workflows import (  # the scripted-policy helpers of the workflow tests
+    OPTIONS,
+    Rules,
+    n_searches,
+)
 from training.advantages import AdvantageConfig, team_token_advantages
 from training.trainer import record_rewards
 

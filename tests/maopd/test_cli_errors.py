@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE_CORPUS = REPO / "tests" / "fixture" / "corpus.jsonl"
 FIXTURE_QUESTIONS = REPO / "tests" / "fixture" / "questions.jsonl"
 

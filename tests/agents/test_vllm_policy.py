@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from vllm_support import require_vllm_python, save_tiny_model
 
 from agents.chat_tokens import prompt_ids
 from agents.hf_policy import HFPolicy
@@ -15,6 +14,7 @@ from agents.sampling import SamplingConfig
 from agents.vllm_policy import VLLMPolicy, VLLMWorkerError
 from envs.policy import AgentTurn, Policy
 from envs.prompts import system_message, task_message
+from tests.vllm_support import require_vllm_python, save_tiny_model
 from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "river through Paris"]

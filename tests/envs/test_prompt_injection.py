@@ -5,21 +5,21 @@ model with its tags neutralized, so it can neither act for any role nor end an e
 """
 
 import pytest
-from adversarial import (
-    INJECTED_ANSWER,
-    INJECTION_PAYLOADS,
-    is_adversarial,
-    leaked_tags,
-    poison_corpus,
-)
-from fixture import load_fixture
-from test_workflows import Rules
 
 from agents.scripted import scripted_team
 from envs import cascade_search_v0, hierarchical_search_v0
 from envs.actions import ACTION_KINDS, parse_action
 from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
+from tests.adversarial import (
+    INJECTED_ANSWER,
+    INJECTION_PAYLOADS,
+    is_adversarial,
+    leaked_tags,
+    poison_corpus,
+)
+from tests.envs.test_workflows import Rules
+from tests.fixture import load_fixture
 
 WORKFLOWS = [cascade_search_v0, hierarchical_search_v0]
 CORPUS, QUESTIONS = load_fixture()

@@ -30,7 +30,7 @@ from training import checkpoint as ckpt
 from training.config import build_config
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
 OVERRIDES = [
     f"steps={STEPS}",

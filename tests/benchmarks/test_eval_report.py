@@ -7,7 +7,7 @@ import pytest
 from benchmarks.eval.report import build_tables
 from benchmarks.eval.scoring import score_records
 from benchmarks.eval.summary import summarize
-from tests.test_eval_metrics import make_records
+from tests.benchmarks.test_eval_metrics import make_records
 
 
 def test_methods_with_different_attempt_counts_are_scored_each_with_its_own_k(tmp_path, capsys):

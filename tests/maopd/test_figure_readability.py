@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from tests.test_eval_metrics import make_records
+from tests.benchmarks.test_eval_metrics import make_records
 
 
 def write_stage(directory, roles, steps, seed=0):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from envs.option.wrapper import GLOBAL_FEATURES, OBSERVATION_SIZE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Rewritten elsewhere; their figures are checked there.
 OTHER_OWNERS = {"main_job.md", "findings.md"}
 

@@ -7,13 +7,13 @@ import time
 
 import httpx
 import pytest
-from vllm_support import require_vllm_python, save_tiny_model
 
 from agents.chat_tokens import prompt_ids
 from agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig, OpenAIPolicyError
 from agents.scripted import ScriptedAnswerer, ScriptedSearcher
 from envs.policy import AgentTurn, RoleRouter
 from envs.prompts import system_message, task_message
+from tests.vllm_support import require_vllm_python, save_tiny_model
 
 pytestmark = pytest.mark.slow
 STARTUP_TIMEOUT_S = 300

@@ -12,19 +12,8 @@ import random
 from collections import Counter
 
 import pytest
-from adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
-from fixture import load_fixture
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz_actions import (
-    HUGE_OUTPUTS,
-    MANY_SUBTASKS,
-    SPECIAL_FRAGMENTS,
-    TAG_VARIANTS,
-    fuzz_settings,
-    garbage,
-    unicode_text,
-)
 
 from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
 from envs.actions import ROLE_ACTION_KINDS, parse_action
@@ -33,6 +22,17 @@ from envs.policy import AgentOutput
 from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 from envs.retrieval.bm25 import BM25Retriever
 from envs.search_env import MAX_OBSERVATION_CHARS
+from tests.adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
+from tests.envs.test_fuzz_actions import (
+    HUGE_OUTPUTS,
+    MANY_SUBTASKS,
+    SPECIAL_FRAGMENTS,
+    TAG_VARIANTS,
+    fuzz_settings,
+    garbage,
+    unicode_text,
+)
+from tests.fixture import load_fixture
 
 CORPUS = poison_corpus(load_fixture()[0])
 RETRIEVER = BM25Retriever(CORPUS)
