@@ -52,6 +52,7 @@ def load_in_subprocess(source: str, tmp_path: Path, offline: bool = True) -> sub
     )
 
 
+@pytest.mark.slow
 def test_a_hub_id_loads_from_the_standard_cache_offline(tmp_path, tiny):
     fill_hub_cache(tmp_path / "hub", "maopd-test/tiny-qwen3", tiny)
     done = load_in_subprocess("maopd-test/tiny-qwen3", tmp_path)
@@ -59,6 +60,7 @@ def test_a_hub_id_loads_from_the_standard_cache_offline(tmp_path, tiny):
     assert done.stdout.split() == ["Qwen3ForCausalLM", "2", str(len(tiny[1]))]
 
 
+@pytest.mark.slow
 def test_a_missing_hub_id_offline_is_a_one_line_error(tmp_path):
     (tmp_path / "hub").mkdir()
     done = load_in_subprocess("maopd-test/not-there", tmp_path)

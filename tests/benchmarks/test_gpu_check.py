@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from training.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +19,7 @@ def test_gpu_check_config_is_the_paper_batch_with_the_compiled_engine():
     assert config.rollout.decode_engine == "continuous" and config.rollout.decode_compile == "reduce-overhead"
 
 
+@pytest.mark.slow
 def test_gpu_check_cpu_smoke_runs_every_part(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(

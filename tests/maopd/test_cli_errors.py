@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE_CORPUS = REPO / "tests" / "fixture" / "corpus.jsonl"
 FIXTURE_QUESTIONS = REPO / "tests" / "fixture" / "questions.jsonl"
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, Path]:

@@ -488,6 +488,7 @@ def test_env_misuse_gives_clear_errors(module_name):
 # --------------------------------------------------------------------------- 10. smaller ones
 
 
+@pytest.mark.slow
 def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
     import subprocess
 

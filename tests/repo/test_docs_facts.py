@@ -4,6 +4,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from envs.option.wrapper import GLOBAL_FEATURES, OBSERVATION_SIZE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,7 @@ def test_doc_commands_do_not_overwrite_committed_results():
         assert not re.search(r"default=(Path\()?\"benchmarks/results", script.read_text()), script.name
 
 
+@pytest.mark.slow
 def test_demo_script_needs_no_activated_venv(tmp_path):
     script = (ROOT / "benchmarks" / "eval" / "demo_real_data.sh").read_text()
     assert not re.search(r"^\s*maopd ", script, re.MULTILINE)

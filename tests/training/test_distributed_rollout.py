@@ -28,6 +28,7 @@ def test_shards_cover_every_question_once():
     assert [list(r) for r in _shards(1, 3)] == [[0]]
 
 
+@pytest.mark.slow
 def test_two_workers_match_one_process_and_survive_a_worker_death(model_dir, tmp_path):
     questions = load_default_world().splits["dev"][:3]
     model, tokenizer = load_model(model_dir)
