@@ -41,6 +41,7 @@ def assert_same(expected, got, atol=1e-5):
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slots", [3, 7, 64])
 def test_continuous_engine_matches_the_chunked_path_with_refills_stops_and_eos(model, tokenizer, slots):
     prompts = random_prompts(tokenizer, 17)
@@ -59,6 +60,7 @@ def test_continuous_engine_matches_the_chunked_path_with_refills_stops_and_eos(m
     assert_same(chunked, continuous)
 
 
+@pytest.mark.slow
 def test_slot_count_and_refill_batching_do_not_change_records(model, tokenizer):
     prompts = random_prompts(tokenizer, 11, seed=1)
     sampling = SamplingConfig(temperature=0.8, top_p=0.9, max_new_tokens=16)
@@ -74,6 +76,7 @@ def test_slot_count_and_refill_batching_do_not_change_records(model, tokenizer):
         assert_same([runs[0]], [other])
 
 
+@pytest.mark.slow
 def test_multi_token_stop_string_and_eager_attention(tokenizer):
     model = build_tiny_model(tokenizer)
     model.config._attn_implementation = "eager"
@@ -97,6 +100,7 @@ def replace_stop(sampling, stop_text):
     )
 
 
+@pytest.mark.slow
 def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
     """The GPU configuration (torch.compile, fixed slots, power-of-two widths) at tiny size on CPU,
     with inductor ("default"; "reduce-overhead" adds CUDA graphs, which need a GPU)."""
@@ -122,6 +126,7 @@ def test_compiled_decode_step_matches_on_cpu(model, tokenizer):
     assert policy.decoder._cache is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer, attention):
     """A multi-turn call's next prompt (prompt + generated ids + inserted ids) reuses the finished
@@ -157,6 +162,7 @@ def test_continued_prompts_reuse_stored_prefixes_with_the_same_records(tokenizer
     assert not policy.decoder.prefixes.entries
 
 
+@pytest.mark.slow
 def test_llama_prefills_run_the_last_layer_at_the_last_token(tokenizer):
     """Another plain decoder (Llama, grouped-query heads): fresh and continued prompts give the
     chunked path's records, and a forward hook on the model (it may change the logits) makes the
@@ -204,6 +210,7 @@ def test_prefix_store_budget_evicts_the_oldest_entries():
     assert store.find([3, 7]) is None and store.bytes == 3 * 4 * 8
 
 
+@pytest.mark.slow
 def test_eager_engine_keeps_its_cache_until_weights_change_or_a_run_fails(tokenizer):
     model = build_tiny_model(tokenizer)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)

@@ -43,6 +43,7 @@ def rescore(model, prompts, candidates, temperature):
     return [scores.logprobs[row][batch.response_mask[row]].tolist() for row in range(len(prompts))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 8])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampling_logprobs_match_a_rescore(model, tokenizer, prompts, batch_size, temperature):
@@ -54,6 +55,7 @@ def test_sampling_logprobs_match_a_rescore(model, tokenizer, prompts, batch_size
         assert torch.allclose(torch.tensor(recorded), torch.tensor(rescored), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_batching_and_padding_are_invisible(model, tokenizer, prompts):
     sampler = policy(model, tokenizer, temperature=1.0, max_new_tokens=24)
     prompts = prompts[:5]
@@ -70,6 +72,7 @@ def test_batching_and_padding_are_invisible(model, tokenizer, prompts):
     )
 
 
+@pytest.mark.slow
 def test_candidates_differ_and_runs_reproduce_from_seed(model, tokenizer, prompts):
     first = policy(model, tokenizer, temperature=1.0).generate(prompts[:1], n=4)[0]
     again = policy(model, tokenizer, temperature=1.0).generate(prompts[:1], n=4)[0]
@@ -87,6 +90,7 @@ def boost(model, token_ids, amount):
     return model.register_forward_hook(hook)
 
 
+@pytest.mark.slow
 def test_stops_at_closing_tag_token(model, tokenizer, prompts):
     close = encode_text(tokenizer, "</search>")
     handle = boost(model, close, 6.0)
@@ -130,12 +134,14 @@ def test_eos_length_and_too_long_prompts(model, tokenizer, prompts):
     assert short[0].token_ids and too_long[0].finish_reason == "prompt_too_long" and too_long[0].token_ids == []
 
 
+@pytest.mark.slow
 def test_tiny_top_p_is_greedy(model, tokenizer, prompts):
     greedy = policy(model, tokenizer, temperature=0.0).generate(prompts[:3])
     nucleus = policy(model, tokenizer, temperature=1.0, top_p=1e-6).generate(prompts[:3])
     assert [c.token_ids for (c,) in greedy] == [c.token_ids for (c,) in nucleus]
 
 
+@pytest.mark.slow
 def test_act_fills_agent_outputs(model, tokenizer):
     team_policy = policy(model, tokenizer, temperature=1.0)
     assert isinstance(team_policy, Policy)
@@ -168,6 +174,7 @@ def test_act_fills_agent_outputs(model, tokenizer):
             assert torch.allclose(torch.tensor(a["logprobs"]), torch.tensor(b["logprobs"]), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_bfloat16_generation_rescores_within_bf16_tolerance(tokenizer, prompts):
     model = build_tiny_model(tokenizer, dtype=torch.bfloat16)
     candidates = [c for (c,) in policy(model, tokenizer, temperature=1.0).generate(prompts)]
@@ -189,6 +196,7 @@ def test_bad_arguments_are_clear_errors(model, tokenizer, prompts):
         sampler.generate(prompts[:2], n=[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
 def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
     # a random model never finishes in time: force the finish, so that the Answerer plays too

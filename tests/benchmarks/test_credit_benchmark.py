@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.credit_assignment import _LOADED_PLUGINS, bootstrap_ci, main, paired_differences
 from training.marl.credit import CREDIT_METHODS
 
@@ -20,6 +22,7 @@ def zero(episodes, context):
 '''
 
 
+@pytest.mark.slow
 def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path):
     plugin = tmp_path / "my_method.py"
     plugin.write_text(PLUGIN)

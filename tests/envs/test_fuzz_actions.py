@@ -9,6 +9,7 @@ reuses them to drive whole episodes.
 import os
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +118,7 @@ role_kind_action = st.one_of(
 TAG_LOOKALIKE = re.compile(r"<\s*/?\s*(" + "|".join(TAG_NAMES) + r")\s*>", re.IGNORECASE)
 
 
+@pytest.mark.slow
 @fuzz_settings(2500)
 @given(role_allowed_output, st.integers(16, 8192))
 def test_parser_never_raises_and_reports_consistently(role_allowed_text, max_chars):
@@ -142,6 +144,7 @@ def test_parser_never_raises_and_reports_consistently(role_allowed_text, max_cha
         assert parsed.content == strict_answer(text)
 
 
+@pytest.mark.slow
 @fuzz_settings(2000)
 @given(garbage, role_kind_action)
 def test_a_valid_action_after_any_garbage_is_the_action(prefix, role_kind_action):
@@ -152,6 +155,7 @@ def test_a_valid_action_after_any_garbage_is_the_action(prefix, role_kind_action
     assert parsed.content == action[len(kind) + 2 : -len(kind) - 3].strip()
 
 
+@pytest.mark.slow
 @fuzz_settings(2500)
 @given(
     st.lists(st.one_of(nested, st.sampled_from(INJECTION_PAYLOADS)), max_size=6).map("".join), st.sampled_from(ROLES)

@@ -183,6 +183,7 @@ def check_invariants(env, policy, record):
     assert json.loads(text) == record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module", [cascade_search_v0, hierarchical_search_v0, single_search_v0], ids=lambda m: m.__name__
 )

@@ -28,6 +28,7 @@ def replay(env, policy, question_index, actions):
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_vectorized_episodes_replay_identically_through_the_text_environment(name):
     scenario = get_scenario(name)

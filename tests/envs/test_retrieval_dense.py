@@ -24,6 +24,7 @@ def minilm():
     return TextEncoder("minilm", batch_size=2)
 
 
+@pytest.mark.slow
 def test_minilm_matches_sentence_transformers(minilm):
     sentence_transformers = pytest.importorskip("sentence_transformers")
     reference = sentence_transformers.SentenceTransformer(str(minilm_path()), device="cpu", local_files_only=True)
@@ -34,6 +35,7 @@ def test_minilm_matches_sentence_transformers(minilm):
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_batching_does_not_change_embeddings(minilm):
     texts = [d.text for d in DOCS]
     one_batch = TextEncoder("minilm", batch_size=len(texts)).encode_passages(texts)
@@ -71,6 +73,7 @@ def test_missing_model_directory_is_a_clear_error(tmp_path):
         TextEncoder(str(tmp_path / "intfloat-e5-base-v2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index_type", ["flat", "hnsw"])
 def test_dense_retrieval_finds_the_right_document(minilm, index_type):
     retriever = DenseRetriever.build(Corpus(DOCS), minilm, index_type)
@@ -79,6 +82,7 @@ def test_dense_retrieval_finds_the_right_document(minilm, index_type):
     assert all(len(r) == 2 for r in results)
 
 
+@pytest.mark.slow
 def test_ivfpq_compresses_and_still_finds_near_duplicates():
     import faiss
 
@@ -95,6 +99,7 @@ def test_ivfpq_compresses_and_still_finds_near_duplicates():
         make_faiss_index(vectors[:10], "ivfpq")
 
 
+@pytest.mark.slow
 def test_flat_scores_are_cosine_similarities(minilm):
     retriever = DenseRetriever.build(Corpus(DOCS), minilm)
     [hits] = retriever.search(["river in Africa"], k=5)
@@ -106,6 +111,7 @@ def test_flat_scores_are_cosine_similarities(minilm):
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+@pytest.mark.slow
 def test_save_load_roundtrip_and_fingerprint_check(minilm, tmp_path):
     corpus = Corpus(DOCS)
     built = DenseRetriever.build(corpus, minilm)
@@ -121,6 +127,7 @@ def _write_corpus(path, docs):
     path.write_text("".join(json.dumps(d.to_json()) + "\n" for d in docs), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_index_build_resumes_after_interruption(tmp_path, monkeypatch):
     corpus_path = tmp_path / "corpus.jsonl"
     _write_corpus(corpus_path, DOCS)
@@ -152,6 +159,7 @@ def test_index_build_resumes_after_interruption(tmp_path, monkeypatch):
     assert fresh.encoded == 5
 
 
+@pytest.mark.slow
 def test_index_build_restarts_when_the_corpus_changed(tmp_path):
     corpus_path = tmp_path / "corpus.jsonl"
     _write_corpus(corpus_path, DOCS[:3])

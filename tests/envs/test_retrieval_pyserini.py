@@ -31,6 +31,7 @@ def lucene_index(tmp_path_factory):
     return root / "index"
 
 
+@pytest.mark.slow
 def test_lucene_bm25_search(lucene_index):
     retriever = build_retriever(RetrieverConfig(kind="pyserini", index_dir=str(lucene_index)), None)
     results = retriever.search(["capital of Germany", "river in Africa", "qwertyuiop"], k=2)
@@ -40,6 +41,7 @@ def test_lucene_bm25_search(lucene_index):
     assert all(a.score >= b.score for row in results for a, b in zip(row, row[1:]))
 
 
+@pytest.mark.slow
 def test_lucene_uses_the_corpus_fingerprint_when_given(lucene_index):
     corpus = Corpus(DOCS)
     retriever = build_retriever(RetrieverConfig(kind="pyserini", index_dir=str(lucene_index)), corpus)

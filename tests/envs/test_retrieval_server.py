@@ -118,6 +118,7 @@ def test_health(server, bm25):
     assert health["status"] == "ok" and health["fingerprint"] == bm25.fingerprint
 
 
+@pytest.mark.slow
 def test_concurrent_requests_are_batched(bm25):
     app = create_app(bm25, ServerLimits(max_wait_ms=50))
     with BackgroundServer(app) as running:
@@ -161,6 +162,7 @@ def test_cache_is_deterministic_and_keyed_by_k(bm25, tmp_path):
     assert reopened.search(["river"], 2) == [first[1]] and len(calls) == 2
 
 
+@pytest.mark.slow
 def test_factory_builds_every_kind_by_config(server, bm25, tmp_path):
     corpus = Corpus(DOCS)
     query = ["capital of Japan"]

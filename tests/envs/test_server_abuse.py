@@ -145,6 +145,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
         sock.close()
 
 
+@pytest.mark.slow
 def test_slow_clients_do_not_pin_the_server_and_are_dropped(server):
     """Slowloris (headers never finished) and slow bodies: other requests are served meanwhile,
     and the slow connections are closed after the read timeout instead of held forever."""

@@ -142,6 +142,7 @@ def _made_run(run_dir: Path, overrides=(), base_model=Path("/pi0")):
     return config
 
 
+@pytest.mark.slow
 def test_a_run_dir_resumes_only_under_the_config_that_made_it(tmp_path):
     run = tmp_path / "run"
     _made_run(run)

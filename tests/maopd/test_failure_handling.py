@@ -215,6 +215,7 @@ def test_a_step_dir_symlinked_outside_the_run_dir_is_ignored(tmp_path, tiny):
     assert [p.name for p in ckpt.list_checkpoints(own.parent)] == ["step_1"]
 
 
+@pytest.mark.slow
 def test_trainer_state_loads_with_weights_only_and_restores_rng_exactly(tmp_path, tiny, monkeypatch):
     model = tiny[0]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -99,6 +99,7 @@ def check_readable(figure, forbidden_title_text=""):
         assert not inside.any(), f"a legend covers {int(inside.sum())} data points"
 
 
+@pytest.mark.slow
 def test_learning_curves_are_readable_and_cover_every_stage(pipeline_run, figures):
     from training.plot import plot_runs
 
@@ -133,6 +134,7 @@ def test_a_panel_without_metrics_is_not_drawn(tmp_path, figures):
     check_readable(figure)
 
 
+@pytest.mark.slow
 def test_maopd_plot_accepts_the_train_run_directory(pipeline_run, tmp_path, capsys):
     from maopd.cli import main
 
@@ -182,6 +184,7 @@ def test_memory_soak_plot_keeps_one_unit_per_axis(tmp_path, figures):
     assert sum("MiB" in u for u in units) == 2 and sum("KiB" in u for u in units) == 0
 
 
+@pytest.mark.slow
 def test_rllib_curve_is_readable(tmp_path, figures):
     pytest.importorskip("ray")
     from training.rllib.train_ppo import plot

@@ -124,6 +124,7 @@ def test_zero_rl_zeroes_grpo_and_opd_advantages_and_the_policy_gradient():
     assert float(terms.policy_loss.detach()) == 0.0 and torch.equal(logprobs.grad, torch.zeros(4, 3))
 
 
+@pytest.mark.slow
 def test_zero_rl_without_extra_terms_leaves_the_weights_unchanged(models, tmp_path):
     trainer = Trainer(
         stage2_config(

@@ -69,6 +69,7 @@ def test_teacher_equal_to_student_gives_zero_log_ratio(tokenizer, model, sampled
     assert ratio.abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_same_seed_same_records_whatever_the_batch(world, tokenizer, model, sampled):
     alone = TeamRolloutCollector(hierarchy(num_candidates=2), make_policy(model, tokenizer)).collect(
         world.splits["dev"][1:2], 2, seed=7, group_keys=[1]

@@ -94,6 +94,7 @@ def test_learning_rate_warms_up_then_decays_to_the_floor():
     assert factors[100] == pytest.approx(0.1)
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
     from agents.tiny_model import TinyModelConfig, build_tiny_model
 
@@ -191,6 +192,7 @@ def test_same_config_builds_identical_weights(smoke_model, tmp_path):
     assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
 
 
+@pytest.mark.slow
 def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
     import shutil
 

@@ -121,6 +121,7 @@ def test_bad_masks_are_clear_errors(model, tokenizer):
         Teacher(model).score(batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_calls, side):
     """Answerer-like rows (n continuations of one prompt), multi-turn rows, rows that are prefixes
@@ -177,6 +178,7 @@ def test_token_tree_scoring_equals_whole_row_scoring(model, tokenizer, searcher_
     assert (partial.logprobs[others] == 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "attention"), [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa")])
 def test_other_plain_decoders_run_the_last_layer_at_predictors_only(tokenizer, searcher_calls, family, attention):
     """Other plain decoders (Llama; Qwen2, with attention biases; grouped-query heads): their token
@@ -208,6 +210,7 @@ def test_other_plain_decoders_run_the_last_layer_at_predictors_only(tokenizer, s
     assert torch.allclose(trees.entropy, whole.entropy, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):
     """Token trees under the eager attention score what they score under sdpa."""
     ids, masks, _ = zip(*searcher_calls)

@@ -107,6 +107,7 @@ def _role_tokens(ppo_batch, role):
     return ppo_batch.tokens.response_mask & (ppo_batch.role_ids == role)[:, None]
 
 
+@pytest.mark.slow
 def test_one_step_reduces_the_surrogate_loss_on_a_fixed_batch(models, tmp_path, scripted_batch):
     trainer, ppo_batch = _advantages(models, tmp_path, scripted_batch)
     assert ppo_batch.advantages.token_advantages.abs().sum() > 0
@@ -119,6 +120,7 @@ def test_one_step_reduces_the_surrogate_loss_on_a_fixed_batch(models, tmp_path, 
         assert f"{role}/policy_loss" in metrics and f"{role}/entropy" in metrics
 
 
+@pytest.mark.slow
 def test_micro_batches_accumulate_to_the_minibatch_gradient(models, tmp_path, scripted_batch):
     grads = []
     for micro in (2, 1000):
@@ -149,6 +151,7 @@ def _ptx_file(path):
     return write_rows(texts + chats, path)
 
 
+@pytest.mark.slow
 def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, tmp_path, scripted_batch):
     from training.sft import sft_loss
 
@@ -227,6 +230,7 @@ def test_ptx_data_errors_name_the_field_and_line(models, tmp_path):
         Trainer(stage2_config(models, tmp_path, **{"ptx.coef": 0.1, "ptx.data": str(bad)}))
 
 
+@pytest.mark.slow
 def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch):
     beta = 0.01
     _, full = _advantages(models, tmp_path, scripted_batch)
@@ -327,6 +331,7 @@ def test_dynamic_sampling_is_off_by_default_and_never_leaves_a_rank_empty(
     assert batch is uniform and stats["rollout/rounds"] == 3
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_rounds_draw_fresh_questions_with_fresh_seeds(models, tmp_path):
     trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.dynamic_sampling_rounds": 1}))
     drawn = []
@@ -379,6 +384,7 @@ def test_config_errors_name_the_field(models, tmp_path):
         build_config({"stage": "stage1", "rollout": {"dynamic_sampling_rounds": -1}})
 
 
+@pytest.mark.slow
 def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scripted_batch):
     """`maopd tune beta` relies on the Searcher's surrogate gradient at π_old being β times its
     gradient at β = 1, and the Leader/Answerer gradient not depending on β."""
