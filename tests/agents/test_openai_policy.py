@@ -1,6 +1,6 @@
 """OpenAIPolicy against a local fake OpenAI server: requests, records, stops, retries, errors, key.
 
-The same policy against a real ``vllm serve`` is tested in tests/test_vllm_serve.py.
+The same policy against a real ``vllm serve`` is tested in tests/agents/test_vllm_serve.py.
 """
 
 import json

@@ -2,7 +2,7 @@
 
 The strategies here generate what RL policies emit on bad days: random Unicode (lone surrogates
 included), NUL bytes, nested and unbalanced tags, case and spacing variants, code fences,
-thousands of subtasks, empty and whitespace-only contents, and 1 MB outputs. tests/test_fuzz_envs.py
+thousands of subtasks, empty and whitespace-only contents, and 1 MB outputs. tests/envs/test_fuzz_envs.py
 reuses them to drive whole episodes.
 """
 

@@ -448,7 +448,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
             "no checkpoint",
         ),
     ]
-    for argv, expected in cases:  # more cases, run as subprocesses: tests/test_cli_errors.py
+    for argv, expected in cases:  # more cases, run as subprocesses: tests/maopd/test_cli_errors.py
         code, err = _cli(argv, capsys)
         assert code == 2, argv
         assert expected in err, (argv, err)
