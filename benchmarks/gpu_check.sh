@@ -8,14 +8,14 @@
 # (nothing is downloaded). CI never runs it on a GPU.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]               # OUT_DIR: $1, else $OUT, else gpu_check_results
-#   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]   # the same parts, tiny, on CPU (tests/test_gpu_check.py)
+#   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]   # the same parts, tiny, on CPU (tests/benchmarks/test_gpu_check.py)
 #
 # Each part runs under `timeout` and writes OUT_DIR/<part>.log; results go to OUT_DIR/*.json and
 # OUT_DIR/summary.txt. A failed part does not stop the others; the exit status is 1 if any failed.
 # PYTHON picks the main venv's python (default: python). The vLLM part needs a CUDA vLLM venv
 # (MAOPD_VLLM_PYTHON or MAOPD_VLLM_VENV, see agents/vllm_policy.py); without one it is skipped.
 # --cpu-smoke checks that the script and its commands run: a tiny model, B = 1-2, a few tokens, no
-# FSDP/torchrun, no compile (the compiled decode step is tested on CPU in tests/test_decode_engine.py).
+# FSDP/torchrun, no compile (the compiled decode step is tested on CPU in tests/agents/test_decode_engine.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=gpu

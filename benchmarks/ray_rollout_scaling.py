@@ -1,6 +1,6 @@
 """Rollout tokens per second with 2 Ray workers against 1, on the same model, questions and seed.
 
-Both collections produce the identical ``TeamBatch`` (tested in tests/test_distributed_rollout.py),
+Both collections produce the identical ``TeamBatch`` (tested in tests/training/test_distributed_rollout.py),
 so the ratio compares the same work. Each worker runs one torch thread; the single-worker run is
 the baseline of the same run.
 

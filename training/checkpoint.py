@@ -30,7 +30,7 @@ format (a pickled ``trainer_state.pt`` alone) is reported as damaged ("trainer_s
 missing"); such a run must be re-run.
 
 Test hook: ``MAOPD_CRASH_AT=checkpoint:<step>:<phase>`` SIGKILLs the process at one of
-``CRASH_PHASES`` while it saves ``step_<step>`` (tests/test_crash_safety.py).
+``CRASH_PHASES`` while it saves ``step_<step>`` (tests/training/test_crash_safety.py).
 """
 
 from __future__ import annotations

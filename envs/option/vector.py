@@ -7,7 +7,7 @@ observation, mask, acting agent and Searcher assignment after an action prefix, 
 workflow record — is computed by the text environment the first time any slot reaches that prefix
 and looked up ever after, across slots, episodes, iterations, seeds and credit methods that share
 the cache. The text environment stays the single source of truth for rules and rewards;
-``tests/test_option_vector.py`` replays sampled vectorized episodes through a fresh text
+``tests/envs/test_option_vector.py`` replays sampled vectorized episodes through a fresh text
 environment and gets identical records.
 
 On a cache miss a slot's live text environment is brought to the prefix: it continues from where

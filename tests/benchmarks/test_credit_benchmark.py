@@ -1,0 +1,74 @@
+"""The credit-assignment benchmark: a method registered from an outside script runs and is reported."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.credit_assignment import _LOADED_PLUGINS, bootstrap_ci, main, paired_differences
+from training.marl.credit import CREDIT_METHODS
+
+PLUGIN = '''
+import numpy as np
+
+from training.marl.credit import register
+
+
+@register("zero_for_test")
+def zero(episodes, context):
+    """No credit at all: PPO sees advantage 0 everywhere (a null baseline)."""
+    return [np.zeros(len(episode.decisions)) for episode in episodes]
+'''
+
+
+@pytest.mark.slow
+def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path):
+    plugin = tmp_path / "my_method.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "out"
+    try:
+        summary = main(
+            [
+                "--plugin",
+                str(plugin),
+                "--methods",
+                "zero_for_test",
+                "role",
+                "--scenarios",
+                "lazy_searcher_v0",
+                "--seeds",
+                "0",
+                "1",
+                "--iterations",
+                "2",
+                "--episodes",
+                "4",
+                "--eval-questions",
+                "4",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+    finally:
+        CREDIT_METHODS.pop("zero_for_test", None)
+        _LOADED_PLUGINS.clear()
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["plugins"][0]["methods"] == ["zero_for_test"] and len(saved["plugins"][0]["sha256"]) == 64
+    assert "--plugin" in saved["command"] and summary["methods"] == ["zero_for_test", "role"]
+    assert [len(runs) for runs in saved["runs"]["lazy_searcher_v0"].values()] == [2, 2]
+    report = (out / "results.md").read_text()
+    assert "| zero_for_test |" in report and "| zero_for_test | role |" in report
+    assert (out / "curves_lazy_searcher_v0.png").stat().st_size > 0
+
+
+def test_paired_differences_pair_runs_by_seed():
+    runs = {
+        "a": [{"config": {"seed": s}, "em": 0.5 + 0.1 * s} for s in range(5)],
+        "b": [{"config": {"seed": s}, "em": 0.4 + 0.1 * s} for s in reversed(range(5))],
+    }
+    (row,) = paired_differences(runs)
+    assert abs(row["mean"] - 0.1) < 1e-9 and abs(row["low"] - 0.1) < 1e-9 and abs(row["high"] - 0.1) < 1e-9
+    assert row["excludes_zero"] and bootstrap_ci([1.0]) is None

@@ -1,0 +1,49 @@
+"""``maopd eval score`` on methods with different attempt counts: each method keeps its own k."""
+
+import json
+
+import pytest
+
+from benchmarks.eval.report import build_tables
+from benchmarks.eval.scoring import score_records
+from benchmarks.eval.summary import summarize
+from tests.benchmarks.test_eval_metrics import make_records
+
+
+def test_methods_with_different_attempt_counts_are_scored_each_with_its_own_k(tmp_path, capsys):
+    three = make_records(
+        "three",
+        {"d": [[1, 0, 0], [1, 1, 1]]},
+        costs={
+            ("d", q, a): {"search_actions": 1 + a, "input_tokens": 10, "output_tokens": 5}
+            for q in range(2)
+            for a in range(3)
+        },
+    )
+    four = make_records(
+        "four",
+        {"d": [[1, 1, 0, 0], [0, 0, 0, 0]]},
+        costs={
+            ("d", q, a): {"search_actions": 2, "input_tokens": 20, "output_tokens": 8}
+            for q in range(2)
+            for a in range(4)
+        },
+    )
+    summary = score_records(three + four, [], tmp_path, draws=20)
+    assert {name: m["k"] for name, m in summary["methods"].items()} == {"three": 3, "four": 4}
+    tables = build_tables(summary)
+    main = tables["main"]
+    assert main.headers[:2] == ["method", "k"] and "avg@k" in main.title
+    rows = {row[0]: row for row in main.rows}
+    assert rows["three"][1] == 3 and rows["three"][2] == pytest.approx((1 / 3 + 1) / 2)
+    assert rows["four"][1] == 4 and rows["four"][2] == pytest.approx(0.25)
+    assert tables["table4"].headers == ["method", "k", "avg@k", "pass@k", "k/k"]
+    assert (tmp_path / "cost_accuracy.png").is_file()
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["four"]["k"] == 4
+
+
+def test_one_shared_k_keeps_the_concrete_names():
+    summary = summarize(make_records("a", {"d": [[1, 0]]}) + make_records("b", {"d": [[0, 0]]}), [("a", "b")], draws=10)
+    tables = build_tables(summary)
+    assert tables["main"].headers == ["method", "d", "macro"] and "avg@2" in tables["main"].title
+    assert tables["paired"].headers[2:5] == ["avg@2", "pass@2", "2/2"]

@@ -1,0 +1,328 @@
+"""SFT encoding (token-exact, assistant-only loss), training, and the base model π_0 build."""
+
+import random
+import re
+from dataclasses import replace
+from itertools import pairwise
+
+import pytest
+import torch
+
+from agents.chat_tokens import encode_text, end_of_turn_id, render_text
+from agents.tokenizer import train_tokenizer
+from envs.prompts import feedback_message, information_message, system_message, task_message
+from envs.retrieval.base import Passage
+from maopd.base.config import ConfigError
+from maopd.commands.sft import resolve_config
+from training.base_model import (
+    METRICS_FILE,
+    SMOKE_CONFIG,
+    SFTConfig,
+    build_base_model,
+    demonstration_chats,
+    load_or_build_base_model,
+)
+from training.sft import (
+    SFTExample,
+    TrainingSchedule,
+    encode_call,
+    learning_rate_factor,
+    sft_loss,
+    train_sft,
+)
+
+PASSAGE = Passage(id="7", title="Dalen Marsk", text="Dalen Marsk was born in Tremask.", score=1.0)
+SEARCHER_CHAT = [
+    system_message("searcher"),
+    task_message("Where was Dalen Marsk born?"),
+    {"role": "assistant", "content": "<search>Dalen Marsk born</search>"},
+    information_message([PASSAGE], 500),
+    {"role": "assistant", "content": "<report>Dalen Marsk was born in Tremask."},  # misformatted
+    feedback_message("no complete action tag", ("search", "report")),
+    {"role": "assistant", "content": "<report>Dalen Marsk was born in Tremask.</report>"},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer([m["content"] for m in SEARCHER_CHAT], vocab_size=400)
+
+
+def masked_spans(example: SFTExample) -> list[list[int]]:
+    spans, current = [], []
+    for token, mask in zip(example.input_ids, example.loss_mask):
+        if mask:
+            current.append(token)
+        elif current:
+            spans.append(current)
+            current = []
+    return spans + ([current] if current else [])
+
+
+def test_loss_mask_covers_exactly_the_assistant_outputs(tokenizer):
+    example = encode_call(tokenizer, SEARCHER_CHAT, "searcher")
+    outputs = [m["content"] for m in SEARCHER_CHAT if m["role"] == "assistant"]
+    end = end_of_turn_id(tokenizer)
+    assert masked_spans(example) == [
+        encode_text(tokenizer, outputs[0]),  # stopped at </search>: no end-of-turn to learn
+        encode_text(tokenizer, outputs[1]) + [end],  # no closing tag: generation ends with EOS
+        encode_text(tokenizer, outputs[2]),
+    ]
+    assert len(example.loss_mask) == len(example.input_ids)
+
+
+def test_ids_equal_the_chat_template_rendering_of_the_whole_call(tokenizer):
+    """Prompt + outputs + continuations = the template's text, up to the final end of turn,
+    which the sampler never produces after a closing tag."""
+    example = encode_call(tokenizer, SEARCHER_CHAT)
+    full = encode_text(tokenizer, render_text(tokenizer, SEARCHER_CHAT, add_generation_prompt=False))
+    assert tokenizer.convert_ids_to_tokens(full[-2:]) == ["<|im_end|>", "Ċ"]
+    assert example.input_ids == full[:-2]
+
+
+def test_encode_call_rejects_chats_without_a_final_output(tokenizer):
+    with pytest.raises(ValueError, match="must end with an assistant message"):
+        encode_call(tokenizer, SEARCHER_CHAT[:-1])
+    with pytest.raises(ValueError, match="prompt before its first output"):
+        encode_call(tokenizer, [{"role": "assistant", "content": "<search>q</search>"}])
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    factors = [learning_rate_factor(step, 100, 0.1, 0.1) for step in range(101)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in pairwise(factors[9:]))
+    assert factors[100] == pytest.approx(0.1)
+
+
+@pytest.mark.slow
+def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
+    from agents.tiny_model import TinyModelConfig, build_tiny_model
+
+    model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
+    examples = [encode_call(tokenizer, SEARCHER_CHAT)] * 8
+    before = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
+    losses = train_sft(
+        model, examples, TrainingSchedule(epochs=10, lr=1e-2, batch_size=4), tokenizer.pad_token_id, progress=False
+    )
+    after = sft_loss(model, examples[:1], tokenizer.pad_token_id).item()
+    assert len(losses) == 20
+    assert after < 0.5 * before
+
+
+def test_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="lr"):
+        resolve_config(None, ["lr=fast"], smoke=True)
+    with pytest.raises(ConfigError, match="hidden: unknown key"):
+        resolve_config(None, ["hidden=3"], smoke=False)
+    with pytest.raises(ValueError, match="workflows"):
+        SFTConfig(workflows=["star"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("epochs: two\n")
+    with pytest.raises(ConfigError, match="epochs"):
+        resolve_config(str(bad), [], smoke=True)
+
+
+def test_config_key_changes_with_every_field():
+    assert SFTConfig().key() == SFTConfig().key()
+    assert len({SFTConfig().key(), SFTConfig(seed=1).key(), SFTConfig(noise=0.2).key(), SFTConfig(lr=1e-4).key()}) == 4
+
+
+def test_noise_knobs_set_single_mistakes_apart_from_the_uniform_noise():
+    config = SFTConfig(noise=0.0, noise_knobs={"searcher_skip_search": 0.3})
+    assert config.noise_config().searcher_skip_search == 0.3 and config.noise_config().leader_drop_report == 0.0
+    assert config.key() != SFTConfig(noise=0.0).key()
+    with pytest.raises(ValueError, match="noise_knobs.*searcher_skip"):
+        SFTConfig(noise_knobs={"searcher_skip": 0.3})
+    with pytest.raises(ValueError, match="noise_knobs.*leader_drop_report"):
+        SFTConfig(noise_knobs={"leader_drop_report": 2.0})
+
+
+def test_a_skip_search_knob_of_one_makes_every_searcher_demonstration_give_up():
+    config = replace(
+        SMOKE_CONFIG, demo_questions=5, workflows=["cascade"], noise=0.0, noise_knobs={"searcher_skip_search": 1.0}
+    )
+    searcher_calls = [row for row in demonstration_chats(config, progress=False) if row["role"] == "searcher"]
+    assert len(searcher_calls) == 5
+    for row in searcher_calls:
+        outputs = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert len(outputs) == 1 and outputs[0].startswith("<report>")
+
+
+def test_single_workflow_demonstrations_show_the_solver():
+    """SFTConfig.workflows accepts the single agent: π_0 then sees solver calls (search, answer)."""
+    from training.base_model import roles_shown
+
+    config = replace(SMOKE_CONFIG, demo_questions=5, workflows=["single"], noise=0.0)
+    rows = demonstration_chats(config, progress=False)
+    assert len(rows) == 5 and {row["role"] for row in rows} == {"solver"}
+    assert all(row["messages"][-1]["content"].startswith("<answer>") for row in rows)
+    assert roles_shown(config) == ("leader", "searcher", "answerer", "solver")
+    assert roles_shown(SFTConfig()) == ("leader", "searcher", "answerer", "solver")  # every workflow by default
+    assert roles_shown(replace(SFTConfig(), workflows=["hierarchical", "cascade"])) == (
+        "leader",
+        "searcher",
+        "answerer",
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    """π_0 of the smoke config, built through the CLI."""
+    from maopd.cli import main
+
+    out = tmp_path_factory.mktemp("smoke") / "model"
+    assert main(["sft", "--smoke", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_same_config_builds_identical_weights(smoke_model, tmp_path):
+    from agents.tiny_model import load_model
+
+    again = load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False)
+    first, _ = load_model(smoke_model)
+    second, _ = load_model(again)
+    a, b = first.state_dict(), second.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert (smoke_model / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
+    # Cached: the second request returns the same directory without building.
+    stamp = (again / METRICS_FILE).stat().st_mtime_ns
+    assert load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False) == again
+    assert (again / METRICS_FILE).stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_a_shipped_model_is_used_before_the_cache(smoke_model, tmp_path):
+    import shutil
+
+    shipped = tmp_path / "models"
+    shutil.copytree(smoke_model, shipped / f"base-{SMOKE_CONFIG.key()}")
+    found = load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False, shipped_dir=shipped)
+    assert found == shipped / f"base-{SMOKE_CONFIG.key()}"
+    assert not (tmp_path / "cache").exists()  # nothing was built
+
+
+def test_the_default_preset_base_model_is_shipped():
+    """The main job starts from the committed π_0: the preset and the shipped model must agree."""
+    from maopd.base.config import load_yaml
+    from maopd.pipeline.config import load_preset
+    from training.base_model import CONFIG_FILE, SHIPPED_DIR
+
+    config = load_preset("default").base_model
+    directory = SHIPPED_DIR / f"base-{config.key()}"
+    assert (directory / METRICS_FILE).is_file(), (
+        f"rebuild it: maopd sft --config {directory / CONFIG_FILE} --out {directory}"
+    )
+    assert load_yaml(SFTConfig, directory / CONFIG_FILE) == config
+    assert load_or_build_base_model(config) == directory
+
+
+def test_pretraining_reads_other_worlds_in_full_windows():
+    from envs.synthwiki.world import build_world, load_default_world
+    from training.base_model import pretraining_examples
+
+    tokenizer = train_tokenizer(vocab_size=600)
+    config = replace(SMOKE_CONFIG, pretrain_worlds=2, pretrain_seq_len=64)
+    examples = pretraining_examples(config, tokenizer)
+    assert examples and all(len(e) == 64 and e.loss_mask == [0] + [1] * 63 for e in examples)
+    text = "".join(tokenizer.decode(e.input_ids) for e in examples)
+    others = [build_world(seed, config.world_size).corpus.documents for seed in (1, 2)]
+    assert all(f"{d.title}: {d.text}" in text for d in others[0][:5] + others[1][-5:-1])
+    own = {d.title for d in load_default_world(config.world_seed, config.world_size).corpus.documents}
+    assert not any(f"{title}: " in text for title in own - {d.title for docs in others for d in docs})
+
+
+def test_recall_restates_sentences_of_the_passages_just_read():
+    from agents.scripted import sentences
+    from training.base_model import pretraining_texts
+
+    config = replace(SMOKE_CONFIG, pretrain_worlds=1, pretrain_recall_group=3, pretrain_recall_sentences=2)
+    texts = pretraining_texts(config)
+    plain = pretraining_texts(replace(config, pretrain_recall_group=0))
+    assert len(texts) == -(-len(plain) // 3)  # one text per group of three passages
+    for text in texts:
+        *passages, recall = text.split("\n")
+        assert passages == plain[: len(passages)]
+        plain = plain[len(passages) :]
+        restated = sentences(recall)
+        assert len(restated) == 2 and all(any(s in p for p in passages) for s in restated)
+    assert pretraining_texts(config) == texts  # seeded
+
+
+@pytest.mark.slow
+def test_names_of_every_split_are_spelled_from_the_same_pieces(smoke_model):
+    """The tokenizer never saw a name, so training names get no whole-word tokens that test names lack."""
+    from transformers import AutoTokenizer
+
+    from envs.synthwiki.world import load_default_world
+
+    tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
+    world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
+    titles = {split: [] for split in ("train", "test")}
+    for question in world.splits["train"] + world.splits["test"]:
+        split = question.id.split("-")[0]
+        titles[split] += [world.corpus[p].title for p in question.metadata["supporting_passages"]]
+    pieces = {split: sum(len(tokenizer.encode(" " + t)) for t in names) / len(names) for split, names in titles.items()}
+    assert pieces["train"] > 2.0
+    assert pieces["train"] == pytest.approx(pieces["test"], rel=0.2)
+
+
+@pytest.mark.slow
+def test_a_different_seed_builds_different_weights(smoke_model, tmp_path):
+    from agents.tiny_model import load_model
+
+    other = build_base_model(replace(SMOKE_CONFIG, seed=1, demo_questions=4, epochs=1), tmp_path / "m", progress=False)
+    first, _ = load_model(smoke_model)
+    second, _ = load_model(other)
+    assert not torch.equal(
+        first.state_dict()["model.embed_tokens.weight"], second.state_dict()["model.embed_tokens.weight"]
+    )
+
+
+@pytest.mark.slow
+def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.hf_policy import HFPolicy
+    from agents.sampling import SamplingConfig
+    from envs import hierarchical_search_v0
+    from envs.episode import run_episode
+    from envs.retrieval.bm25 import BM25Retriever
+    from envs.synthwiki.world import load_default_world
+    from maopd.base.config import load_yaml
+
+    model = AutoModelForCausalLM.from_pretrained(smoke_model, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert load_yaml(SFTConfig, smoke_model / "sft_config.yaml") == SMOKE_CONFIG
+    metrics = json.loads((smoke_model / METRICS_FILE).read_text())
+    assert metrics["final_loss"] < metrics["first_loss"]
+    assert metrics["demonstrations"] > 0 and metrics["assistant_tokens"] > 0
+
+    world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
+    # forced finish: the smoke model is too small to select in time, and the Answerer should play too
+    env = hierarchical_search_v0.env(
+        retriever=BM25Retriever(world.corpus), questions=world.splits["dev"][:1], force_finish=True
+    )
+    policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)
+    record = run_episode(env, policy, seed=0, options={"question_index": 0})
+    assert {"leader", "answerer"} <= {call["role"] for call in record["calls"]}
+    assert len(record["candidate_scores"]) == 1
+
+
+def test_closed_book_facts_are_pretrained_on_and_change_the_key_only_when_set():
+    from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+    from envs.synthwiki.world import load_default_world
+    from training.base_model import closed_book_texts
+
+    plain = SFTConfig(world_size="tiny")
+    knowing = replace(plain, closed_book=ClosedBookConfig(known_fraction=0.5), closed_book_repeats=2)
+    assert plain.key() == replace(plain, closed_book_repeats=7).key()  # unused without a closed book: not in the key
+    assert knowing.key() != plain.key() and closed_book_texts(plain, random.Random(0)) == []
+    texts = closed_book_texts(knowing, random.Random(0))
+    memorised = ClosedBook(load_default_world(0, "tiny").corpus, knowing.closed_book).memorised_sentences()
+    stated = [sentence for text in texts for sentence in re.split(r"(?<=\.) ", text)]
+    assert len(memorised) > 10 and sorted(stated) == sorted(memorised * 2)
