@@ -15,7 +15,7 @@ Layout under ``RUN_DIR/checkpoints/``::
 A checkpoint is assembled in a staging directory beside it and renamed into place
 (``maopd.base.atomic.build_directory_atomically``); the ``latest`` pointer is replaced atomically
 afterwards. A crash at any point leaves the previous checkpoint and pointer intact (at worst a
-stray ``step_N.staging-<pid>-*`` directory that the next save of that step removes).
+stray ``step_N.staging-<pid>-*`` directory that the next save removes, whichever step it saves).
 
 Files can still be damaged after the fact (a full disk, a filesystem that reorders writes across a
 power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure before
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from agents.model_files import weights_problem
-from maopd.base.atomic import build_directory_atomically, write_text_atomically
+from maopd.base.atomic import build_directory_atomically, remove_stale_staging, write_text_atomically
 from maopd.base.paths import PathOutsideRunError, resolve_inside
 from maopd.base.run_dir import CONFIG_FILE, write_record
 
@@ -159,6 +159,7 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_{step}`` atomically, point ``latest`` at it, prune old ones."""
     root = checkpoint_root(run_dir)
+    remove_stale_staging(root, "step_*")  # a crash's leftover of any step, not only this one
 
     def build(staging: Path) -> None:
         model.save_pretrained(staging / MODEL)

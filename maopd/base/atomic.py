@@ -10,6 +10,7 @@ Kept free of torch so that light modules (``training.run_logging``) can use it.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -49,7 +50,7 @@ def build_directory_atomically(
     if done_file is not None and (directory / done_file).is_file():
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(directory)
+    remove_stale_staging(directory.parent, glob.escape(directory.name))
     # the pid in the name tells a later build whether this builder is still alive
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     try:
@@ -67,11 +68,11 @@ def build_directory_atomically(
     return directory
 
 
-def remove_stale_staging(directory: str | os.PathLike) -> None:
-    """Delete ``<directory>.staging-<pid>-*`` left by builders whose process is gone; live ones stay."""
-    directory = Path(directory)
-    for path in directory.parent.glob(f"{directory.name}.staging-*"):
-        pid = path.name.removeprefix(f"{directory.name}.staging-").split("-", 1)[0]
+def remove_stale_staging(parent: str | os.PathLike, names: str) -> None:
+    """Delete ``parent/<names>.staging-<pid>-*`` (``names`` a glob) left by builders whose process is
+    gone; live ones stay."""
+    for path in Path(parent).glob(f"{names}.staging-*"):
+        pid = path.name.rpartition(".staging-")[2].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 

@@ -504,7 +504,7 @@ def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
     other = tmp_path / "base-y.staging-1-xyz"
     for path in (stale, live, other):
         path.mkdir()
-    remove_stale_staging(tmp_path / "base-x")
+    remove_stale_staging(tmp_path, "base-x")
     assert not stale.exists() and live.exists() and other.exists()
 
 

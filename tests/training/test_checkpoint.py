@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -58,9 +60,24 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, tiny, monkeypa
     assert ckpt.latest_checkpoint(tmp_path) == good
     assert not (tmp_path / "checkpoints" / "step_2").exists()
     assert ckpt.load_trainer_state(good)["step"] == 1
-    # the next save clears the half-written directory
-    _save(tmp_path, 2, tiny)
+    # the next save clears the half-written directory, even one of another step
+    _save(tmp_path, 3, tiny)
     assert not list((tmp_path / "checkpoints").glob("*.staging-*"))
+
+
+def test_a_save_removes_dead_builders_staging_of_any_step(tmp_path, tiny):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    killed = root / f"step_7.staging-{dead.pid}-abc"  # a SIGKILLed save of a step this run never saves again
+    live = root / f"step_8.staging-{os.getpid()}-def"  # a save still under way
+    for path in (killed, live):
+        path.mkdir()
+    _save(tmp_path, 1, tiny)
+    assert not killed.exists() and live.exists()
 
 
 def test_rng_state_round_trips(tmp_path, tiny):
