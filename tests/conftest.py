@@ -32,3 +32,9 @@ def models(tmp_path_factory):
     save_model(pi0, tokenizer, root / "pi0")
     save_model(build_tiny_model(tokenizer, TinyModelConfig(seed=7)), tokenizer, root / "teacher")
     return root
+
+
+@pytest.fixture
+def dead_pid():
+    """A process id no process can hold: above Linux's PID_MAX_LIMIT (2**22), so no subprocess is needed."""
+    return 2**22 + 1

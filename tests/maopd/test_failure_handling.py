@@ -491,15 +491,10 @@ def test_env_misuse_gives_clear_errors(module_name):
 # --------------------------------------------------------------------------- smaller ones
 
 
-@pytest.mark.slow
-def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path):
-    import subprocess
-
+def test_a_staging_dir_of_a_dead_builder_is_removed(tmp_path, dead_pid):
     from maopd.base.atomic import remove_stale_staging
 
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    stale = tmp_path / f"base-x.staging-{dead.pid}-abc"
+    stale = tmp_path / f"base-x.staging-{dead_pid}-abc"
     live = tmp_path / f"base-x.staging-{os.getpid()}-def"
     other = tmp_path / "base-y.staging-1-xyz"
     for path in (stale, live, other):

@@ -65,14 +65,10 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, tiny, monkeypa
     assert not list((tmp_path / "checkpoints").glob("*.staging-*"))
 
 
-def test_a_save_removes_dead_builders_staging_of_any_step(tmp_path, tiny):
-    import subprocess
-
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+def test_a_save_removes_dead_builders_staging_of_any_step(tmp_path, tiny, dead_pid):
     root = tmp_path / "checkpoints"
     root.mkdir()
-    killed = root / f"step_7.staging-{dead.pid}-abc"  # a SIGKILLed save of a step this run never saves again
+    killed = root / f"step_7.staging-{dead_pid}-abc"  # a SIGKILLed save of a step this run never saves again
     live = root / f"step_8.staging-{os.getpid()}-def"  # a save still under way
     for path in (killed, live):
         path.mkdir()
