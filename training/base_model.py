@@ -21,8 +21,8 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
 
 The same config gives the same weights, bit for bit (on the same machine and torch version).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
-The default preset's π_0 (a 2.9 MB model that takes ~19 minutes to build on 2 cores) is shipped
-in ``models/base-<key>/``, so the main job starts from it; models/README.md shows the command
+The default preset's π_0 is shipped in ``models/base-<key>/`` (its size and build time are in its
+``sft_metrics.json``), so the main job starts from it; models/README.md shows the command
 that rebuilds it identically.
 """
 
@@ -182,8 +182,9 @@ SMOKE_CONFIG = SFTConfig(
 
 
 def roles_shown(config: SFTConfig) -> tuple[str, ...]:
-    """The roles of ``config.workflows``, in ``ROLES`` order (a π_0 of the team workflows only
-    keeps the metrics it had before the single agent existed)."""
+    """The roles whose calls ``sft_metrics.json`` counts, in ``ROLES`` order: the team roles always
+    (zero when a workflow has none), the solver only when a workflow has it, so a π_0 of the team
+    workflows alone records the same metrics whichever workflows exist."""
     played = {role for workflow in config.workflows for role in WORKFLOW_ROLES[workflow]}
     return tuple(role for role in ROLES if role in played or role in TEAM_ROLES)
 

@@ -97,7 +97,7 @@ class RolloutConfig:
     # rows per batched generate call (KV-cache slots of the continuous engine)
     generation_batch_size: int = checked(64, ge=1)
     # HFPolicy's decode: "continuous" (slots refilled as rows finish, agents/decode_engine.py) or
-    # "chunked" (the previous fixed chunks); decode_compile: a torch.compile mode for the
+    # "chunked" (fixed chunks of rows that shrink as rows finish); decode_compile: a torch.compile mode for the
     # continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
     decode_engine: Literal["continuous", "chunked"] = "continuous"
     decode_compile: str | None = None
