@@ -1,0 +1,93 @@
+"""Whether two run directories hold the same results: records, metrics, configs, tables and weights.
+
+    python scripts/compare_runs.py RUN_A RUN_B
+
+Two runs of one config and seed on one machine should match byte for byte except for wall-clock
+fields; this tells a refactoring that changes nothing from one that changes results. Ignored: keys
+that hold wall-clock times (``time/*``, ``*_s``, ``duration*``, ``wall*``, ``seconds``) in JSON and
+JSONL files and CSV columns, ``pipeline.json`` (the job's timings), ``eval/tables.md`` (rendered from
+the CSVs, durations included), plots, TensorBoard event files and the HTML viewer. Each run
+directory's own path is replaced by a placeholder in YAML files, so the two runs may live in
+different folders. Prints every file that differs or is missing from one side, then ``identical``
+or the count; exits 1 when anything differs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SKIPPED_FILES = ("pipeline.json", "eval/tables.md")
+SKIPPED_SUFFIXES = (".png", ".html")
+TIMING_MARKS = ("time/", "duration", "wall", "seconds")
+
+
+def is_timing(key: str) -> bool:
+    return key.endswith("_s") or any(mark in key for mark in TIMING_MARKS)
+
+
+def without_timings(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: without_timings(value) for key, value in data.items() if not is_timing(key)}
+    if isinstance(data, list):
+        return [without_timings(value) for value in data]
+    return data
+
+
+def comparable(path: Path, run_dir: Path) -> Any:
+    """What of ``path`` must match between two runs."""
+    text = path.read_text(encoding="utf-8") if path.suffix in (".json", ".jsonl", ".csv", ".yaml") else None
+    if path.suffix == ".jsonl":
+        return [without_timings(json.loads(line)) for line in text.splitlines() if line.strip()]
+    if path.suffix == ".json":
+        return without_timings(json.loads(text))
+    if path.suffix == ".csv":
+        rows = list(csv.reader(io.StringIO(text)))
+        keep = [i for i, name in enumerate(rows[0] if rows else []) if not is_timing(name)]
+        return [[row[i] for i in keep] for row in rows]
+    if path.suffix == ".yaml":
+        return text.replace(str(run_dir), "<run_dir>")
+    return path.read_bytes()
+
+
+def compared_files(run_dir: Path) -> set[str]:
+    return {
+        path.relative_to(run_dir).as_posix()
+        for path in run_dir.rglob("*")
+        if path.is_file()
+        and "tfevents" not in path.name
+        and path.suffix not in SKIPPED_SUFFIXES
+        and path.relative_to(run_dir).as_posix() not in SKIPPED_FILES
+    }
+
+
+def differences(run_a: Path, run_b: Path) -> list[str]:
+    """``missing in A/B: FILE`` and ``differs: FILE`` lines, sorted by file."""
+    in_a, in_b = compared_files(run_a), compared_files(run_b)
+    found = [f"missing in {run_b}: {name}" for name in sorted(in_a - in_b)]
+    found += [f"missing in {run_a}: {name}" for name in sorted(in_b - in_a)]
+    found += [
+        f"differs: {name}"
+        for name in sorted(in_a & in_b)
+        if comparable(run_a / name, run_a) != comparable(run_b / name, run_b)
+    ]
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not all(Path(arg).is_dir() for arg in argv):
+        print("usage: python scripts/compare_runs.py RUN_A RUN_B (two existing run directories)", file=sys.stderr)
+        return 2
+    found = differences(Path(argv[0]).resolve(), Path(argv[1]).resolve())
+    print("\n".join(found) if found else "identical")
+    if found:
+        print(f"{len(found)} files differ")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
