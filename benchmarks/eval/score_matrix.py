@@ -26,6 +26,7 @@ from maopd.base.errors import UserError
 FORMAT = "maopd score matrix"
 VERSION = 1
 AXES = ("question", "attempt", "seed", "system")
+WRITTEN_BY = "give the score_matrix.json a seed report writes"
 SCORE = "strict exact match (records' score) of each workflow's final output, 0 or 1"
 
 
@@ -167,9 +168,9 @@ def read_matrix(path: str | Path) -> ScoreMatrix:
     except OSError as exc:
         raise ScoreMatrixError(f"{path}: cannot read the score matrix ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ScoreMatrixError(f"{path}: not a JSON score matrix ({exc})") from None
+        raise ScoreMatrixError(f"{path}: not a JSON score matrix ({exc}); {WRITTEN_BY}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ScoreMatrixError(f'{path}: not a score matrix (expected "format": {json.dumps(FORMAT)})')
+        raise ScoreMatrixError(f'{path}: not a score matrix (no "format": {json.dumps(FORMAT)}); {WRITTEN_BY}')
     if data.get("version") != VERSION:
         raise ScoreMatrixError(f"{path}: score matrix version {data.get('version')!r}; this code reads {VERSION}")
     if data.get("axes") != list(AXES):

@@ -137,3 +137,12 @@ def side_by_side(
         out["expect"] = expect
         out["verdict"] = verdict(bootstrap.ci, seeds.ci, expect, tested)
     return out
+
+
+def percent_interval(figure: dict) -> str:
+    """An estimate's or a seed interval's ``to_dict()`` in percent: ``mean [low, high]``."""
+    mean = figure["macro"] if "macro" in figure else figure["mean"]
+    if figure["ci"] is None:
+        return f"{100 * mean:.2f} (no interval from {figure['seeds']} seed)"
+    low, high = figure["ci"]
+    return f"{100 * mean:.2f} [{100 * low:.2f}, {100 * high:.2f}]"

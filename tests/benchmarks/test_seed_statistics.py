@@ -1,15 +1,17 @@
 """The question bootstrap and the seed-level t-interval of a score matrix, side by side, and the verdict."""
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from benchmarks.eval.score_matrix import ScoreMatrix, matrix_from_records
+from benchmarks.eval.score_matrix import ScoreMatrix, matrix_from_records, write_matrix
 from benchmarks.eval.seed_statistics import question_bootstrap, seed_interval, side_by_side, verdict
 from benchmarks.eval.student_t import t_half_width, t_quantile
 from benchmarks.eval.summary import summarize
 from benchmarks.seed_report import pooled
+from maopd.cli import main
 from tests.benchmarks.test_score_matrix import records
 
 
@@ -145,3 +147,45 @@ def test_the_matrix_bootstrap_is_the_records_question_bootstrap_pooled_over_seed
     assert question_bootstrap(m, "A", draws=500).to_dict() == summary["methods"]["A"]["accuracy"]["avg@9"]
     per_seed_avg = {s: summarize(r, draws=1)["methods"]["A"]["accuracy"]["avg@3"]["macro"] for s, r in per_seed.items()}
     assert seed_interval(m, "A").per_seed == pytest.approx(per_seed_avg)
+
+
+def test_the_command_recomputes_both_intervals_from_the_matrix_file_alone(tmp_path, capsys):
+    a = np.ones((30, 2, 3))
+    b = np.zeros((30, 2, 3))
+    b[:, 0, :] = 1.0
+    path = write_matrix(matrix(a, b), tmp_path / "score_matrix.json")
+    out = tmp_path / "intervals.json"
+    assert main(["eval", "matrix", str(path), "--compare", "A", "B", "--expect", "higher", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| A − B | 50.00 [50.00, 50.00] | 50.00 [50.00, 50.00] | reproduces |" in printed
+    (result,) = json.loads(out.read_text())["results"]
+    assert result == side_by_side(matrix(a, b), "A", "B", "higher")
+    assert main(["eval", "matrix", str(path)]) == 0  # every system's accuracy
+    assert "| A | 100.00 [100.00, 100.00] | 100.00 [100.00, 100.00] |" in capsys.readouterr().out
+    assert main(["eval", "matrix", str(path), "--compare", "A", "B", "--expect", "lower", "--gates-failed"]) == 0
+    assert "| not tested |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--compare", "A", "C"], "no system 'C' in the score matrix; its systems: A, B"),
+        (["--expect", "higher"], "--expect: a direction needs pairs; add --compare A B"),
+        (["--compare", "A", "B", "--gates-failed"], "--gates-failed: only verdicts are 'not tested'"),
+    ],
+)
+def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys, arguments, message):
+    a = np.ones((4, 1, 2))
+    path = write_matrix(matrix(a, a), tmp_path / "m.json")
+    assert main(["eval", "matrix", str(path), *arguments]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1 and "Traceback" not in error
+
+
+def test_the_command_names_a_file_that_is_no_matrix(tmp_path, capsys):
+    (tmp_path / "one.jsonl").write_text('{"method": "A"}\n')
+    (tmp_path / "two.jsonl").write_text('{"method": "A"}\n{"method": "B"}\n')
+    for name, message in (("one.jsonl", "not a score matrix"), ("two.jsonl", "not a JSON score matrix")):
+        assert main(["eval", "matrix", str(tmp_path / name)]) == 2
+        error = capsys.readouterr().err
+        assert f"{name}: {message}" in error and "seed report writes" in error and error.count("\n") == 1
