@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.eval.student_t import t_half_width
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
@@ -48,24 +49,6 @@ from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
 
 COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
 BOOTSTRAP_DRAWS = 10_000
-# Two-sided 95% Student-t quantiles by degrees of freedom (normal beyond the table).
-T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    14: 2.145,
-    19: 2.093,
-    29: 2.045,
-}
 
 
 def bootstrap_ci(values: list[float], seed: int = 0) -> tuple[float, float, float] | None:
@@ -156,7 +139,7 @@ def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path
             mean = values.mean(axis=0)
             ax.plot(steps, mean, linestyle=styles[index % len(styles)], label=method)
             if len(runs) > 1:
-                half = T95.get(len(runs) - 1, 1.96) * values.std(axis=0, ddof=1) / np.sqrt(len(runs))
+                half = t_half_width(values)
                 high = mean + half if key == "searches_per_workflow" else np.minimum(mean + half, 1.0)
                 ax.fill_between(steps, np.maximum(mean - half, 0.0), high, alpha=0.15)
         ax.set_xlabel("PPO iteration")

@@ -11,6 +11,12 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
   paired CIs pooled over the seeds. The pooled avg is the mean over seeds of each
   seed's avg@k; the pooled pass and k/k are over ``seeds × k`` attempts, not the paper's k.
 * ``per_seed.json``: each seed's macro avg@k per method, from that seed's own records.
+* ``score_matrix.json``: every score, question × attempt × seed × method
+  (``benchmarks.eval.score_matrix``), from which ``maopd eval matrix`` recomputes both intervals.
+* ``report.json["accuracy"]`` and each of ``report.json["comparisons"]``: beside the pooled
+  question bootstrap, the seed-level t-interval over the seeds' macro avg@k
+  (``benchmarks.eval.seed_statistics``); a pair with an expected direction also gets the verdict
+  (reproduces, contradicts, inconclusive, or not tested when the gates failed).
 * ``searches_over_training.png`` and ``report.json["searches"]``: search actions per workflow at
   each training step of every stage run (Stage I, each Stage II variant, the single agent), mean
   over seeds with the min–max band; for each run the change from the first to the last ``window``
@@ -27,7 +33,7 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,7 +41,9 @@ import numpy as np
 
 from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, percentile_interval
 from benchmarks.eval.records import EvalRecord, load_records
+from benchmarks.eval.score_matrix import matrix_from_records, write_matrix
 from benchmarks.eval.scoring import score_records
+from benchmarks.eval.seed_statistics import percent_interval, side_by_side
 from benchmarks.eval.summary import summarize
 from training.plot import smooth, stage_dirs
 from training.run_logging import read_metrics
@@ -139,39 +147,54 @@ def _window_means(series: np.ndarray, window: int) -> dict:
 
 
 def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
-    """``report.md``: the pooled accuracy per method with each seed's, the paired differences, the
-    searches over training, the divergence and the judge."""
+    """``report.md``: the pooled accuracy per method with its seed-level interval and each seed's,
+    the paired differences with both intervals (and the verdicts), the searches over training, the
+    divergence and the judge."""
 
     def pct(v):
         return f"{100 * v:.2f}"
-
-    def ci(e):
-        return f"{pct(e['macro'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]"
 
     seeds = list(per_seed)
     lines = [
         "## Accuracy (macro over question types, %)",
         "",
-        f"| method | pooled mean over {len(seeds)} seeds [95% CI] | " + " | ".join(seeds) + " |",
-        "|---|---|" + "---|" * len(seeds),
+        f"| method | pooled mean over {len(seeds)} seeds [95% question-bootstrap CI] | "
+        "mean over seeds [95% t-interval over seeds] | " + " | ".join(seeds) + " |",
+        "|---|---|---|" + "---|" * len(seeds),
     ]
     for method, summary in sorted(pooled_summary["methods"].items()):
         avg = next(v for k, v in summary["accuracy"].items() if k.startswith("avg@"))
+        seed_level = (
+            percent_interval(report["accuracy"][method]["seed_interval"]) if method in report["accuracy"] else "–"
+        )
         cells = []
         for seed in seeds:
             values = per_seed[seed].get(method, {})
             cells.append(next((pct(v) for k, v in values.items() if k.startswith("avg@")), "–"))
-        lines.append(f"| {method} | {ci(avg)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method} | {percent_interval(avg)} | {seed_level} | " + " | ".join(cells) + " |")
+    verdicts = any("verdict" in c for c in report["comparisons"])
     lines += [
         "",
-        "## Paired differences A − B, pooled over seeds (percentage points, 95% CI)",
+        "## Paired differences A − B (percentage points, 95% CI)",
         "",
-        "| A | B | difference |",
-        "|---|---|---|",
+        "Question bootstrap: questions resampled with every seed's attempts, the trained models held "
+        "fixed. Seed-level: each seed's macro difference, t-interval over the seeds."
+        + (
+            " Verdict: both exclude zero in the expected direction (reproduces), both the other way "
+            "(contradicts), otherwise inconclusive; not tested when the gates failed."
+            if verdicts
+            else ""
+        ),
+        "",
+        "| A | B | question bootstrap | seed-level t-interval |" + (" expected | verdict |" if verdicts else ""),
+        "|---|---|---|---|" + ("---|---|" if verdicts else ""),
     ]
     for c in report["comparisons"]:
-        diff = next(v for k, v in c.items() if k.startswith("avg@"))
-        lines.append(f"| {c['a']} | {c['b']} | {ci(diff)} |")
+        intervals = (percent_interval(c["question_bootstrap"]), percent_interval(c["seed_interval"]))
+        row = f"| {c['a']} | {c['b']} | " + " | ".join(intervals) + " |"
+        if verdicts:
+            row += f" A {c['expect']} | {c['verdict']} |" if "verdict" in c else " – | – |"
+        lines.append(row)
     for key, title, scale in (
         ("searches", "Search actions per workflow", 1.0),
         ("training_em", "Team outcome of the training rollouts (EM, %)", 100.0),
@@ -220,9 +243,13 @@ def write_report(
     out: str | Path,
     labels: dict[str, str] | None = None,
     window: int = 10,
+    expected: Mapping[tuple[str, str], str] | None = None,
+    gates_met: bool = True,
 ) -> dict:
     """Write the report (module docstring) to ``out`` and return ``report.json``'s content.
-    ``labels`` names the stage runs (``stage1``, ``stage2_<variant>``) in the plot and tables."""
+    ``labels`` names the stage runs (``stage1``, ``stage2_<variant>``) in the plot and tables.
+    ``expected`` gives pairs (A, B) an expected direction of A − B (``higher`` or ``lower``), for
+    the verdict; ``gates_met=False`` makes every verdict "not tested"."""
     labels = labels or {}
     run_dirs = [Path(r) for r in run_dirs]
     out = Path(out)
@@ -238,6 +265,9 @@ def write_report(
             m: {name: a["macro"] for name, a in s["accuracy"].items()} for m, s in methods_of_seed.items()
         }
     (out / "per_seed.json").write_text(json.dumps(seed_scores, indent=2) + "\n", encoding="utf-8")
+    matrix = matrix_from_records({run.name: records for run, records in zip(run_dirs, per_seed)}, sorted(methods))
+    write_matrix(matrix, out / "score_matrix.json")
+    expected = expected or {}
 
     searches: dict[str, list[np.ndarray]] = {}
     training_em: dict[str, list[np.ndarray]] = {}
@@ -278,9 +308,19 @@ def write_report(
     report = {
         "run_dirs": [str(r) for r in run_dirs],
         "labels": labels,
-        # the pooled paired differences of the mean accuracy (the pooled avg over seeds × attempts)
+        # each method's mean accuracy: the pooled question bootstrap and the seed-level interval
+        "accuracy": {
+            m: {k: v for k, v in side_by_side(matrix, m).items() if k not in ("a", "b")} for m in matrix.systems
+        },
+        # the pooled paired differences of the mean accuracy (the pooled avg over seeds × attempts),
+        # then both intervals from the score matrix (its question bootstrap is the same figure)
         "comparisons": [
-            {"a": c["a"], "b": c["b"], **{k: c["differences"][k] for k in c["differences"] if k.startswith("avg@")}}
+            {
+                "a": c["a"],
+                "b": c["b"],
+                **{k: c["differences"][k] for k in c["differences"] if k.startswith("avg@")},
+                **side_by_side(matrix, c["a"], c["b"], expected.get((c["a"], c["b"])), gates_met),
+            }
             for c in summary["comparisons"]
         ],
         "searches": {name: window_change(series, window) for name, series in sorted(searches.items())},

@@ -140,13 +140,18 @@ def percentile_interval(samples: np.ndarray, confidence: float = CONFIDENCE) -> 
     return float(low), float(high)
 
 
+def macro_mean(per_question: Mapping[str, np.ndarray]) -> float:
+    """The mean of per-question values within each dataset, then over datasets weighted equally."""
+    return float(np.mean([float(v.mean()) for _, v in sorted(per_question.items())]))
+
+
 def estimate(per_question: Mapping[str, np.ndarray], indices: Mapping[str, np.ndarray]) -> Estimate:
     """Macro mean of per-question values (datasets weighted equally) with bootstrap intervals."""
     per_dataset = {d: float(v.mean()) for d, v in sorted(per_question.items())}
     draws = {d: per_question[d][indices[d]].mean(axis=1) for d in per_dataset}
     macro_draws = np.mean([draws[d] for d in per_dataset], axis=0)
     return Estimate(
-        macro=float(np.mean(list(per_dataset.values()))),
+        macro=macro_mean(per_question),
         ci=percentile_interval(macro_draws),
         per_dataset=per_dataset,
         per_dataset_ci={d: percentile_interval(draws[d]) for d in per_dataset},

@@ -141,6 +141,33 @@ def register(subparsers) -> None:
     score.add_argument("--viewer-questions", type=int, default=50, help="questions in the trajectory viewer")
     score.set_defaults(func=_reporting_errors(_score))
 
+    matrix = commands.add_parser(
+        "matrix", help="both intervals (question bootstrap, t over seeds) from a score matrix file"
+    )
+    matrix.add_argument(
+        "matrix", help="a score matrix JSON (docs/evaluation.md), e.g. a seed report's score_matrix.json"
+    )
+    matrix.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("A", "B"),
+        help="the difference A - B (repeatable); without it, every system's accuracy",
+    )
+    matrix.add_argument(
+        "--expect",
+        choices=["higher", "lower"],
+        help="the expected direction of every A - B (A higher or lower than B): adds the verdict",
+    )
+    matrix.add_argument(
+        "--gates-failed", action="store_true", help="a precondition of the test failed: every verdict is 'not tested'"
+    )
+    matrix.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
+    matrix.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
+    matrix.add_argument("--out", help="also write every figure, unrounded, to this JSON file")
+    matrix.set_defaults(func=_reporting_errors(_matrix))
+
 
 def _reporting_errors(command):
     """Bad input (a malformed file, an unknown method) ends the command with its message, not a traceback."""
@@ -283,4 +310,47 @@ def _score(args) -> int:
         BOOTSTRAP_SEED if args.seed is None else args.seed,
         args.viewer_questions,
     )
+    return 0
+
+
+def _matrix(args) -> int:
+    import json
+
+    from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
+    from benchmarks.eval.score_matrix import read_matrix
+    from benchmarks.eval.seed_statistics import percent_interval, side_by_side
+
+    if args.expect and not args.compare:
+        raise ValueError("--expect: a direction needs pairs; add --compare A B")
+    if args.gates_failed and not args.expect:
+        raise ValueError("--gates-failed: only verdicts are 'not tested'; add --expect higher|lower")
+    matrix = read_matrix(args.matrix)
+    draws = BOOTSTRAP_DRAWS if args.draws is None else args.draws
+    seed = BOOTSTRAP_SEED if args.seed is None else args.seed
+    pairs = [tuple(pair) for pair in args.compare] or [(name, None) for name in matrix.systems]
+    results = [side_by_side(matrix, a, b, args.expect, not args.gates_failed, draws, seed) for a, b in pairs]
+    print(
+        f"{args.matrix}: {len(matrix.questions)} questions x {matrix.attempts} attempts x {len(matrix.seeds)} "
+        f"seeds x {len(matrix.systems)} systems; {100 * CONFIDENCE:.0f}% intervals of macro avg@k "
+        "in percent, of differences in points"
+    )
+    verdicts = args.expect is not None
+    print(
+        "| "
+        + ("A − B" if args.compare else "system")
+        + " | question bootstrap | seed-level t-interval |"
+        + (" verdict |" if verdicts else "")
+    )
+    print("|---|---|---|" + ("---|" if verdicts else ""))
+    for result in results:
+        name = result["a"] if result["b"] is None else f"{result['a']} − {result['b']}"
+        cells = [name, percent_interval(result["question_bootstrap"]), percent_interval(result["seed_interval"])]
+        print("| " + " | ".join(cells + ([result["verdict"]] if verdicts else [])) + " |")
+    if args.out:
+        from maopd.base.atomic import write_text_atomically
+
+        protocol = {"bootstrap_draws": draws, "bootstrap_seed": seed, "confidence": CONFIDENCE}
+        document = {"matrix": args.matrix, "protocol": protocol, "results": results}
+        write_text_atomically(Path(args.out), json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.out}")
     return 0

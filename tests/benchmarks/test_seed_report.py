@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.eval.records import EvalRecord, record_line, scored
+from benchmarks.eval.score_matrix import read_matrix
+from benchmarks.eval.seed_statistics import side_by_side
 from benchmarks.seed_report import pooled, window_change, write_report
 from maopd.cli import main
 
@@ -84,21 +86,63 @@ def test_report_pools_seeds_into_paired_differences_and_plots_every_run(tmp_path
             )
         )
     report = write_report(
-        runs, [("A", "B"), ("A", "missing method")], tmp_path / "report", labels={"stage1": "Stage I"}
+        runs,
+        [("A", "B"), ("A", "missing method")],
+        tmp_path / "report",
+        labels={"stage1": "Stage I"},
+        expected={("A", "B"): "higher"},
     )
     (difference,) = report["comparisons"]  # a pair with a method no seed has is left out
     assert (difference["a"], difference["b"]) == ("A", "B")
     assert difference["avg@12"]["ci"][0] > 0.4
+    # both intervals side by side, from the committed matrix alone; the pooled bootstrap is the same figure
+    matrix = read_matrix(tmp_path / "report" / "score_matrix.json")
+    assert (matrix.seeds, matrix.systems, matrix.attempts, len(matrix.questions)) == (
+        ("seed_0", "seed_1", "seed_2"),
+        ("A", "B"),
+        4,
+        30,
+    )
+    assert difference["question_bootstrap"] == difference["avg@12"]
+    recomputed = side_by_side(matrix, "A", "B", "higher")
+    assert {k: difference[k] for k in recomputed} == recomputed
+    assert difference["seed_interval"]["seeds"] == 3 and difference["seed_interval"]["ci"][0] > 0.4
+    assert difference["verdict"] == "reproduces"
+    assert report["accuracy"]["A"]["seed_interval"]["mean"] == pytest.approx(
+        np.mean(
+            [
+                per_seed_avg["A"]["avg@4"]
+                for per_seed_avg in json.loads((tmp_path / "report" / "per_seed.json").read_text()).values()
+            ]
+        )
+    )
     assert report["searches"]["stage2_outcome_searcher_rl"]["ci"][1] < 0
     assert report["training_em"]["stage2_outcome_searcher_rl"]["change"] == pytest.approx(0.1)  # 10 steps of +0.01
     per_seed = json.loads((tmp_path / "report" / "per_seed.json").read_text())
     assert set(per_seed) == {"seed_0", "seed_1", "seed_2"} and per_seed["seed_0"]["A"]["avg@4"] > 0.5
     text = (tmp_path / "report" / "report.md").read_text()
     assert "| A | B |" in text and "Stage I" in text
+    assert "| question bootstrap | seed-level t-interval | expected | verdict |" in text
+    assert "| A higher | reproduces |" in text
     assert "| Stage I | 14.50 | 16.50 | +2.00" in text  # training EM in %: steps 1-10 vs 3-12 of 12
     for plot in report["plots"]:
         assert (tmp_path / "report" / plot).stat().st_size > 0
     assert report["plots"] == ["searches_over_training.png", "training_em_over_training.png"]
+
+
+def test_one_seed_reports_no_seed_interval_and_failed_gates_test_nothing(tmp_path):
+    rng = np.random.default_rng(0)
+    questions = [f"q{i}" for i in range(20)]
+    records = _records("A", {q: list(rng.random(2) < 0.9) for q in questions}) + _records(
+        "B", {q: list(rng.random(2) < 0.1) for q in questions}
+    )
+    run = _run_dir(tmp_path, "seed_0", records, {})
+    report = write_report([run], [("A", "B")], tmp_path / "report", expected={("A", "B"): "higher"}, gates_met=False)
+    (difference,) = report["comparisons"]
+    assert difference["seed_interval"]["ci"] is None and "cannot be computed" in difference["seed_interval"]["note"]
+    assert difference["verdict"] == "not tested"
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "(no interval from 1 seed)" in text and "| not tested |" in text
 
 
 def test_report_names_a_seed_without_records(tmp_path):
