@@ -429,3 +429,25 @@ def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scr
     assert norms[0]["searcher"] > 0 and norms[0]["leader_answerer"] > 0
     assert norms[1]["searcher"] == pytest.approx(2.5 * norms[0]["searcher"], rel=1e-4)
     assert norms[1]["leader_answerer"] == pytest.approx(norms[0]["leader_answerer"], rel=1e-5)
+
+
+def test_the_teacher_and_the_kl_reference_are_named_apart():
+    from maopd.base.config import ConfigError
+    from training.model_loading import frozen_sources
+
+    base = {"stage": "stage2", "variant": "base_model_teacher"}
+    with pytest.raises(ConfigError, match="teacher.path: teacher.reference 'checkpoint'"):
+        build_config(base)  # π_T, the default KL reference, is the Stage I model
+    assert frozen_sources(build_config({**base, "teacher": {"path": "stage1"}})) == ("base_model", "checkpoint")
+    assert frozen_sources(build_config({**base, "teacher": {"reference": "base_model"}})) == (
+        "base_model",
+        "base_model",
+    )
+    full = build_config({"stage": "stage2", "teacher": {"path": "stage1"}})
+    assert frozen_sources(full) == ("checkpoint", "checkpoint")
+    no_kl = {"advantage": {"kl_in_reward_coef": 0.0}}
+    assert frozen_sources(build_config({**base, **no_kl})) == ("base_model", None)
+    outcome = build_config({"stage": "stage2", "variant": "outcome_searcher_rl", "teacher": {"path": "stage1"}})
+    assert frozen_sources(outcome) == (None, "checkpoint")
+    with pytest.raises(ConfigError, match="ppo.kl_loss_coef: the KL loss needs a Teacher"):
+        build_config({"stage": "stage1", "ppo": {"kl_loss_coef": 0.1}})
