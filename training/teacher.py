@@ -5,9 +5,9 @@ passages and generated prefix as the student (paper, Stage II, Eq. (3)-(5)). Tha
 over the student's recorded token ids; the response mask selects the generated tokens and
 excludes the retriever's passages, the chat-template tokens and padding (the mask M_t).
 
-The KL reference of the Leader/Answerer KL terms is a ``Teacher`` too: π_T, the same model, in
-the paper's every variant; with "w/ base-model teacher" the Teacher is π_0 and π_T stays the
-reference, two frozen models (``FrozenModels``).
+The reference of the KL terms (the Leader/Answerer KL-in-reward, a KL loss) is a ``Teacher`` too:
+π_T in every variant of the paper, the same model as the OPD Teacher except in "w/ base-model
+teacher", whose Teacher is π_0: two frozen models then (``FrozenModels``).
 
 Use the temperature at which the student's log-probs (π_old) were recorded, so that a Teacher
 identical to the student gives a log-ratio of zero (exactly with whole-row scoring, to float
