@@ -7,7 +7,8 @@ Shapes (see docs/algorithms.md for the full layout):
 * sequences: N model calls padded to T tokens; ``role_ids`` [N] (0 Leader, 1 Searcher,
   2 Answerer, 3 the single agent's solver), ``traj_index`` [N] the flat trajectory index b·G + g of each call,
   ``candidate_index`` [N] the candidate j of each Answerer call (ignored for other roles);
-* token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs``.
+* token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs`` (the OPD
+  Teacher's), ``reference_logprobs`` (the KL reference's, π_T).
 
 ``team_token_advantages`` composes the pieces for a PPO batch. The Searcher's learning signal is
 the estimator registered under ``AdvantageConfig.searcher_signal`` in ``SEARCHER_ESTIMATORS``
@@ -273,8 +274,13 @@ def team_token_advantages(
     trajectory_mask: torch.Tensor | None = None,
     candidate_mask: torch.Tensor | None = None,
     config: AdvantageConfig | None = None,
+    reference_logprobs: torch.Tensor | None = None,
 ) -> TeamAdvantages:
     """Token advantages of a team PPO batch: KL-in-reward, Eq. 1 per role, Eq. 5, Eq. 7.
+
+    ``teacher_logprobs`` are the OPD Teacher's (Eq. 5, Searcher rows); ``reference_logprobs`` the
+    KL reference's (the KL-in-reward, Leader and Answerer rows), None when one model is both, as π_T
+    is in the paper: then the KL reads ``teacher_logprobs``.
 
     ``leader_rewards`` [B, G] (R_L, Eq. 6), ``answerer_rewards`` [B, G, n] (c_ij),
     ``searcher_rewards`` [B, G] (R_S; for ``"grpo_rs"``), ``final_em`` [B, G] (R_EM; for
@@ -309,14 +315,17 @@ def team_token_advantages(
     role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER, "solver": SOLVER}
 
     use_kl = config.kl_in_reward_coef > 0 and bool(((role_ids == LEADER) | (role_ids == ANSWERER)).any())
-    if use_kl and teacher_logprobs is None:
-        raise ValueError("kl_in_reward_coef > 0 needs teacher_logprobs; set it to 0 without a Teacher")
+    reference, reference_name = (teacher_logprobs, "teacher_logprobs")
+    if reference_logprobs is not None:
+        reference, reference_name = (reference_logprobs, "reference_logprobs")
+    if use_kl and reference is None:
+        raise ValueError("kl_in_reward_coef > 0 needs the KL reference's log-probs; set it to 0 without a Teacher")
     seq_kl = None
     if use_kl:
         penalized = response_mask.bool() & ((role_ids == LEADER) | (role_ids == ANSWERER))[:, None]
-        check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=penalized)
+        check_finite(reference_name, reference, role_ids=role_ids, mask=penalized)
         check_finite("old_logprobs", old_logprobs, role_ids=role_ids, mask=penalized)
-        seq_kl = sequence_kl(old_logprobs, teacher_logprobs, response_mask, config.kl_in_reward_estimator)
+        seq_kl = sequence_kl(old_logprobs, reference, response_mask, config.kl_in_reward_estimator)
 
     sequence_advantages = torch.zeros(num_sequences, dtype=torch.float32, device=response_mask.device)
     shaped: dict[str, torch.Tensor] = {}
@@ -358,8 +367,10 @@ class PPOBatch:
     tokens: TokenBatch
     role_ids: torch.Tensor  # [N]
     old_logprobs: torch.Tensor  # [N, T]
-    teacher_logprobs: torch.Tensor | None  # [N, T]
+    teacher_logprobs: torch.Tensor | None  # [N, T], the OPD Teacher's on the rows it scored
     advantages: TeamAdvantages
+    reference_logprobs: torch.Tensor | None = None  # [N, T], the KL reference's on reference_rows
+    reference_rows: torch.Tensor | None = None  # [N] bool
 
     @property
     def num_sequences(self) -> int:

@@ -95,7 +95,8 @@ class OPDConfig:
         return self._set(model, ("model",))
 
     def teacher(self, **teacher: Any) -> OPDConfig:
-        """``TeacherConfig`` fields: source ("none", "checkpoint", "base_model"), path."""
+        """``TeacherConfig`` fields: source ("none", "checkpoint", "base_model"), path, reference
+        ("checkpoint", "base_model": the KL reference)."""
         return self._set(teacher, ("teacher",))
 
     def ptx(self, **ptx: Any) -> OPDConfig:

@@ -13,7 +13,7 @@ included). Values come in layers, each overriding the one before:
 
 Because a file overrides a variant, preset files leave the fields variants control
 (``advantage.searcher_signal``, ``advantage.kl_in_reward_coef``, ``teacher.source``,
-``ppo.role_loss_weights``, ``searcher_reward``) to the stage and variant layers.
+``teacher.reference``, ``ppo.role_loss_weights``, ``searcher_reward``) to the stage and variant layers.
 """
 
 from __future__ import annotations
@@ -75,14 +75,19 @@ class ModelConfig:
 
 @dataclass
 class TeacherConfig:
-    """The frozen π_T: scores Searcher tokens (OPD) and is the KL reference of Leader/Answerer.
+    """The frozen models of Stage II: the Teacher, whose log-probs are the Searchers' OPD signal
+    (Eq. 5), and the reference of the KL terms (the Leader/Answerer KL-in-reward, the KL loss).
 
-    ``checkpoint``: a saved policy (a Stage I run directory, one of its checkpoints, or a model
-    directory); ``base_model``: π_0 itself ("w/ base-model teacher"); ``none``: no Teacher.
+    ``source``, the Teacher: ``checkpoint``, the saved policy at ``path`` (a Stage I run
+    directory, one of its checkpoints, or a model directory); ``base_model``: π_0 itself ("w/
+    base-model teacher"); ``none``: no Teacher. ``reference``, the KL reference: ``checkpoint``,
+    the model at ``path`` (π_T, the paper's reference in every Table 3 variant), or ``base_model``.
+    When both name the same model it is loaded once and scores each row once.
     """
 
     source: Literal["none", "checkpoint", "base_model"] = "none"
     path: str | None = None
+    reference: Literal["checkpoint", "base_model"] = "checkpoint"
 
 
 @dataclass
@@ -231,8 +236,16 @@ class TrainConfig:
             raise ConfigError(
                 "advantage.kl_in_reward_coef: the KL penalty needs a Teacher; set it to 0 or set teacher.source"
             )
+        if self.ppo.kl_loss_coef > 0 and not has_teacher:
+            raise ConfigError("ppo.kl_loss_coef: the KL loss needs a Teacher; set it to 0 or set teacher.source")
         if self.teacher.source == "checkpoint" and not self.teacher.path:
             raise ConfigError("teacher.path: teacher.source 'checkpoint' needs the Stage I run or model directory")
+        has_kl = self.advantage.kl_in_reward_coef > 0 or self.ppo.kl_loss_coef > 0
+        if has_kl and self.teacher.reference == "checkpoint" and not self.teacher.path:
+            raise ConfigError(
+                "teacher.path: teacher.reference 'checkpoint' (the KL reference π_T) needs the Stage I run or "
+                "model directory; or set teacher.reference: base_model"
+            )
         if self.searcher_reward == "critic" and signal != "grpo_rs":
             raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
 
@@ -286,6 +299,8 @@ VARIANT_SETTINGS: dict[str, dict[str, Any]] = {
     # KL-in-reward toward the Stage-I π_T included (Table 3: "All variants retain the Leader and
     # Answerer objectives"), so the Teacher stays, scoring Leader and Answerer rows only.
     "outcome_searcher_rl": {"advantage.searcher_signal": "grpo_final_em"},
+    # π_0 is the Teacher of the Searchers' OPD; π_T stays the Leader/Answerer KL reference
+    # (teacher.reference keeps its default, the Stage I checkpoint)
     "base_model_teacher": {"teacher.source": "base_model"},
     # Searcher policy/entropy/KL losses are zero; their tokens stay in the loss denominator, and
     # PPO-ptx (an option) leaves Searcher calls out: no term gives Searcher tokens gradient.

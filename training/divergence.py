@@ -3,16 +3,19 @@
 Computed in ``Trainer.prepare`` from tensors the trainer already holds once the Teacher has scored
 the batch (nothing new is scored): the batch's token ids, ``response_mask``, ``role_ids``, π_old's
 sampling log-probs and the Teacher's log-probs, plus the tokenizer to find the decision tokens.
+π_T below is the Teacher of the Searchers' OPD (π_0 in "w/ base-model teacher"). Only the rows the
+Teacher scored count, and only a step with OPD has a Teacher: a variant without distillation logs
+no ``teacher/*`` metric.
 
-* ``teacher/searcher_kl_k1``: mean over Searcher response tokens of log π_old(a_t) − log π_T(a_t),
-  the k1 estimate of KL(π_old‖π_T) (unbiased, can be negative);
+* ``teacher/searcher_kl_k1``: mean over the Searcher response tokens the Teacher scored of
+  log π_old(a_t) − log π_T(a_t), the k1 estimate of KL(π_old‖π_T) (unbiased, can be negative);
 * ``teacher/searcher_kl_k3``: mean over the same tokens of ρ − 1 − log ρ with ρ = π_T/π_old
   (``training.losses.kl_k3``; unbiased, ≥ 0);
 * ``teacher/decision_log_ratio``: mean over Searcher turns with a decision token of
   log π_T(a_d) − log π_old(a_d) at that token (> 0: the Teacher likes the decision the student
   made more than the student does); ``teacher/decision_tokens``: how many turns had one;
-* ``teacher/searcher_tokens``: the number of Searcher response tokens (0: no Searcher call, and
-  then the other metrics are absent from the step's row).
+* ``teacher/searcher_tokens``: the number of those Searcher response tokens (0: no Searcher call,
+  and then the other metrics are absent from the step's row).
 
 The **decision token** of a Searcher turn (one contiguous run of generated tokens of a Searcher
 call) is the token at which the output commits to ``<search>`` vs ``<report>``: decode the turn's
@@ -88,11 +91,13 @@ def searcher_divergence_metrics(
     role_ids: torch.Tensor,
     old_logprobs: torch.Tensor,
     teacher_logprobs: torch.Tensor,
+    scored: torch.Tensor,
     decode: Callable[[list[int]], str],
 ) -> dict[str, float]:
-    """The ``teacher/*`` metrics above; only ``teacher/searcher_tokens`` (0) when the batch has no
-    Searcher token."""
-    mask = response_mask.bool() & (role_ids == SEARCHER)[:, None]
+    """The ``teacher/*`` metrics above over the Searcher rows the Teacher scored (``scored`` [N],
+    bool); only ``teacher/searcher_tokens`` (0) when it scored no Searcher token."""
+    searcher_rows = (role_ids == SEARCHER) & scored.bool()
+    mask = response_mask.bool() & searcher_rows[:, None]
     count = int(mask.sum())
     if count == 0:
         return {"teacher/searcher_tokens": 0.0}
@@ -103,7 +108,7 @@ def searcher_divergence_metrics(
         "teacher/searcher_kl_k1": float(masked_where(mask, old - teacher).sum()) / count,
         "teacher/searcher_kl_k3": float(masked_where(mask, kl_k3(old, teacher)).sum()) / count,
     }
-    positions = decision_positions(input_ids, response_mask, role_ids, decode)
+    positions = decision_positions(input_ids, response_mask.bool() & searcher_rows[:, None], role_ids, decode)
     metrics["teacher/decision_tokens"] = float(len(positions))
     if positions:
         rows, columns = (torch.tensor(axis) for axis in zip(*positions))

@@ -390,12 +390,16 @@ def ppo_role_metrics(
     terms: PPOLossTerms,
     *,
     ref_logprobs: torch.Tensor | None = None,
+    ref_rows: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Per-role loss, clip fraction, approx KL to π_old and to π_T (k3), entropy, mean advantage.
+    """Per-role loss, clip fraction, approx KL to π_old and to the KL reference π_T (k3), entropy,
+    mean advantage.
 
     Metrics use ``loss_mask`` only, not the loss weights, so a role trained with weight 0 is still
-    observed. Keys look like ``"searcher/clip_frac"``.
+    observed. ``approx_kl_teacher`` is averaged over the rows ``ref_rows`` [N] (bool) says the
+    reference scored (all when None), and absent for a role none of whose rows it scored. Keys look
+    like ``"searcher/clip_frac"``.
     """
     mask = loss_mask.bool()
     logprobs, old_logprobs = masked_where(mask, logprobs), masked_where(mask, old_logprobs)
@@ -405,8 +409,11 @@ def ppo_role_metrics(
         "approx_kl_old": kl_k3(logprobs, old_logprobs),
         "advantage": advantages,
     }
-    if ref_logprobs is not None:
-        values["approx_kl_teacher"] = kl_k3(logprobs, masked_where(mask, ref_logprobs))
     if entropy is not None:
         values["entropy"] = entropy
-    return role_token_means(role_ids, loss_mask, values)
+    metrics = role_token_means(role_ids, loss_mask, values)
+    if ref_logprobs is not None:
+        scored = mask if ref_rows is None else mask & ref_rows.to(mask.device)[:, None]
+        kl = {"approx_kl_teacher": kl_k3(logprobs, masked_where(mask, ref_logprobs))}
+        metrics.update(role_token_means(role_ids, scored, kl))
+    return metrics

@@ -1,5 +1,5 @@
 """Loading the models of a stage: the policy π_0 (a model directory, a checkpoint or the random tiny
-model) and the frozen Teacher, whose vocabulary must be the student's for OPD."""
+model) and the frozen Teacher and KL reference, whose vocabulary must be the student's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from training.checkpoint import resolve_model_dir
 from training.config import ModelConfig, TrainConfig
-from training.teacher import Teacher
+from training.teacher import FrozenModels, Teacher
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -71,19 +71,28 @@ def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> Non
     )
 
 
-def load_teacher(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> Teacher | None:
-    needs_scores = (
-        config.advantage.searcher_signal == "opd"
-        or config.advantage.kl_in_reward_coef > 0
-        or config.ppo.kl_loss_coef > 0
-    )
-    if config.teacher.source == "none" or not needs_scores:
-        return None
-    if config.teacher.source == "base_model":
-        model, tokenizer = load_policy_model(config.model, device)
-        where = f"model.path {config.model.path}"
-    else:
-        model, tokenizer = load_policy_model(config.model, device, config.teacher.path)
-        where = str(config.teacher.path)
-    check_tokenizers_match(student_tokenizer, tokenizer, where)
-    return Teacher(model, temperature=config.rollout.temperature)
+def frozen_sources(config: TrainConfig) -> tuple[str | None, str | None]:
+    """Where the Teacher and the KL reference of a stage come from (``"checkpoint"``: ``teacher.path``;
+    ``"base_model"``: π_0), None for a model no loss term reads: the Teacher serves OPD only, the
+    reference the KL-in-reward and the KL loss."""
+    if config.teacher.source == "none":
+        return None, None
+    teacher = config.teacher.source if config.advantage.searcher_signal == "opd" else None
+    has_kl = config.advantage.kl_in_reward_coef > 0 or config.ppo.kl_loss_coef > 0
+    return teacher, config.teacher.reference if has_kl else None
+
+
+def load_frozen_models(config: TrainConfig, student_tokenizer: Any, device: torch.device) -> FrozenModels:
+    """The stage's Teacher and KL reference (``frozen_sources``), each distinct model loaded once."""
+    sources = frozen_sources(config)
+    loaded: dict[str | None, Teacher] = {}
+    for source in dict.fromkeys(source for source in sources if source is not None):
+        if source == "base_model":
+            model, tokenizer = load_policy_model(config.model, device)
+            where = f"model.path {config.model.path}"
+        else:
+            model, tokenizer = load_policy_model(config.model, device, config.teacher.path)
+            where = str(config.teacher.path)
+        check_tokenizers_match(student_tokenizer, tokenizer, where)
+        loaded[source] = Teacher(model, temperature=config.rollout.temperature)
+    return FrozenModels(loaded.get(sources[0]), loaded.get(sources[1]))

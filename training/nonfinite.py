@@ -42,6 +42,7 @@ def step_tensors(
             role_ids=ppo.role_ids,
             old_logprobs=ppo.old_logprobs,
             teacher_logprobs=ppo.teacher_logprobs,
+            reference_logprobs=ppo.reference_logprobs,
             token_advantages=ppo.advantages.token_advantages,
             sequence_advantages=ppo.advantages.sequence_advantages,
         )

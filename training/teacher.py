@@ -5,12 +5,16 @@ passages and generated prefix as the student (paper, Stage II, Eq. (3)-(5)). Tha
 over the student's recorded token ids; the response mask selects the generated tokens and
 excludes the retriever's passages, the chat-template tokens and padding (the mask M_t).
 
+The reference of the KL terms (the Leader/Answerer KL-in-reward, a KL loss) is a ``Teacher`` too:
+π_T in every variant of the paper, the same model as the OPD Teacher except in "w/ base-model
+teacher", whose Teacher is π_0: two frozen models then (``FrozenModels``).
+
 Use the temperature at which the student's log-probs (π_old) were recorded, so that a Teacher
 identical to the student gives a log-ratio of zero (exactly with whole-row scoring, to float
 rounding with shared prefixes; tested).
 
-Cost: ``score`` runs only the rows it is asked for (``rows``; ``teacher_rows`` says which rows a
-training step's losses read), and runs each distinct prefix once. A team batch repeats a lot: the
+Cost: ``score`` runs only the rows it is asked for (``rows``; ``FrozenModels.score`` asks for the
+rows a training step's losses read), and runs each distinct prefix once. A team batch repeats a lot: the
 G trajectories of a question start with the same Leader prompt, an Answerer call's n candidates
 share their prompt, role prompts share their system message, and a row can be a prefix of another.
 Rows with the same share key are packed into token trees (``agents.prefix_tree``), which hold each
@@ -24,6 +28,7 @@ a row is scored by a plain causal forward.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -35,17 +40,61 @@ from envs.actions import ANSWERER, LEADER, SEARCHER
 from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 
-def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
-    """The rows whose Teacher log-probs a step reads: Searchers for OPD, Leaders and Answerers for
-    the KL-in-reward, every row for a KL loss term."""
+def reference_rows(role_ids: torch.Tensor, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
+    """The rows whose KL-reference log-probs a step reads: Leaders and Answerers for the
+    KL-in-reward, every row for a KL loss term."""
     if kl_loss:
         return torch.ones(len(role_ids), dtype=torch.bool)
-    needed = torch.zeros(len(role_ids), dtype=torch.bool)
-    if searcher_opd:
-        needed |= role_ids == SEARCHER
     if kl_in_reward:
-        needed |= (role_ids == LEADER) | (role_ids == ANSWERER)
-    return needed
+        return (role_ids == LEADER) | (role_ids == ANSWERER)
+    return torch.zeros(len(role_ids), dtype=torch.bool)
+
+
+def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
+    """The rows a model that is both the OPD Teacher and the KL reference scores: Searchers for OPD
+    and the ``reference_rows``."""
+    return reference_rows(role_ids, kl_in_reward, kl_loss) | (searcher_opd & (role_ids == SEARCHER))
+
+
+@dataclass
+class FrozenScores:
+    """The frozen models' log-probs of one batch, each on the rows it scored (0 elsewhere): the
+    Teacher's (``teacher``, None without OPD) and the KL reference's (``reference``, None without a
+    KL term). When one model is both, both name the same tensor and the same rows."""
+
+    teacher: torch.Tensor | None = None
+    teacher_rows: torch.Tensor | None = None  # [N] bool
+    reference: torch.Tensor | None = None
+    reference_rows: torch.Tensor | None = None  # [N] bool
+
+
+@dataclass
+class FrozenModels:
+    """The Teacher of the Searchers' OPD (Eq. 5) and the reference of the KL terms; one object when
+    one model is both (``training.model_loading.load_frozen_models``)."""
+
+    teacher: Teacher | None
+    reference: Teacher | None
+
+    def score(
+        self, batch: TokenBatch, role_ids: torch.Tensor, kl_in_reward: bool, kl_loss: bool, share_keys: Sequence[int]
+    ) -> FrozenScores:
+        """Each model's log-probs on the rows a step reads from it: the Teacher's on Searcher rows,
+        the reference's on ``reference_rows``; a model that is both scores their union once."""
+        if self.teacher is not None and self.teacher is self.reference:
+            rows = teacher_rows(role_ids, True, kl_in_reward, kl_loss)
+            logprobs = self.teacher.score(batch, rows=rows, share_keys=share_keys).logprobs.cpu()
+            return FrozenScores(logprobs, rows, logprobs, rows)
+        scores = FrozenScores()
+        if self.teacher is not None:
+            scores.teacher_rows = role_ids == SEARCHER
+            scores.teacher = self.teacher.score(batch, rows=scores.teacher_rows, share_keys=share_keys).logprobs.cpu()
+        if self.reference is not None:
+            scores.reference_rows = reference_rows(role_ids, kl_in_reward, kl_loss)
+            scores.reference = self.reference.score(
+                batch, rows=scores.reference_rows, share_keys=share_keys
+            ).logprobs.cpu()
+        return scores
 
 
 class Teacher:

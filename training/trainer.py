@@ -8,13 +8,14 @@ One ``Trainer.train_step`` is one training step of the paper (B questions, G tra
    more rounds of questions until B of them have trajectories that disagree on R_EM);
 3. read the role rewards from the workflow records (``training.rollout_rewards``): R_EM, R_L
    (Eq. 6), c_ij, R_S (or, for the Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
-4. score the sequences a loss reads with the frozen Teacher when the config uses one (OPD, Eq. 5, on Searcher
-   tokens; the KL-in-reward penalty on Leader and Answerer tokens);
+4. score the sequences a loss reads with the frozen models the config uses: the Teacher (OPD, Eq. 5,
+   on Searcher tokens) and the KL reference π_T (the KL-in-reward penalty on Leader and Answerer
+   tokens), one model when they are the same;
 5. build the token advantages with ``team_token_advantages`` (Eq. 1, 5, 7);
 6. for each of ``optim.minibatches`` minibatches (``optim.epochs`` passes): re-score the tokens
    with gradients, ``ppo_loss``, backward (accumulated over micro-batches), clip, AdamW step.
 
-The Trainer loads the policy and the Teacher with ``training.model_loading``. ``train_stage(config)``
+The Trainer loads the policy, the Teacher and the KL reference with ``training.model_loading``. ``train_stage(config)``
 runs the steps, logs, writes samples and checkpoints. Stage I and Stage II
 and every variant are the same code; ``training.config`` says how they differ.
 """
@@ -54,14 +55,14 @@ from training.config import TrainConfig
 from training.critic import PromptedCritic
 from training.divergence import searcher_divergence_metrics
 from training.losses import NonFiniteError, PPOLossTerms, ppo_loss, ppo_role_metrics
-from training.model_loading import load_policy_model, load_teacher, resolve_device
+from training.model_loading import load_frozen_models, load_policy_model, resolve_device
 from training.nonfinite import save_nonfinite_step, step_tensors
 from training.ptx import PtxData
 from training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from training.rollout_rewards import record_rewards, rollout_metrics
 from training.run_logging import MetricsLogger, truncate_metrics
 from training.sft import sft_batch
-from training.teacher import teacher_rows
+from training.teacher import FrozenScores
 from training.token_scoring import TokenBatch
 
 
@@ -146,7 +147,7 @@ def _denominator(mode: str, mask: torch.Tensor) -> float:
 
 
 class Trainer:
-    """Holds the policy, optimizer, data and Teacher of one stage, and runs its steps."""
+    """Holds the policy, optimizer, data and frozen models of one stage, and runs its steps."""
 
     def __init__(self, config: TrainConfig, checkpoint: str | Path | None = None):
         config.validate()
@@ -184,7 +185,7 @@ class Trainer:
             engine=config.rollout.decode_engine,
             compile=config.rollout.decode_compile,
         )
-        self.teacher = load_teacher(config, self.tokenizer, self.device)
+        self.frozen = load_frozen_models(config, self.tokenizer, self.device)
         self.critic = (
             PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
             if config.searcher_reward == "critic"
@@ -309,27 +310,26 @@ class Trainer:
                 rewards["searcher"] = self.critic.searcher_rewards(batch.records)
             metrics.update(self.critic.last_metrics)
             metrics["reward/searcher_critic"] = float(rewards["searcher"].mean())
-        teacher_logprobs = None
-        if self.teacher is not None:
+        frozen = FrozenScores()
+        if self.frozen.teacher is not None or self.frozen.reference is not None:
             started = time.perf_counter()
-            # Only the rows a loss reads: Searchers for OPD, Leaders/Answerers for the KL-in-reward.
-            rows = teacher_rows(
+            frozen = self.frozen.score(
+                tokens,
                 role_ids,
-                self.config.advantage.searcher_signal == "opd",
-                self.config.advantage.kl_in_reward_coef > 0,
-                self.config.ppo.kl_loss_coef > 0,
+                kl_in_reward=self.config.advantage.kl_in_reward_coef > 0,
+                kl_loss=self.config.ppo.kl_loss_coef > 0,
+                share_keys=[s.group for s in batch.sequences],
             )
-            teacher_logprobs = self.teacher.score(
-                tokens, rows=rows, share_keys=[s.group for s in batch.sequences]
-            ).logprobs.cpu()
             metrics["time/teacher_s"] = time.perf_counter() - started
+        if frozen.teacher is not None:
             metrics.update(
                 searcher_divergence_metrics(
                     tokens.input_ids,
                     tokens.response_mask,
                     role_ids,
                     old_logprobs,
-                    teacher_logprobs,
+                    frozen.teacher,
+                    frozen.teacher_rows,
                     lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
                 )
             )
@@ -340,7 +340,8 @@ class Trainer:
             candidate_index=torch.tensor([s.candidate for s in batch.sequences]),
             response_mask=tokens.response_mask,
             old_logprobs=old_logprobs,
-            teacher_logprobs=teacher_logprobs,
+            teacher_logprobs=frozen.teacher,
+            reference_logprobs=frozen.reference,
             leader_rewards=rewards["leader"],
             answerer_rewards=rewards["answerer"],
             searcher_rewards=rewards["searcher"],
@@ -349,7 +350,10 @@ class Trainer:
             candidate_mask=rewards["candidate_mask"],
             config=self.config.advantage,
         )
-        return PPOBatch(tokens, role_ids, old_logprobs, teacher_logprobs, advantages), metrics
+        ppo_batch = PPOBatch(
+            tokens, role_ids, old_logprobs, frozen.teacher, advantages, frozen.reference, frozen.reference_rows
+        )
+        return ppo_batch, metrics
 
     def _micro_loss(self, batch: PPOBatch, rows: torch.Tensor) -> tuple[PPOLossTerms, dict]:
         """PPO loss of some rows, re-scored with gradients under the current parameters."""
@@ -359,7 +363,7 @@ class Trainer:
             logprobs, entropy = self.scorer(
                 tokens.to(self.device), self.config.rollout.temperature, with_entropy=ppo.entropy_coef > 0
             )
-            teacher = batch.teacher_logprobs
+            reference = batch.reference_logprobs
             tensors = {
                 "logprobs": logprobs,
                 "old_logprobs": batch.old_logprobs[rows, :width].to(self.device),
@@ -367,7 +371,8 @@ class Trainer:
                 "loss_mask": tokens.response_mask.to(self.device),
                 "role_ids": batch.role_ids[rows].to(self.device),
                 "entropy": entropy,
-                "ref_logprobs": teacher[rows, :width].to(self.device) if teacher is not None else None,
+                "ref_logprobs": reference[rows, :width].to(self.device) if reference is not None else None,
+                "ref_rows": batch.reference_rows[rows] if reference is not None else None,
             }
             terms = ppo_loss(
                 tensors["logprobs"],
@@ -427,6 +432,7 @@ class Trainer:
                         tensors["advantages"],
                         terms,
                         ref_logprobs=tensors["ref_logprobs"],
+                        ref_rows=tensors["ref_rows"],
                         entropy=tensors["entropy"],
                     )
                     for name, value in metrics.items():

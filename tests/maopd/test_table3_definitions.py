@@ -15,7 +15,10 @@ of the loss has a non-zero gradient on a Searcher token:
   demonstrations``, whose calls include Searcher calls) on the shared policy; read from the config.
 
 Plus ``leader_answerer_kl_in_reward``: whether the Leader and Answerer rewards carry the KL penalty
-toward π_T (the paper keeps it in every Table 3 variant; it gives Searcher tokens nothing).
+(the paper keeps it in every Table 3 variant; it gives Searcher tokens nothing), and
+``kl_reference_pi_T``: whether the frozen model the trainer loads for the KL terms
+(``training.model_loading.frozen_sources``) is π_T, the Stage I checkpoint ("The frozen reference
+policy is the Stage-I Teacher π_T", whichever model the Searchers distil from).
 
 ``PAPER`` is the paper's definition (Stage II, "We update the student with the PPO clipped
 objective with the advantages of Eq. (7) and an entropy bonus"; "No additional KL penalty is added
@@ -38,18 +41,30 @@ from envs.actions import LEADER, SEARCHER
 from maopd.pipeline.config import VARIANT_METHODS, load_preset, stage_config
 from training.advantages import SEARCHER_OUTCOMES, team_token_advantages
 from training.losses import ppo_loss
+from training.model_loading import frozen_sources
 
-TERMS = ("opd", "grpo", "ptx", "entropy", "kl_loss", "leader_answerer_kl_in_reward")
+STAGE1 = "<stage1>"  # the Stage I checkpoint the pipeline hands Stage II (π_T)
+
+TERMS = ("opd", "grpo", "ptx", "entropy", "kl_loss", "leader_answerer_kl_in_reward", "kl_reference_pi_T")
 _ALL_OFF = dict.fromkeys(TERMS, False)
+# every Table 3 variant keeps the Leader/Answerer KL-in-reward, toward π_T
+_KL_TO_PI_T = {"leader_answerer_kl_in_reward": True, "kl_reference_pi_T": True}
 PAPER: dict[str, dict[str, bool | None]] = {
-    "full": {**_ALL_OFF, "opd": True, "entropy": True, "leader_answerer_kl_in_reward": True},
-    "outcome_searcher_rl": {**_ALL_OFF, "grpo": True, "entropy": True, "leader_answerer_kl_in_reward": True},
-    "base_model_teacher": {**_ALL_OFF, "opd": True, "entropy": True, "leader_answerer_kl_in_reward": True},
+    "full": {**_ALL_OFF, "opd": True, "entropy": True, **_KL_TO_PI_T},
+    "outcome_searcher_rl": {**_ALL_OFF, "grpo": True, "entropy": True, **_KL_TO_PI_T},
+    # π_0 is the Teacher the Searchers distil from; π_T stays the KL reference
+    "base_model_teacher": {**_ALL_OFF, "opd": True, "entropy": True, **_KL_TO_PI_T},
     # "w/o direct Searcher supervision": no term at all gives Searcher tokens gradient
-    "no_searcher_supervision": {**_ALL_OFF, "leader_answerer_kl_in_reward": True},
+    "no_searcher_supervision": {**_ALL_OFF, **_KL_TO_PI_T},
     # the Prompted Critic is a Table 1 baseline: GRPO on its critic reward; the paper does not say
-    # whether its Leader/Answerer rewards carry the KL penalty (None: not asserted)
-    "prompted_critic": {**_ALL_OFF, "grpo": True, "entropy": True, "leader_answerer_kl_in_reward": None},
+    # whether its Leader/Answerer rewards carry the KL penalty, nor toward what (None: not asserted)
+    "prompted_critic": {
+        **_ALL_OFF,
+        "grpo": True,
+        "entropy": True,
+        "leader_answerer_kl_in_reward": None,
+        "kl_reference_pi_T": None,
+    },
 }
 
 # Where the default preset's variants depart from the paper (none does); such an entry makes the
@@ -72,7 +87,7 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
     if key in _GRADIENTS:
         return _GRADIENTS[key]
     pipeline = load_preset("default", list(overrides))
-    config = stage_config(pipeline, "stage2", variant, Path("<π_0>"), Path("<stage1>"))
+    config = stage_config(pipeline, "stage2", variant, Path("<π_0>"), Path(STAGE1))
     torch.manual_seed(0)
     # two trajectories of one question: Leader, Searcher, Answerer candidates 0 and 1
     role_ids = torch.tensor([0, 1, 2, 2, 0, 1, 2, 2])
@@ -149,6 +164,7 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         # PPO-ptx leaves out the calls of a role whose loss weight is 0 (training.ptx.PtxData)
         "ptx": config.ptx.coef > 0 and config.ppo.role_loss_weights.get("searcher", 1.0) != 0,
         "leader_answerer_kl_in_reward": kl_in_reward,
+        "kl_reference_pi_T": frozen_sources(config)[1] == "checkpoint" and config.teacher.path == STAGE1,
     }
     return _GRADIENTS[key]
 
@@ -168,6 +184,7 @@ def test_the_probe_sees_each_term_when_it_is_on():
         "entropy": True,
         "kl_loss": True,
         "leader_answerer_kl_in_reward": False,
+        "kl_reference_pi_T": True,  # the KL loss reads π_T
     }
     # a role weight of 0 removes every loss term of Searcher tokens
     assert not any(

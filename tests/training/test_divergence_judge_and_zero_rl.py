@@ -87,9 +87,45 @@ def test_divergence_metrics_match_a_hand_computation(models, tmp_path, scripted_
 
 def test_divergence_metrics_need_searcher_tokens():
     mask = torch.ones(1, 3, dtype=torch.bool)
+    scored = torch.tensor([True])
     assert searcher_divergence_metrics(
-        torch.zeros(1, 3, dtype=torch.long), mask, torch.tensor([0]), torch.zeros(1, 3), torch.zeros(1, 3), decode_chars
+        torch.zeros(1, 3, dtype=torch.long),
+        mask,
+        torch.tensor([0]),
+        torch.zeros(1, 3),
+        torch.zeros(1, 3),
+        scored,
+        decode_chars,
     ) == {"teacher/searcher_tokens": 0.0}
+
+
+def test_divergence_metrics_read_only_the_rows_the_teacher_scored():
+    """Two Searcher rows, one scored: the unscored row's zeros never enter the means."""
+    ids = torch.tensor([chars("<search>ab"), chars("<report>cd")])
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    roles = torch.tensor([SEARCHER, SEARCHER])
+    old = torch.full((2, 10), -1.0)
+    teacher = torch.stack([torch.full((10,), -0.5), torch.zeros(10)])  # row 1 unscored: 0
+    metrics = searcher_divergence_metrics(ids, mask, roles, old, teacher, torch.tensor([True, False]), decode_chars)
+    assert metrics["teacher/searcher_tokens"] == 10
+    assert metrics["teacher/searcher_kl_k1"] == pytest.approx(-0.5)
+    assert metrics["teacher/decision_tokens"] == 1
+    assert metrics["teacher/decision_log_ratio"] == pytest.approx(0.5)
+    unscored = searcher_divergence_metrics(ids, mask, roles, old, teacher, torch.tensor([False, False]), decode_chars)
+    assert unscored == {"teacher/searcher_tokens": 0.0}
+
+
+@pytest.mark.slow
+def test_a_variant_without_distillation_logs_no_teacher_metrics(models, tmp_path, scripted_batch):  # noqa: F811
+    """Outcome-based Searcher RL: π_T scores the Leader/Answerer rows (KL-in-reward) only, so no
+    ``teacher/*`` metric and no Searcher KL to π_T is logged."""
+    trainer = Trainer(stage2_config(models, tmp_path, variant="outcome_searcher_rl"))
+    ppo_batch, metrics = trainer.prepare(copy.deepcopy(scripted_batch))
+    assert trainer.frozen.teacher is None and trainer.frozen.reference is not None
+    assert not [key for key in metrics if key.startswith("teacher/")]
+    update = trainer.update(ppo_batch)
+    assert "leader/approx_kl_teacher" in update and "answerer/approx_kl_teacher" in update
+    assert "searcher/approx_kl_teacher" not in update and "searcher/approx_kl_old" in update
 
 
 # ----- every RL advantage zeroed --------------------------------------------------------

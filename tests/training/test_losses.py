@@ -262,6 +262,11 @@ def test_per_role_metrics_average_each_roles_counted_tokens():
         "entropy",
     }
     assert metrics["leader/policy_loss"] == pytest.approx(float(terms.token_policy_loss[0, :3].mean()))
+    # the KL to π_T reads only the rows the reference scored: Searchers' absent, the others unchanged
+    leader_answerer = (role_ids == LEADER) | (role_ids == ANSWERER)
+    scored = ppo_role_metrics(role_ids, mask, logprobs, old, adv, terms, ref_logprobs=old, ref_rows=leader_answerer)
+    assert "searcher/approx_kl_teacher" not in scored and "searcher/approx_kl_old" in scored
+    assert scored["leader/approx_kl_teacher"] == metrics["leader/approx_kl_teacher"]
 
 
 def test_registries_reject_a_second_function_under_the_same_name():

@@ -252,9 +252,9 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     # w/ outcome-based Searcher RL: Eq. 1 on R_EM per trajectory; the Leader and Answerer keep their
     # objectives, KL-in-reward toward the Teacher included, so the Teacher scores their rows only
     trainer, outcome = _advantages(models, tmp_path, scripted_batch, variant="outcome_searcher_rl")
-    assert trainer.teacher is not None
-    assert torch.all(outcome.teacher_logprobs[searcher] == 0)
-    torch.testing.assert_close(outcome.teacher_logprobs[leader | answerer], full.teacher_logprobs[leader | answerer])
+    assert trainer.frozen.teacher is None and trainer.frozen.reference is not None
+    assert outcome.teacher_logprobs is None and torch.all(outcome.reference_logprobs[searcher] == 0)
+    torch.testing.assert_close(outcome.reference_logprobs[leader | answerer], full.teacher_logprobs[leader | answerer])
     em_advantage = grpo_advantages(record_rewards(scripted_batch)["em"]).flatten()
     for row, sequence in enumerate(scripted_batch.sequences):
         if sequence.role == "searcher":
@@ -263,14 +263,16 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
             assert torch.all(outcome.advantages.token_advantages[row][mask] == expected)
     assert torch.equal(outcome.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
 
-    # w/ base-model teacher: the Teacher is π_0, which sampled this batch: OPD signal and KL ≈ 0
+    # w/ base-model teacher: the Teacher is π_0, which sampled this batch (OPD signal ≈ 0); the
+    # Leader/Answerer KL stays toward π_T, so their advantages are the full method's
     _, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher")
     assert base.advantages.token_advantages[searcher].abs().max() < 1e-6
+    for role in ("leader", "answerer"):
+        shaped = base.advantages.shaped_rewards[role]
+        torch.testing.assert_close(shaped, full.advantages.shaped_rewards[role], atol=1e-7, rtol=0)
+        assert not torch.allclose(shaped, no_kl.advantages.shaped_rewards[role], atol=1e-7, rtol=0)
     torch.testing.assert_close(
-        base.advantages.token_advantages[leader | answerer],
-        no_kl.advantages.token_advantages[leader | answerer],
-        atol=1e-4,
-        rtol=0,
+        base.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer], atol=1e-5, rtol=0
     )
 
     # Prompted Critic: Searchers get Eq. 1 on 0.3·R_EM + 0.5·R_judge + 0.2·b_S; Leader/Answerer unchanged
@@ -287,6 +289,35 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
             per_call = [0.3 * record["rewards"]["em"] + 0.5 * next(verdicts) + 0.2 * bonus for bonus in bonuses]
             expected_rewards[b, g] = sum(per_call) / len(per_call)
     torch.testing.assert_close(critic.advantages.shaped_rewards["searcher"], expected_rewards)
+
+
+@pytest.mark.slow
+def test_base_model_teacher_distils_from_pi0_and_keeps_pi_t_as_the_kl_reference(models, tmp_path, scripted_batch):
+    """Two distinguishable frozen models: the Searchers' OPD log-probs are π_0's, the Leader/Answerer
+    KL-in-reward and the KL loss read π_T's (another model's weights), each model scored once."""
+    from agents.tiny_model import load_model
+
+    settings = {"ppo.kl_loss_coef": 0.01}
+    trainer, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher", **settings)
+    assert trainer.frozen.teacher is not trainer.frozen.reference
+    tokens = base.tokens
+    pi0 = score_tokens(load_model(models / "pi0")[0], tokens).logprobs
+    pi_t = score_tokens(load_model(models / "teacher")[0], tokens).logprobs
+    leader, searcher, answerer = (_role_tokens(base, r) for r in (LEADER, SEARCHER, ANSWERER))
+    assert not torch.allclose(pi0[searcher], pi_t[searcher], atol=1e-3)
+    torch.testing.assert_close(base.teacher_logprobs[searcher], pi0[searcher], atol=1e-5, rtol=0)
+    assert torch.all(base.teacher_logprobs[leader | answerer] == 0)  # π_0 scores the Searchers only
+    # the KL loss reads every row: π_T's log-probs on all of them
+    torch.testing.assert_close(base.reference_logprobs[tokens.response_mask.bool()], pi_t[tokens.response_mask.bool()])
+    # the same batch with π_T as the Teacher too: the Leader/Answerer rewards carry the same KL
+    # penalty, and one model scored every row once
+    full_trainer, full = _advantages(models, tmp_path, scripted_batch, **settings)
+    assert full_trainer.frozen.teacher is full_trainer.frozen.reference
+    for role in ("leader", "answerer"):
+        torch.testing.assert_close(
+            base.advantages.shaped_rewards[role], full.advantages.shaped_rewards[role], atol=1e-7, rtol=0
+        )
+    torch.testing.assert_close(base.advantages.token_advantages[searcher], 0.01 * (pi0 - base.old_logprobs)[searcher])
 
 
 def _with_em(batch, em_rows):
@@ -398,3 +429,25 @@ def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scr
     assert norms[0]["searcher"] > 0 and norms[0]["leader_answerer"] > 0
     assert norms[1]["searcher"] == pytest.approx(2.5 * norms[0]["searcher"], rel=1e-4)
     assert norms[1]["leader_answerer"] == pytest.approx(norms[0]["leader_answerer"], rel=1e-5)
+
+
+def test_the_teacher_and_the_kl_reference_are_named_apart():
+    from maopd.base.config import ConfigError
+    from training.model_loading import frozen_sources
+
+    base = {"stage": "stage2", "variant": "base_model_teacher"}
+    with pytest.raises(ConfigError, match="teacher.path: teacher.reference 'checkpoint'"):
+        build_config(base)  # π_T, the default KL reference, is the Stage I model
+    assert frozen_sources(build_config({**base, "teacher": {"path": "stage1"}})) == ("base_model", "checkpoint")
+    assert frozen_sources(build_config({**base, "teacher": {"reference": "base_model"}})) == (
+        "base_model",
+        "base_model",
+    )
+    full = build_config({"stage": "stage2", "teacher": {"path": "stage1"}})
+    assert frozen_sources(full) == ("checkpoint", "checkpoint")
+    no_kl = {"advantage": {"kl_in_reward_coef": 0.0}}
+    assert frozen_sources(build_config({**base, **no_kl})) == ("base_model", None)
+    outcome = build_config({"stage": "stage2", "variant": "outcome_searcher_rl", "teacher": {"path": "stage1"}})
+    assert frozen_sources(outcome) == (None, "checkpoint")
+    with pytest.raises(ConfigError, match="ppo.kl_loss_coef: the KL loss needs a Teacher"):
+        build_config({"stage": "stage1", "ppo": {"kl_loss_coef": 0.1}})
