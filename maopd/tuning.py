@@ -188,7 +188,8 @@ def judge_figures(
     balanced set of decidable labels (``envs.synthwiki.judge_labels.judge_examples`` on the
     embedded world's dev split, ``balanced`` examples, all by default): ``balanced_judge_figures``.
     ``gate``: ``judge_gate`` on both, where ``critic/judge_rate`` is the judge rate on the model's
-    own dev reports when the records are the same model's."""
+    own dev reports when the records are the same model's (``methods`` names the recorded systems
+    whose reports were judged)."""
     from benchmarks.eval.classifier_metrics import roc_auc
     from benchmarks.eval.records import load_records
     from benchmarks.eval.solvers import model_policy
@@ -200,7 +201,8 @@ def judge_figures(
     from training.critic import PromptedCritic, searcher_reports
     from training.trainer import world_report_gold
 
-    workflows = [r.trajectory for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    judged = [r for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    workflows = [r.trajectory for r in judged]
     if not workflows:
         raise ConfigError(
             f"{records_path}: no recorded workflow holds a report to judge; record hierarchical or "
@@ -228,6 +230,7 @@ def judge_figures(
         "model": str(model),
         "records": str(records_path),
         "workflows": len(workflows),
+        "methods": sorted({r.method for r in judged[: len(workflows)]}),  # whose reports were judged
         **recorded,
         "p_yes_auc_vs_gold": auc,
         "balanced": held_out,

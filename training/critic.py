@@ -112,8 +112,8 @@ class PromptedCritic:
     def yes_probabilities(self, items: Sequence[tuple[str, str, str]]) -> list[float]:
         """P(yes) for each (question, sub_query, summary): the model's probability of the verdict
         yes rather than no at the first token where the two verdicts' texts differ, after the prompt
-        and the tokens they share (``<judge>``). Greedy decoding says yes exactly when it is above
-        one half (when the verdict is the first thing the model writes)."""
+        and the tokens they share (``<judge>``). When greedy decoding writes ``<judge>`` and then one
+        of the two verdicts, it writes yes exactly when P(yes) > 1/2."""
         tokenizer = self.policy.tokenizer
         model = self.policy.model
         yes, no = (verdict_ids(tokenizer, useful) for useful in (True, False))

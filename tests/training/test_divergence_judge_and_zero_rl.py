@@ -268,7 +268,7 @@ def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_pat
     command = ["tune", "judge", "--model", str(models / "pi0"), "--records", str(records), "--balanced", "21"]
     assert main([*command, "--out", str(out)]) == 0
     figures = json.loads(out.read_text())
-    assert figures["workflows"] == 3
+    assert figures["workflows"] == 3 and figures["methods"] == ["expert"]
     assert figures["critic/judged"] == sum(len(w["reports"]) for w in workflows)
     assert figures["critic/gold_rate"] == 1.0  # the expert's reports state their sub-questions' answers
     assert 0.0 <= figures["critic/format_rate"] <= 1.0 and figures["command"].startswith("maopd tune judge")
