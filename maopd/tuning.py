@@ -1,4 +1,5 @@
-"""Tuning the main job on dev, never on test: ``maopd tune eval`` and ``maopd tune beta``.
+"""Tuning the main job on dev, never on test: ``maopd tune eval``, ``maopd tune beta`` and
+``maopd tune judge``.
 
 ``dev_eval``: systems (a model, run or checkpoint, played in a workflow) on the dev split with the
 main job's evaluation protocol (``eval.attempts`` workflows per question, one answer candidate,
@@ -16,6 +17,9 @@ bonus and PPO-ptx off), ``training.role_gradients`` gives the Searcher gradient 
 Leader/Answerer one g_LA on the same rows; g_S is linear in β, so β* = median(g_LA / g_S) makes
 them equal and [0.3, 3]·β* keeps them within 0.3–3× of each other. A batch with g_LA = 0 (every
 GRPO group shares one outcome) is left out of the median.
+
+``judge_figures``: a model as the Prompted Critic's judge, on recorded reports and on a held-out
+balanced set of decidable labels, with the judge gate.
 """
 
 from __future__ import annotations
@@ -23,14 +27,19 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envs.workflows import WORKFLOWS
 from maopd.base.config import ConfigError
 from maopd.pipeline.config import PipelineConfig, stage_config, stage_dir
 from maopd.pipeline.job import evaluate, held_out_manifest
+
+if TYPE_CHECKING:
+    from envs.synthwiki.judge_labels import JudgeExample
+    from training.critic import PromptedCritic
 
 PAPER_OPD_BETA = 0.01
 
@@ -114,19 +123,86 @@ def dev_eval(
     }
 
 
-def judge_figures(model: Path, records_path: Path, limit: int | None = None) -> dict[str, Any]:
-    """A model as the Prompted Critic's judge on the reports of recorded workflows (``maopd tune
-    eval``'s records, which keep each workflow's trajectory): exactly the judge calls and figures of
-    training (``training.critic``: ``critic/format_rate``, ``gold_rate``, ``agreement``,
-    ``judge_rate``), on the first ``limit`` workflows that hold a report."""
+# The judge gate (docs/main_job.md): balanced accuracy on the held-out balanced set of decidable
+# labels, over at least JUDGE_GATE_NEGATIVES negatives, and a judge rate on the model's own dev
+# reports strictly inside JUDGE_GATE_RATE.
+JUDGE_GATE_ACCURACY = 0.75
+JUDGE_GATE_NEGATIVES = 100
+JUDGE_GATE_RATE = (0.05, 0.95)
+BALANCED_SEED = 0
+
+
+def balanced_judge_figures(critic: PromptedCritic, examples: Sequence[JudgeExample]) -> dict[str, Any]:
+    """The judge's greedy verdicts on balanced examples of decidable labels
+    (``envs.synthwiki.judge_labels.JudgeExample``): balanced accuracy (an unparseable verdict is a
+    no, as in training), the recall on each class and the share judged yes per report kind."""
+    from benchmarks.eval.classifier_metrics import balanced_accuracy
+
+    verdicts = [v == 1.0 for v in critic.judge([(e.question, e.subquestion, e.report) for e in examples])]
+    labels = [e.useful for e in examples]
+    kinds = sorted({e.kind for e in examples})
+    return {
+        "examples": len(examples),
+        "negatives": labels.count(False),
+        "balanced_accuracy": balanced_accuracy(labels, verdicts),
+        "true_positive_rate": _share([v for v, label in zip(verdicts, labels) if label]),
+        "true_negative_rate": _share([not v for v, label in zip(verdicts, labels) if not label]),
+        "yes_rate_by_kind": {k: _share([v for v, e in zip(verdicts, examples) if e.kind == k]) for k in kinds},
+    }
+
+
+def _share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def judge_gate(balanced: dict[str, Any], judge_rate: float) -> dict[str, Any]:
+    """The judge gate's checks on ``balanced_judge_figures`` and the judge rate on own reports."""
+    accuracy = balanced["balanced_accuracy"]
+    low, high = JUDGE_GATE_RATE
+    checks = {
+        "balanced_accuracy": accuracy is not None and accuracy >= JUDGE_GATE_ACCURACY,
+        "negatives": balanced["negatives"] >= JUDGE_GATE_NEGATIVES,
+        "judge_rate": low < judge_rate < high,
+    }
+    return {
+        "thresholds": {
+            "balanced_accuracy": f">= {JUDGE_GATE_ACCURACY}",
+            "negatives": f">= {JUDGE_GATE_NEGATIVES}",
+            "judge_rate": f"in ({low}, {high})",
+        },
+        "checks": checks,
+        "met": all(checks.values()),
+    }
+
+
+def judge_figures(
+    model: Path, records_path: Path, limit: int | None = None, balanced: int | None = None
+) -> dict[str, Any]:
+    """A model as the Prompted Critic's judge, and its gate.
+
+    On the reports of recorded workflows (``maopd tune eval``'s records, which keep each
+    workflow's trajectory; the first ``limit`` workflows that hold a report): exactly the judge
+    calls and figures of training (``training.critic``: ``critic/format_rate``, ``gold_rate``,
+    ``agreement``, ``judge_rate``), and ``p_yes_auc_vs_gold``, the ROC AUC of the judge's P(yes)
+    (``PromptedCritic.yes_probabilities``) against gold correctness, a description. On a held-out
+    balanced set of decidable labels (``envs.synthwiki.judge_labels.judge_examples`` on the
+    embedded world's dev split, ``balanced`` examples, all by default): ``balanced_judge_figures``.
+    ``gate``: ``judge_gate`` on both, where ``critic/judge_rate`` is the judge rate on the model's
+    own dev reports when the records are the same model's (``methods`` names the recorded systems
+    whose reports were judged)."""
+    from benchmarks.eval.classifier_metrics import roc_auc
     from benchmarks.eval.records import load_records
     from benchmarks.eval.solvers import model_policy
+    from envs.synthwiki import load_default_world
+    from envs.synthwiki.judge_labels import judge_examples
+    from envs.synthwiki.knowledge import Knowledge
     from training.checkpoint import resolve_model_dir
     from training.config import CriticConfig
-    from training.critic import PromptedCritic
+    from training.critic import PromptedCritic, searcher_reports
     from training.trainer import world_report_gold
 
-    workflows = [r.trajectory for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    judged = [r for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    workflows = [r.trajectory for r in judged]
     if not workflows:
         raise ConfigError(
             f"{records_path}: no recorded workflow holds a report to judge; record hierarchical or "
@@ -135,9 +211,31 @@ def judge_figures(model: Path, records_path: Path, limit: int | None = None) -> 
     workflows = workflows[:limit]
     config = CriticConfig()
     policy = model_policy(str(resolve_model_dir(model)), max_new_tokens=config.max_new_tokens)
-    critic = PromptedCritic(policy, config, world_report_gold(corpus=None))
+    report_gold = world_report_gold(corpus=None)
+    critic = PromptedCritic(policy, config, report_gold)
     critic.searcher_rewards([[workflow] for workflow in workflows])
-    return {"model": str(model), "records": str(records_path), "workflows": len(workflows), **critic.last_metrics}
+    recorded = critic.last_metrics
+
+    reports = [
+        (w["question"], e["sub_query"], e["summary"]) for w in workflows for e in searcher_reports(w) if e["reported"]
+    ]
+    gold = [report_gold(sub_query, summary) for _, sub_query, summary in reports]
+    auc = roc_auc(gold, critic.yes_probabilities(reports))
+
+    world = load_default_world()
+    facts = Knowledge(document.text for document in world.corpus.documents)
+    examples = judge_examples(world.splits["dev"], facts, BALANCED_SEED, balanced)
+    held_out = {"split": "dev", "seed": BALANCED_SEED, **balanced_judge_figures(critic, examples)}
+    return {
+        "model": str(model),
+        "records": str(records_path),
+        "workflows": len(workflows),
+        "methods": sorted({r.method for r in judged[: len(workflows)]}),  # whose reports were judged
+        **recorded,
+        "p_yes_auc_vs_gold": auc,
+        "balanced": held_out,
+        "gate": judge_gate(held_out, recorded["critic/judge_rate"]),
+    }
 
 
 def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progress=print) -> dict[str, Any]:

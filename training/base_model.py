@@ -59,6 +59,7 @@ T = TypeVar("T")
 # out of the key while that one is unset.
 KEYED_WHEN_SET = "keyed_when_set"
 KEYED_WITH = "keyed_with"
+CRITIC_LABELS = ("gold", "decidable")  # SFTConfig.critic_labels
 
 
 @dataclass
@@ -92,6 +93,14 @@ class SFTConfig:
     # the played episodes, failed ones included: yes exactly when the report states the answer to its
     # sub-question. A base model that never saw a judge prompt answers it with noise.
     critic_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True})
+    # How the judge demonstrations are labelled (envs.synthwiki.judge_labels). gold: the played
+    # episodes' reports, yes when the report states its sub-question's answer, which the judge
+    # cannot tell from its inputs when a well-formed report has a wrong value. decidable: instead,
+    # balanced examples drawn from each demonstration world's demonstrated train questions (the
+    # asked fact stated, or an irrelevant, off-entity, wrong-relation, empty or "no information"
+    # report), yes exactly when the report states a fact about the sub-question's entity and asked
+    # relation, which the judge can read from its inputs.
+    critic_labels: str = checked("gold", choices=CRITIC_LABELS, metadata={KEYED_WHEN_SET: True})
     # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
     # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
     # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
@@ -137,6 +146,10 @@ class SFTConfig:
         if not self.workflows or unknown:
             raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         check_fields(self)
+        if self.critic_labels != "gold" and not self.critic_demos:
+            raise ConfigError(
+                f"critic_labels: {self.critic_labels!r} labels judge demonstrations; set critic_demos: true"
+            )
         try:
             self.noise_config()
         except (TypeError, ValueError) as exc:
@@ -196,7 +209,8 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     from agents.noisy_team import NoisyTeam
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.closed_book import closed_book
-    from envs.synthwiki.demos import demonstrations
+    from envs.synthwiki.demos import decidable_judgements, demonstrations
+    from envs.synthwiki.judge_labels import judge_examples
     from envs.synthwiki.knowledge import Knowledge
     from envs.synthwiki.world import build_world, load_default_world
 
@@ -217,10 +231,13 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
             if config.critic_demos
             else None
         )
+        judge_played = facts if config.critic_labels == "gold" else None
         for workflow in config.workflows:
             team = NoisyTeam(config.noise_config(), config.seed + index, book)
-            calls = demonstrations(workflow, team, retriever, questions, config.successful_only, facts)
+            calls = demonstrations(workflow, team, retriever, questions, config.successful_only, judge_played)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
+        if facts is not None and judge_played is None:
+            rows += decidable_judgements(judge_examples(questions, facts, config.seed + index))
     return rows
 
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from agents.chat_tokens import prompt_ids
+from agents.chat_tokens import encode_text, prompt_ids, render_text
 from agents.hf_policy import HFPolicy
-from envs.prompts import critic_message, has_verdict, parse_judgement
+from envs.prompts import critic_message, has_verdict, judgement_text, parse_judgement
 from envs.rewards import FORMAT_PENALTY, report_has_gold
 from training.config import CriticConfig
 
@@ -59,6 +59,24 @@ def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return entries
+
+
+def verdict_ids(tokenizer, useful: bool) -> list[int]:
+    """The ids of the judge's answer ``judgement_text(useful)`` as the chat template renders it
+    after the critic prompt's generation prompt."""
+    messages = [critic_message("q", "s", "r")]
+    prompt = prompt_ids(tokenizer, messages)
+    full = encode_text(
+        tokenizer,
+        render_text(
+            tokenizer,
+            [*messages, {"role": "assistant", "content": judgement_text(useful)}],
+            add_generation_prompt=False,
+        ),
+    )
+    if full[: len(prompt)] != prompt:
+        raise ValueError("the chat template renders the judge's answer without its generation prompt as a prefix")
+    return full[len(prompt) :]
 
 
 class PromptedCritic:
@@ -90,6 +108,25 @@ class PromptedCritic:
         texts = [tokenizer.decode(c[0].token_ids, skip_special_tokens=True) for c in results]
         self._last_texts = texts
         return [parse_judgement(text) for text in texts]
+
+    def yes_probabilities(self, items: Sequence[tuple[str, str, str]]) -> list[float]:
+        """P(yes) for each (question, sub_query, summary): the model's probability of the verdict
+        yes rather than no at the first token where the two verdicts' texts differ, after the prompt
+        and the tokens they share (``<judge>``). When greedy decoding writes ``<judge>`` and then one
+        of the two verdicts, it writes yes exactly when P(yes) > 1/2."""
+        tokenizer = self.policy.tokenizer
+        model = self.policy.model
+        yes, no = (verdict_ids(tokenizer, useful) for useful in (True, False))
+        shared = next(i for i, (a, b) in enumerate(zip(yes, no)) if a != b)
+        device = next(model.parameters()).device
+        probabilities = []
+        with torch.no_grad():
+            for question, sub_query, summary in items:
+                ids = prompt_ids(tokenizer, [critic_message(question, sub_query, summary)]) + yes[:shared]
+                logits = model(torch.tensor([ids], device=device)).logits[0, -1].float()
+                pair = logits[[yes[shared], no[shared]]]
+                probabilities.append(float(torch.softmax(pair, dim=0)[0]))
+        return probabilities
 
     def searcher_rewards(self, records: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
         """R_S [B, G]: per trajectory, the mean over its Searcher calls of the critic reward."""

@@ -17,6 +17,7 @@ from envs.episode import run_episode
 from envs.policy import Policy
 from envs.prompts import critic_message, judgement_text
 from envs.retrieval.base import Retriever
+from envs.synthwiki.judge_labels import JudgeExample
 from envs.synthwiki.knowledge import Knowledge, report_states_answer
 from envs.workflows import env_module
 
@@ -49,6 +50,24 @@ def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[st
             "messages": [
                 critic_message(record["question"], report["task"], report["text"]),
                 {"role": "assistant", "content": judgement_text(useful)},
+            ],
+        }
+
+
+def decidable_judgements(examples: Sequence[JudgeExample]) -> Iterator[dict[str, Any]]:
+    """The Prompted Critic's judge on balanced examples of decidable labels
+    (``envs.synthwiki.judge_labels``): yes exactly when the report states a fact about the
+    sub-question's entity and asked relation. They come from no episode, so carry no workflow and no episode score."""
+    for number, example in enumerate(examples):
+        yield {
+            "question_id": example.question_id,
+            "workflow": None,
+            "role": "critic",
+            "call_id": f"critic@{example.kind}@{number}",
+            "em": None,
+            "messages": [
+                critic_message(example.question, example.subquestion, example.report),
+                {"role": "assistant", "content": judgement_text(example.useful)},
             ],
         }
 

@@ -54,12 +54,20 @@ def register(subparsers) -> None:
         description="Prompts MODEL with the critic prompt on every report of the workflows "
         "in RECORDS (from `maopd tune eval`) and prints the judge's figures as training logs "
         "them: the share of parseable verdicts, of gold-correct reports, of verdicts that "
-        "agree with gold correctness, and of reports judged useful.",
+        "agree with gold correctness, and of reports judged useful; the ROC AUC of its P(yes) "
+        "against gold correctness; its balanced accuracy on a held-out balanced set of "
+        "decidable labels (the world's dev split); and the judge gate on them (judge rate on "
+        "MODEL's own reports when RECORDS are MODEL's).",
     )
     judge.add_argument("--model", required=True, help="a model directory, run directory or checkpoint")
     judge.add_argument("--records", required=True, help="records.jsonl of `maopd tune eval`")
     judge.add_argument(
         "--workflows", type=bounded_int(1), help="judge the reports of the first N workflows (default: all)"
+    )
+    judge.add_argument(
+        "--balanced",
+        type=bounded_int(2),
+        help="examples in the held-out balanced set, half of them negatives (default: all of dev)",
     )
     judge.add_argument("--out", help="also write the figures here (JSON)")
     judge.set_defaults(func=_judge)
@@ -69,7 +77,7 @@ def _judge(args) -> int:
     from benchmarks.provenance import git_commit
     from maopd.tuning import judge_figures
 
-    result = judge_figures(Path(args.model), Path(args.records), args.workflows)
+    result = judge_figures(Path(args.model), Path(args.records), args.workflows, args.balanced)
     result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
     print(json.dumps(result, indent=1))
     if args.out:

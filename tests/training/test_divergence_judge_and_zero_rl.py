@@ -301,12 +301,17 @@ def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_pat
     records = tmp_path / "records.jsonl"
     records.write_text("".join(record_line(from_workflow(w, "expert", "1-hop", 0)) for w in workflows))
     out = tmp_path / "judge.json"
-    assert main(["tune", "judge", "--model", str(models / "pi0"), "--records", str(records), "--out", str(out)]) == 0
+    command = ["tune", "judge", "--model", str(models / "pi0"), "--records", str(records), "--balanced", "21"]
+    assert main([*command, "--out", str(out)]) == 0
     figures = json.loads(out.read_text())
-    assert figures["workflows"] == 3
+    assert figures["workflows"] == 3 and figures["methods"] == ["expert"]
     assert figures["critic/judged"] == sum(len(w["reports"]) for w in workflows)
     assert figures["critic/gold_rate"] == 1.0  # the expert's reports state their sub-questions' answers
     assert 0.0 <= figures["critic/format_rate"] <= 1.0 and figures["command"].startswith("maopd tune judge")
+    assert figures["p_yes_auc_vs_gold"] is None  # every report is gold-correct: no AUC
+    assert figures["balanced"]["examples"] == 20 and figures["balanced"]["negatives"] == 10
+    assert figures["balanced"]["split"] == "dev" and 0.0 <= figures["balanced"]["balanced_accuracy"] <= 1.0
+    assert figures["gate"]["met"] is False and figures["gate"]["checks"]["negatives"] is False
 
     bare = tmp_path / "bare.jsonl"
     bare.write_text(record_line(from_workflow(workflows[0], "expert", "1-hop", 0, keep_trajectory=False)))

@@ -165,6 +165,31 @@ def test_single_workflow_demonstrations_show_the_solver():
     )
 
 
+def test_decidable_critic_labels_replace_the_played_reports_verdicts_with_balanced_examples():
+    from envs.prompts import parse_judgement
+    from envs.synthwiki.judge_labels import judge_label
+
+    gold = replace(SMOKE_CONFIG, demo_questions=8, workflows=["hierarchical"], critic_demos=True)
+    decidable = replace(gold, critic_labels="decidable")
+    assert replace(gold, critic_labels="gold").key() == gold.key()  # the default stays out of the key
+    assert decidable.key() != gold.key()
+    played = [row for row in demonstration_chats(gold, progress=False) if row["role"] != "critic"]
+    rows = demonstration_chats(decidable, progress=False)
+    assert [row for row in rows if row["role"] != "critic"] == played
+    verdicts = [row for row in rows if row["role"] == "critic"]
+    useful = [parse_judgement(row["messages"][-1]["content"]) for row in verdicts]
+    assert len(verdicts) > 8 and sum(useful) == len(useful) / 2
+    for row, verdict in zip(verdicts, useful):
+        prompt = row["messages"][0]["content"]
+        sub_query = prompt.split("Sub-question given to the search assistant: ")[1].split("\n")[0]
+        report = prompt.split("Report: ")[1].split("\n")[0]
+        assert judge_label(sub_query, report).useful == verdict
+    with pytest.raises(ConfigError, match="critic_labels.*critic_demos: true"):
+        SFTConfig(critic_labels="decidable")
+    with pytest.raises(ConfigError, match="critic_labels"):
+        SFTConfig(critic_demos=True, critic_labels="correct")
+
+
 @pytest.fixture(scope="module")
 def smoke_model(tmp_path_factory):
     """π_0 of the smoke config, built through the CLI."""
