@@ -287,6 +287,7 @@ def test_judge_figures_reach_the_step_metrics(models, tmp_path, scripted_batch):
     assert 0.0 <= metrics["critic/format_rate"] <= 1.0
 
 
+@pytest.mark.slow
 def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_path, capsys):
     import json
 
