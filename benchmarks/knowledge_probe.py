@@ -367,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     given = {dest: getattr(args, dest) for dest, _, _ in options.values() if getattr(args, dest) is not None}
     config = ProbeConfig(**{**(QUICK if args.quick else {}), **given})
     _check(parser, config)
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
 
     from benchmarks.provenance import git_commit
 

@@ -89,3 +89,6 @@ def test_bad_options_give_one_line_errors(capsys):
     with pytest.raises(SystemExit):
         main(["--phrasings", "9"])
     assert "--phrasings must be in 1..8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--threads", "0"])
+    assert "--threads must be at least 1" in capsys.readouterr().err
