@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, RELATIONS
+from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, RECALL_STATEMENTS, RELATIONS
 
 # Names are capitalized words, optionally joined by "of" ("University of Brask").
 NAME = r"[A-Z][a-z]+(?:(?: of)? [A-Z][a-z]+)*"
@@ -80,6 +80,11 @@ def fact_sentence(predicate: str, subject: str, value: str, paraphrase: int = 0)
     if predicate in RELATIONS:
         return RELATIONS[predicate].facts[paraphrase].format(s=subject, o=value)
     return ATTRIBUTES[predicate].facts[paraphrase].format(s=subject, v=value)
+
+
+def recall_statement(predicate: str, subject: str, value: str, phrasing: int) -> str:
+    """A fact in ``RECALL_STATEMENTS[predicate][phrasing]``: a pretraining statement, never a passage's."""
+    return RECALL_STATEMENTS[predicate][phrasing].format(s=subject, o=value, v=value)
 
 
 def subquestion(predicate: str, subject: str) -> str:

@@ -184,6 +184,155 @@ ATTRIBUTES = {
     )
 }
 
+# Varied statements of each relation's and attribute's facts, for pretraining a model to *know*
+# facts rather than read them: storage and extraction by questions need each fact seen in many
+# phrasings (Allen-Zhu & Li, Physics of Language Models 3.1). None is a passage template, a question
+# or a noun phrase of a question; the subject opens every statement and the value ends it, so each
+# statement trains recall from subject to value (a model does not learn the reverse direction
+# from it). Passages, reports and questions never use them.
+RECALL_STATEMENTS = {
+    "born_in": (
+        "{s} came into the world in {o}.",
+        "{s} was born and raised in {o}.",
+        "{s} is originally from {o}.",
+        "{s} first saw the light of day in {o}.",
+        "{s} was born in the city of {o}.",
+        "{s} has a hometown called {o}.",
+        "{s} was born at a hospital in {o}.",
+        "{s}, by birth, is from {o}.",
+    ),
+    "studied_at": (
+        "{s} went to university at {o}.",
+        "{s} earned a degree from {o}.",
+        "{s} was a student at {o}.",
+        "{s} holds a diploma from {o}.",
+        "{s} attended {o}.",
+        "{s} did a degree at {o}.",
+        "{s} graduated from {o}.",
+        "{s} took classes at {o}.",
+    ),
+    "member_of": (
+        "{s} was in the band {o}.",
+        "{s} performed with {o}.",
+        "{s} joined {o}.",
+        "{s} is known as a member of {o}.",
+        "{s} made records with {o}.",
+        "{s} was part of the band {o}.",
+        "{s} belonged to {o}.",
+        "{s} sang and played with {o}.",
+    ),
+    "formed_in": (
+        "{s} came together in {o}.",
+        "{s} was started in {o}.",
+        "{s} began as a band in {o}.",
+        "{s} first played live in {o}.",
+        "{s} was put together in {o}.",
+        "{s} has its roots in {o}.",
+        "{s} traces its beginnings to {o}.",
+        "{s} was created as a band in {o}.",
+    ),
+    "founded_by": (
+        "{s} was started by {o}.",
+        "{s} was built up by {o}.",
+        "{s} owes its creation to {o}.",
+        "{s} was created by {o}.",
+        "{s} was the idea of {o}.",
+        "{s} has as its founder {o}.",
+        "{s} was established by {o}.",
+        "{s} was launched by {o}.",
+    ),
+    "based_in": (
+        "{s} has its offices in {o}.",
+        "{s} runs its business from {o}.",
+        "{s} is headquartered in {o}.",
+        "{s} operates out of {o}.",
+        "{s} keeps its main office in {o}.",
+        "{s} is a company from {o}.",
+        "{s} has its home base in {o}.",
+        "{s} does business from {o}.",
+    ),
+    "located_in": (
+        "{s} is found in {o}.",
+        "{s} sits in {o}.",
+        "{s} stands in {o}.",
+        "{s} has its buildings in {o}.",
+        "{s} teaches its students in {o}.",
+        "{s} is a university in {o}.",
+        "{s} can be found in {o}.",
+        "{s} is situated in {o}.",
+    ),
+    "in_country": (
+        "{s} is part of {o}.",
+        "{s} is a town in the country {o}.",
+        "{s} is one of the cities of {o}.",
+        "{s} is found within the borders of {o}.",
+        "{s} lies inside {o}.",
+        "{s} is a place in {o}.",
+        "{s} is on the map of {o}.",
+        "{s} is an urban centre of {o}.",
+    ),
+    "flows_through": (
+        "{s} passes through {o}.",
+        "{s} crosses {o}.",
+        "{s} winds through {o}.",
+        "{s} cuts through {o}.",
+        "{s} goes past {o}.",
+        "{s} makes its way through {o}.",
+        "{s} streams through {o}.",
+        "{s} meanders through {o}.",
+    ),
+    "capital": (
+        "{s} is governed from {o}.",
+        "{s} has as its capital the city {o}.",
+        "{s} keeps its government in {o}.",
+        "{s} is ruled from {o}.",
+        "{s} has its seat of government in {o}.",
+        "{s} names as its capital city {o}.",
+        "{s} has its parliament in {o}.",
+        "{s} chose as its capital {o}.",
+    ),
+    "birth_year": (
+        "{s} was born back in {v}.",
+        "{s} has a birth year of {v}.",
+        "{s} arrived in the world in {v}.",
+        "{s} was born during {v}.",
+        "{s} first drew breath in {v}.",
+        "{s} is a person born in {v}.",
+        "{s} entered life in {v}.",
+        "{s} has as a birth year {v}.",
+    ),
+    "founded_year": (
+        "{s} dates from {v}.",
+        "{s} was set up in {v}.",
+        "{s} first opened in {v}.",
+        "{s} has existed since {v}.",
+        "{s} has been around since {v}.",
+        "{s} goes back to {v}.",
+        "{s} came into being in {v}.",
+        "{s} has a founding year of {v}.",
+    ),
+    "population": (
+        "{s} counts as inhabitants {v}.",
+        "{s} has a resident count of {v}.",
+        "{s} is a place whose people number {v}.",
+        "{s} has a headcount of {v}.",
+        "{s} has inhabitants numbering {v}.",
+        "{s} has a census total of {v}.",
+        "{s} houses a number of people equal to {v}.",
+        "{s} has a number of residents of {v}.",
+    ),
+    "length": (
+        "{s} stretches for {v}.",
+        "{s} runs for {v}.",
+        "{s} measures {v}.",
+        "{s} extends {v}.",
+        "{s} covers a distance of {v}.",
+        "{s} spans {v}.",
+        "{s} is a river of {v}.",
+        "{s} flows for {v}.",
+    ),
+}
+
 # Sentences that give an entity's type and a descriptor, and a "related" mention of a same-type
 # entity: not asked about, but they put other entities' names into passages (BM25 distractors).
 INTRO = {
@@ -245,3 +394,9 @@ def template_texts() -> list[str]:
         templates += [attribute.question, attribute.comparison, *attribute.facts]
     words = [word for descriptors in DESCRIPTORS.values() for word in descriptors]
     return [re.sub(r"\{[a-z]\}", "", t) for t in templates] + [" ".join(words), "km"]
+
+
+def recall_template_texts() -> list[str]:
+    """``RECALL_STATEMENTS`` with their slots left empty, for a tokenizer that also learns them
+    (``template_texts`` leaves them out: it defines the shipped π_0's tokenizer)."""
+    return [re.sub(r"\{[a-z]\}", "", t) for templates in RECALL_STATEMENTS.values() for t in templates]
