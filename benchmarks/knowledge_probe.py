@@ -35,7 +35,7 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -233,6 +233,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
     from agents.tiny_model import TinyModelConfig, build_tiny_model
     from envs.synthwiki.grammar import subquestion
     from envs.synthwiki.popularity import ExposureCurve
+    from training.base_model import shared_fields
     from training.sft import TrainingSchedule, language_model_windows, train_sft
 
     started = time.perf_counter()
@@ -245,22 +246,9 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
 
     tokenizer = build_tokenizer(config.vocab_size)
     windows = language_model_windows(texts, tokenizer, config.seq_len)
-    model = build_tiny_model(
-        tokenizer,
-        TinyModelConfig(
-            hidden_size=config.hidden_size,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            num_kv_heads=config.num_kv_heads,
-            head_dim=config.head_dim,
-            intermediate_size=config.intermediate_size,
-            initializer_range=0.02,
-            seed=config.seed,
-        ),
-    )
-    schedule = TrainingSchedule(
-        epochs=config.epochs, lr=config.lr, batch_size=config.batch_size, warmup_fraction=0.03, seed=config.seed
-    )
+    # π_0's initialisation and warm-up (SFTConfig's), the rest of the shape and schedule from the probe
+    model = build_tiny_model(tokenizer, replace(shared_fields(TinyModelConfig, config), initializer_range=0.02))
+    schedule = replace(shared_fields(TrainingSchedule, config), warmup_fraction=0.03)
     losses = train_sft(model, windows, schedule, tokenizer.pad_token_id, progress, "pretraining")
     trained = time.perf_counter()
 

@@ -34,7 +34,7 @@ import random
 import time
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
@@ -293,9 +293,9 @@ def tail_mean(losses: list[float], last: int = 20) -> float:
     return sum(losses[-last:]) / len(losses[-last:])
 
 
-def shared_fields(cls: type[T], config: SFTConfig) -> T:
-    """Dataclass ``cls`` (the model's or the schedule's config) with every field ``config`` has too
-    taken from ``config``, the seed included, and its own defaults for the rest."""
+def shared_fields(cls: type[T], config: Any) -> T:
+    """Dataclass ``cls`` (the model's or the schedule's config) with every field dataclass ``config``
+    has too taken from ``config``, the seed included, and its own defaults for the rest."""
     names = {spec.name for spec in fields(config)}
     return cls(**{spec.name: getattr(config, spec.name) for spec in fields(cls) if spec.name in names})
 
