@@ -34,11 +34,12 @@ import platform
 import random
 import sys
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+
+from envs.synthwiki.facts import Fact, chance_rates, graph_facts, question_answer, statements
 
 RESULTS = Path(__file__).parent / "results" / "knowledge_probe"
 GROUP = 8  # statements per pretraining text, shuffled together
@@ -84,53 +85,12 @@ QUICK = {
 }
 
 
-@dataclass(frozen=True)
-class Fact:
-    subject: str
-    predicate: str
-    value: str  # as stated
-    answers: tuple[str, ...]  # every accepted surface form
-    rank: int
-    band: str
-    exposures: int
-
-
 def world_facts(seed: int, scale: float, curve) -> list[Fact]:
-    """Every fact of the graph of ``seed``, with its subject's popularity rank, band and exposures."""
+    """Every fact of the graph of ``seed`` at ``scale`` times the tiny preset's entity mix."""
     from envs.synthwiki.generator import GraphSize, generate_graph
-    from envs.synthwiki.popularity import band, entity_ranks
-    from envs.synthwiki.schema import format_value, value_answers
 
-    entities = generate_graph(seed, GraphSize({kind: max(1, round(n * scale)) for kind, n in BASE_COUNTS.items()}))
-    ranks = entity_ranks(seed, entities)
-    facts = []
-    for entity in entities:
-        rank = ranks[entity.id]
-        popularity = (rank, band(rank, len(entities)), curve.exposures(rank, len(entities)))
-        for relation, target in sorted(entity.relations.items()):
-            obj = entities[target]
-            facts.append(Fact(entity.name, relation, obj.name, obj.surfaces, *popularity))
-        for attribute, value in sorted(entity.attributes.items()):
-            text = format_value(attribute, value)
-            facts.append(Fact(entity.name, attribute, text, value_answers(attribute, value), *popularity))
-    return facts
-
-
-def statements(fact: Fact, phrasings: int, rng: random.Random) -> list[str]:
-    """The fact stated ``exposures`` times, cycling through the first ``phrasings`` phrasings."""
-    from envs.synthwiki.grammar import recall_statement
-
-    start = rng.randrange(phrasings)
-    return [
-        recall_statement(fact.predicate, fact.subject, fact.value, (start + i) % phrasings)
-        for i in range(fact.exposures)
-    ]
-
-
-def question_answer(fact: Fact) -> str:
-    from envs.synthwiki.grammar import subquestion
-
-    return f"{subquestion(fact.predicate, fact.subject)} {fact.value}."
+    counts = {kind: max(1, round(n * scale)) for kind, n in BASE_COUNTS.items()}
+    return graph_facts(seed, generate_graph(seed, GraphSize(counts)), curve)
 
 
 def pretraining_corpus(
@@ -181,14 +141,6 @@ def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int =
                 for row, i in zip(out[:, ids.shape[1] :].tolist(), chunk):
                     outputs[i] = tokenizer.decode(row, skip_special_tokens=True).split(".")[0].strip()
     return outputs
-
-
-def chance_rates(facts: list[Fact]) -> dict[str, float]:
-    """Per predicate: the share of its facts whose value is its most common value."""
-    values: dict[str, Counter] = {}
-    for fact in facts:
-        values.setdefault(fact.predicate, Counter())[fact.value] += 1
-    return {p: counter.most_common(1)[0][1] / sum(counter.values()) for p, counter in values.items()}
 
 
 def summarise(facts: list[Fact], correct: list[bool], chance: dict[str, float]) -> dict:

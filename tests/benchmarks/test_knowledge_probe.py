@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.knowledge_probe import Fact, ProbeConfig, chance_rates, pretraining_corpus, probe_report, world_facts
+from benchmarks.knowledge_probe import ProbeConfig, pretraining_corpus, probe_report, world_facts
+from envs.synthwiki.facts import Fact, chance_rates
 from envs.synthwiki.grammar import parse_question
 from envs.synthwiki.popularity import BANDS, ExposureCurve
 
