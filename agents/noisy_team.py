@@ -1,7 +1,8 @@
 """A noisy SynthWiki team: the expert team with per-role failure knobs.
 
-Each knob is the probability of one realistic mistake (or, for ``searcher_memory_report``, of a
-shortcut a model with parametric knowledge takes: answering from memory instead of searching).
+Each knob is the probability of one realistic mistake (or, for ``searcher_memory_report``, of the
+shortcut a model with parametric knowledge takes: answering from memory what it knows instead of
+searching it).
 Call-level mistakes (skip the search, query the wrong entity, report too early) are drawn once when
 a Searcher call starts and kept for the whole call; output-level mistakes (misformat, drop a report,
 answer from the wrong report) are drawn per output. Draws come from one ``random.Random(seed)``
@@ -45,8 +46,9 @@ class NoiseConfig:
     searcher_wrong_entity: float = probability(0.0)  # query a misspelt entity and report what comes back
     searcher_early_report: float = probability(0.0)  # report after the first search, with its first sentence
     searcher_misformat: float = probability(0.0)  # an output without a complete action tag
-    # report at once what the team's closed book recalls (envs.synthwiki.closed_book), without
-    # searching: right for facts it knows, a confident wrong value otherwise; needs a closed book
+    # report at once, without searching, the facts of the task the team's closed book knows
+    # (envs.synthwiki.closed_book); a task with any fact it does not know is searched as usual.
+    # Needs a closed book.
     searcher_memory_report: float = probability(0.0)
     leader_drop_report: float = probability(0.0)  # leave one report out of the selection
     leader_misformat: float = probability(0.0)
@@ -142,8 +144,8 @@ class NoisyTeam:
         task = strip_label(turn.task, "Task:")
         if mistake == "skip_search":
             return f"<report>{NO_FACTS}</report>"
-        if mistake == "memory_report":
-            return f"<report>{' '.join(step.sentence() for step in self._recalled(task)) or NO_FACTS}</report>"
+        if mistake == "memory_report" and (known := self._known(task)):
+            return f"<report>{' '.join(step.sentence() for step in known)}</report>"
         if mistake == "wrong_entity":
             if search := self._misspelt_search(turn, task, searched):
                 return search
@@ -163,10 +165,12 @@ class NoisyTeam:
         topic = named_entity(parse_question(question)) or question
         return f"<search>{question.replace(topic, misspell(topic, self.rng))}</search>"
 
-    def _recalled(self, question: str) -> list[Step]:
-        """The steps of ``question`` the team's closed book recalls a value for (right or wrong)."""
+    def _known(self, question: str) -> list[Step]:
+        """Every step of ``question`` as the team's closed book recalls it, when it knows them all
+        (none otherwise: the question is then searched)."""
         plan = parse_question(question)
-        return [step for step in self.closed_book.recall_steps(plan) if step.value] if plan else []
+        steps = self.closed_book.recall_steps(plan) if plan else []
+        return steps if self.closed_book.knows(steps) else []
 
     def _draw_call_mistake(self) -> str | None:
         # memory_report is drawn only with a closed book, so a team without one makes the same draws as
@@ -195,8 +199,8 @@ class NoisyTeam:
         searched = action_contents(turn.messages, "search")
         if mistake == "skip_search":
             return answer_text(question, Knowledge())
-        if mistake == "memory_report":
-            return answer_text(question, Knowledge(step.sentence() for step in self._recalled(question)))
+        if mistake == "memory_report" and (known := self._known(question)):
+            return answer_text(question, Knowledge(step.sentence() for step in known))
         if mistake == "wrong_entity":
             if search := self._misspelt_search(turn, question, searched):
                 return search

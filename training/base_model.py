@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
+from envs.synthwiki.schema import RECALL_STATEMENTS
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.config import ConfigError, check_fields, checked, probability, to_dict
@@ -47,10 +48,11 @@ if TYPE_CHECKING:
     from agents.noisy_team import NoiseConfig
 
 # Bump when the build changes what a config produces, so cached models are rebuilt.
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 CONFIG_FILE = "sft_config.yaml"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"
 METRICS_FILE = "sft_metrics.json"
+PRETRAINED_DIR = "pretrained"  # the language model after pretraining, inside π_0's directory
 CHAT_ROLES = ("system", "user", "assistant")
 T = TypeVar("T")
 # Field metadata for the cache key. KEYED_WHEN_SET: a setting whose default builds what the build
@@ -60,6 +62,33 @@ T = TypeVar("T")
 KEYED_WHEN_SET = "keyed_when_set"
 KEYED_WITH = "keyed_with"
 CRITIC_LABELS = ("gold", "decidable")  # SFTConfig.critic_labels
+# What the demonstrating team knows of a knowledge world: the facts of its popular band, the ones π_0
+# reads a hundred times or more. Its Searchers report those from memory (with
+# noise_knobs.searcher_memory_report) and search everything else, so π_0 imitates recall, never a guess.
+DEMONSTRATED_KNOWLEDGE = ClosedBookConfig(popular=1.0, middle=0.0, long_tail=0.0)
+KNOWLEDGE_GROUP = 8  # statements (or question/answer pairs) per pretraining text, shuffled together
+
+
+@dataclass(frozen=True)
+class KnowledgeConfig:
+    """Facts π_0 knows without search, by popularity, in the knowledge probe's recipe
+    (``benchmarks/knowledge_probe.py``): every fact of the knowledge worlds, the RL world
+    (``world_seed``) and ``qa_worlds`` pretraining worlds (``world_seed + 1 …``), is stated
+    ``ExposureCurve().scaled(exposure_scale)`` times by its subject's popularity, cycling through
+    ``phrasings`` of ``schema.RECALL_STATEMENTS`` (none a question); for ``qa_share`` of the
+    pretraining worlds' entities each fact is also a question/answer pair as often, so that π_0
+    learns to answer a question from a fact it read as a statement without ever seeing an RL-world
+    question (Allen-Zhu & Li, Physics of Language Models 3.1). ``replay``: the share of these
+    texts read again during fine-tuning, so that fine-tuning does not overwrite them."""
+
+    qa_worlds: int = checked(1, ge=1)
+    qa_share: float = probability(0.5)
+    phrasings: int = checked(8, ge=1, le=min(len(t) for t in RECALL_STATEMENTS.values()))
+    exposure_scale: float = checked(1.0, gt=0)
+    replay: float = probability(0.1)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -111,14 +140,10 @@ class SFTConfig:
     # copying it; the restatement does, among distractors, which is what a Searcher's report needs.
     pretrain_recall_group: int = checked(0, ge=0)
     pretrain_recall_sentences: int = checked(3, ge=1)
-    # Closed-book knowledge (envs.synthwiki.closed_book): the facts of the world_seed world that π_0
-    # "knows", as it states them (wrong ones included), are pretrained on this many times each, in
-    # shuffled groups, so that some questions can be answered without search. None: none. With
-    # noise_knobs searcher_memory_report, the demonstrating team reports from each demonstration
-    # world's closed book (same config); demonstration worlds that are also pretraining worlds
-    # were read by π_0 as passages, so such a report states what it read.
-    closed_book: ClosedBookConfig | None = field(default=None, metadata={KEYED_WHEN_SET: True})
-    closed_book_repeats: int = checked(4, ge=1, metadata={KEYED_WITH: "closed_book"})
+    # What π_0 knows without search (KnowledgeConfig): every fact of the world_seed world, and of
+    # knowledge.qa_worlds pretraining worlds, stated in pretraining as often as its subject's
+    # popularity says (envs.synthwiki.popularity). None: π_0 knows no fact of the world_seed world.
+    knowledge: KnowledgeConfig | None = field(default=None, metadata={KEYED_WHEN_SET: True})
     pretrain_epochs: int = checked(1, ge=1)
     pretrain_seq_len: int = checked(256, ge=1)
     pretrain_batch_size: int = checked(16, ge=1)
@@ -202,6 +227,14 @@ def roles_shown(config: SFTConfig) -> tuple[str, ...]:
     return tuple(role for role in ROLES if role in played or role in TEAM_ROLES)
 
 
+def knowledge_worlds(config: SFTConfig) -> tuple[int, ...]:
+    """The seeds of the worlds whose facts π_0 is pretrained to know (none without ``knowledge``):
+    the RL world, then the question/answer worlds."""
+    if config.knowledge is None:
+        return ()
+    return (config.world_seed, *range(config.world_seed + 1, config.world_seed + 1 + config.knowledge.qa_worlds))
+
+
 def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     """The noisy team's demonstrations (one row per model call) for every configured workflow."""
     from tqdm import tqdm
@@ -224,7 +257,9 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
         )
         questions = world.splits["train"][: config.demo_questions]
         retriever = BM25Retriever(world.corpus)
-        book = closed_book(world.corpus, config.closed_book) if config.closed_book is not None else None
+        # the team knows what π_0 is pretrained to know of this world, and nothing of the others
+        known = seed in knowledge_worlds(config)
+        book = closed_book(world.corpus, DEMONSTRATED_KNOWLEDGE, seed) if known else None
         # the world's facts, for the judge's labels: the closed book has parsed them already
         facts = (
             (book.knowledge if book else Knowledge(d.text for d in world.corpus.documents))
@@ -260,32 +295,52 @@ def pretraining_texts(config: SFTConfig) -> list[str]:
             pool = [sentence for d in group for sentence in sentences(d.text)]
             recalled = rng.sample(pool, min(config.pretrain_recall_sentences, len(pool)))
             texts.append("\n".join(f"{d.title}: {d.text}" for d in group) + "\n" + " ".join(recalled))
-    return texts + closed_book_texts(config, rng)
+    return texts
 
 
-CLOSED_BOOK_GROUP = 8  # memorised sentences per pretraining text
-
-
-def closed_book_texts(config: SFTConfig, rng: random.Random) -> list[str]:
-    """The world_seed world's memorised facts (``ClosedBook.memorised_sentences``), each repeated
-    ``closed_book_repeats`` times, shuffled into texts of ``CLOSED_BOOK_GROUP`` sentences."""
-    if config.closed_book is None:
+def knowledge_texts(config: SFTConfig) -> list[str]:
+    """The knowledge worlds' facts (``KnowledgeConfig``): each stated as often as its subject's
+    popularity says, and asked with its answer as often for ``qa_share`` of the question/answer
+    worlds' entities (never the RL world's), shuffled into texts of ``KNOWLEDGE_GROUP`` items."""
+    if config.knowledge is None:
         return []
-    from envs.synthwiki.closed_book import closed_book
-    from envs.synthwiki.world import load_default_world
+    from envs.synthwiki.facts import graph_facts, question_answer, statements
+    from envs.synthwiki.popularity import ExposureCurve
+    from envs.synthwiki.world import world_graph
 
-    corpus = load_default_world(config.world_seed, config.world_size).corpus
-    sentences = closed_book(corpus, config.closed_book).memorised_sentences() * config.closed_book_repeats
-    rng.shuffle(sentences)
-    return [" ".join(sentences[i : i + CLOSED_BOOK_GROUP]) for i in range(0, len(sentences), CLOSED_BOOK_GROUP)]
+    knowledge = config.knowledge
+    rng = random.Random(config.seed)
+    curve = ExposureCurve().scaled(knowledge.exposure_scale)
+    items = []
+    for seed in knowledge_worlds(config):
+        facts = graph_facts(seed, world_graph(seed, config.world_size), curve)
+        items += [sentence for fact in facts for sentence in statements(fact, knowledge.phrasings, rng)]
+        if seed != config.world_seed:
+            subjects = sorted({fact.subject for fact in facts})
+            asked = set(rng.sample(subjects, round(knowledge.qa_share * len(subjects))))
+            items += [question_answer(fact) for fact in facts if fact.subject in asked for _ in range(fact.exposures)]
+    rng.shuffle(items)
+    return [" ".join(items[i : i + KNOWLEDGE_GROUP]) for i in range(0, len(items), KNOWLEDGE_GROUP)]
 
 
-def pretraining_examples(config: SFTConfig, tokenizer) -> list:
-    """``pretraining_texts`` separated by ``<|endoftext|>``, cut into ``pretrain_seq_len`` windows
-    with the loss on every token."""
+def pretraining_examples(config: SFTConfig, tokenizer) -> tuple[list, list]:
+    """(passage windows, knowledge windows): ``pretraining_texts`` and ``knowledge_texts``, each
+    separated by ``<|endoftext|>`` and cut into ``pretrain_seq_len`` windows with the loss on every
+    token."""
     from training.sft import language_model_windows
 
-    return language_model_windows(pretraining_texts(config), tokenizer, config.pretrain_seq_len)
+    return (
+        language_model_windows(pretraining_texts(config), tokenizer, config.pretrain_seq_len),
+        language_model_windows(knowledge_texts(config), tokenizer, config.pretrain_seq_len),
+    )
+
+
+def replayed(config: SFTConfig, windows: list) -> list:
+    """The share ``knowledge.replay`` of the knowledge windows, drawn with the seed: read again in
+    fine-tuning."""
+    if config.knowledge is None or not windows:
+        return []
+    return random.Random(config.seed).sample(windows, round(config.knowledge.replay * len(windows)))
 
 
 def tail_mean(losses: list[float], last: int = 20) -> float:
@@ -307,7 +362,7 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
     from agents.tokenizer import train_tokenizer
     from envs.prompts import CRITIC_PROMPT, NO_FACTS, judgement_text
-    from envs.synthwiki.schema import template_texts
+    from envs.synthwiki.schema import recall_template_texts, template_texts
     from training.sft import TrainingSchedule, encode_call, train_sft
 
     started = time.perf_counter()
@@ -321,20 +376,27 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         if config.critic_demos
         else []
     )
-    tokenizer = train_tokenizer([*template_texts(), NO_FACTS, *CHAT_ROLES, *critic], vocab_size=config.vocab_size)
+    statements = recall_template_texts() if config.knowledge is not None else []
+    tokenizer = train_tokenizer(
+        [*template_texts(), *statements, NO_FACTS, *CHAT_ROLES, *critic], vocab_size=config.vocab_size
+    )
     encoded = [encode_call(tokenizer, row["messages"], row["role"]) for row in rows]
     examples = [e for e in encoded if len(e) <= config.max_seq_len]
 
     model = build_tiny_model(tokenizer, shared_fields(TinyModelConfig, config))
     schedule = shared_fields(TrainingSchedule, config)
-    pretraining = pretraining_examples(config, tokenizer)  # none when pretrain_worlds is 0
+    passages, knowledge = pretraining_examples(config, tokenizer)  # none without pretrain_worlds or knowledge
+    pretraining = passages + knowledge
     pretrain_losses = []
     if pretraining:
         pretrain_schedule = replace(schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size)
         pretrain_losses = train_sft(
             model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining"
         )
-    losses = train_sft(model, examples, schedule, tokenizer.pad_token_id, progress)
+        # the language model before fine-tuning, for the closed-book gate right after pretraining
+        save_model(model, tokenizer, Path(out_dir) / PRETRAINED_DIR)
+    replay = replayed(config, knowledge)
+    losses = train_sft(model, examples + replay, schedule, tokenizer.pad_token_id, progress)
 
     out_dir = save_model(model, tokenizer, out_dir)
     write_record(config, out_dir, CONFIG_FILE)
@@ -348,6 +410,8 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
         "pretraining_tokens": sum(len(e) for e in pretraining),
+        "knowledge_tokens": sum(len(e) for e in knowledge),
+        "replayed_tokens": sum(len(e) for e in replay),
         "pretraining_steps": len(pretrain_losses),
         "pretraining_final_loss": tail_mean(pretrain_losses) if pretrain_losses else None,
         "steps": len(losses),

@@ -26,8 +26,9 @@ As ``synthwiki_v0`` with two changes that pose the paper's credit-assignment pro
 
 | | |
 |---|---|
-| Closed book | ``ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)``: a Searcher may "report from memory"; |
-| | 0.7 × 0.9 = 63% of single facts come back right, a 2-hop chain about 40%, a 3-hop chain about 25% |
+| Closed book | ``ClosedBookConfig()``: a Searcher may "report from memory"; a fact comes back right at a rate set by |
+| | its subject's popularity band (``envs.synthwiki.popularity``): 0.9 for the most popular quarter, |
+| | 0.6 for the middle quarter, never for the least popular half (a confident wrong value instead) |
 | Budget | 8 environment steps instead of 12: every search spends budget that a multi-hop question needs, |
 | | and a team that runs out answers from what it has |
 
@@ -69,7 +70,9 @@ class OptionScenario:
         """An option-mode environment of this scenario; ``workflow`` overrides it (a Teacher's cascade),
         ``overrides`` any environment option (``retriever=None``: an uncached BM25 index)."""
         world = load_default_world(self.world_seed, self.world_size)
-        knowledge = closed_book(world.corpus, self.closed_book) if self.closed_book is not None else None
+        knowledge = (
+            closed_book(world.corpus, self.closed_book, self.world_seed) if self.closed_book is not None else None
+        )
         # One BM25 index and one result cache per world: a query is searched once per process.
         options: dict[str, Any] = {
             "retriever": _cached_retriever(world.corpus),
@@ -109,9 +112,7 @@ def _cached_retriever(corpus) -> CachedRetriever:
 
 SCENARIOS = {
     "synthwiki_v0": OptionScenario("synthwiki_v0"),
-    "lazy_searcher_v0": OptionScenario(
-        "lazy_searcher_v0", max_steps=8, closed_book=ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9)
-    ),
+    "lazy_searcher_v0": OptionScenario("lazy_searcher_v0", max_steps=8, closed_book=ClosedBookConfig()),
 }
 
 

@@ -1,20 +1,21 @@
-"""Closed-book knowledge: which facts of a world a model knows without searching, and what it recalls.
+"""Closed-book knowledge: which facts of a world a model recalls without searching, by popularity.
 
 Search collapse, the failure the paper's Searcher supervision prevents, needs a tempting local
-optimum: questions that can sometimes be answered without search. ``ClosedBook`` defines it once
-per world, for every consumer:
+optimum: questions that can sometimes be answered without search. Language models know the facts
+of popular entities and not those of the long tail (Mallen et al. 2023), and a fact is stored only
+after about a hundred statements in varied phrasings (Allen-Zhu & Li 2024), so ``ClosedBook``
+defines what a model recalls by the subject's popularity band (``envs.synthwiki.popularity``, the
+one definition every consumer reads):
 
-* a fact (subject, predicate) is **memorised** with probability ``known_fraction`` (decided by a
-  hash of the world seed, the subject's canonical name and the predicate, so aliases agree);
-* a memorised fact is recalled **right** with probability ``recall_accuracy`` (again by hash),
-  else as another value of the same predicate; a fact that is not memorised is recalled as such a
-  wrong value too, so recalling always sounds confident, as a language model's guess does.
+* a fact (subject, predicate) is **recalled right** with the probability its subject's band is
+  given (``ClosedBookConfig.popular``, ``middle``, ``long_tail``), decided by a hash of the seed,
+  the subject's canonical name and the predicate, so aliases agree;
+* any other fact is recalled as another value of the same predicate, so recalling always sounds
+  confident, as a language model's guess does.
 
-A 1-hop question is then answerable closed-book with probability about
-``known_fraction · recall_accuracy``, a k-hop chain about its k-th power. The option mode's
-"report from memory" Searcher option (``envs.option.menus``, the ``lazy_searcher_v0`` scenario)
-and the memorised sentences a base model is pretrained on (``SFTConfig.closed_book``, through
-``memorised_sentences``) both read this one definition.
+The option mode's "report from memory" Searcher option (``envs.option.menus``, the lazy-Searcher
+scenario) and the demonstrating team of π_0's build (``training.base_model``: it reports from
+memory only what π_0 was pretrained to know) both read this one definition.
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ from __future__ import annotations
 import bisect
 import functools
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envs.retrieval.corpus import Corpus
-from envs.synthwiki.grammar import Chain, Comparison, fact_sentence
+from envs.synthwiki.grammar import Chain, Comparison
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
+from envs.synthwiki.popularity import band, popularity_ranks
 from maopd.base.config import check_fields, probability
 
 
 @dataclass(frozen=True)
 class ClosedBookConfig:
-    known_fraction: float = probability(0.7)  # share of the world's facts a model knows without search
-    recall_accuracy: float = probability(0.9)  # share of known facts it recalls right
+    """The probability that a fact is recalled right, by its subject's popularity band."""
+
+    popular: float = probability(0.9)
+    middle: float = probability(0.6)
+    long_tail: float = probability(0.0)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -46,9 +52,11 @@ def _draw(*parts: object) -> float:
 
 
 class ClosedBook:
-    def __init__(self, corpus: Corpus, config: ClosedBookConfig):
+    def __init__(self, corpus: Corpus, config: ClosedBookConfig, world_seed: int):
         self.config = config
         self.knowledge = Knowledge(document.text for document in corpus.documents)
+        # every passage is one entity, titled by its name: popularity ranks its canonical names
+        self.ranks = popularity_ranks(world_seed, (self.canonical(d.title) for d in corpus.documents))
         self._values: dict[str, list[str]] = {}
         for (_, predicate), value in self.knowledge.values.items():
             self._values.setdefault(predicate, []).append(value)
@@ -58,8 +66,14 @@ class ClosedBook:
     def canonical(self, name: str) -> str:
         return min(self.knowledge.same.get(name, {name}))
 
+    def band(self, subject: str) -> str:
+        """The popularity band of ``subject`` (any surface form of an entity of the world)."""
+        return band(self.ranks[self.canonical(subject)], len(self.ranks))
+
     def known(self, subject: str, predicate: str) -> bool:
-        return _draw(self.config.seed, "known", self.canonical(subject), predicate) < self.config.known_fraction
+        """Whether the fact is recalled right: a draw against its subject's band's probability."""
+        chance = getattr(self.config, self.band(subject))
+        return _draw(self.config.seed, "known", self.canonical(subject), predicate) < chance
 
     def recall(self, subject: str, predicate: str) -> str | None:
         """The value a model states for the fact without searching; None if the world lacks the fact."""
@@ -67,10 +81,7 @@ class ClosedBook:
         if truth is None:
             return None
         subject = self.canonical(subject)
-        right = (
-            self.known(subject, predicate)
-            and _draw(self.config.seed, "right", subject, predicate) < self.config.recall_accuracy
-        )
+        right = self.known(subject, predicate)
         # The guess is a draw from the predicate's sorted values other than the truth, indexed
         # around the truth's run instead of copying the list (thousands of values; menus ask often).
         values = self._values[predicate]
@@ -97,16 +108,14 @@ class ClosedBook:
             subject = value
         return steps
 
-    def memorised_sentences(self) -> list[str]:
-        """The known facts as the model states them (wrong ones included): what it was pretrained on."""
-        sentences = []
-        for subject, predicate in sorted(self.knowledge.values):
-            if self.known(subject, predicate):
-                sentences.append(fact_sentence(predicate, subject, self.recall(subject, predicate) or ""))
-        return sentences
+    def knows(self, steps: Sequence[Step]) -> bool:
+        """Whether every one of ``steps`` (from ``recall_steps``) is recalled right: the model knows
+        them rather than guesses."""
+        return bool(steps) and all(s.value is not None and self.known(s.subject, s.predicate) for s in steps)
 
 
 @functools.lru_cache(maxsize=8)
-def closed_book(corpus: Corpus, config: ClosedBookConfig) -> ClosedBook:
-    """One ``ClosedBook`` per (corpus, config) in a process: parsing a world's facts takes a while."""
-    return ClosedBook(corpus, config)
+def closed_book(corpus: Corpus, config: ClosedBookConfig, world_seed: int) -> ClosedBook:
+    """One ``ClosedBook`` per (corpus, config, world seed) in a process: parsing a world's facts
+    takes a while."""
+    return ClosedBook(corpus, config, world_seed)

@@ -24,7 +24,7 @@ from typing import Any
 from envs.datasets import Question, load_questions
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.synthwiki.corpus import iter_documents
-from envs.synthwiki.generator import SPLITS, GraphSize, generate_graph
+from envs.synthwiki.generator import SPLITS, Entity, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.atomic import build_directory_atomically
 
@@ -100,9 +100,15 @@ def _write_questions(questions: list[Question], path: Path) -> None:
             handle.write(json.dumps(question.to_dict(), sort_keys=True, ensure_ascii=False) + "\n")
 
 
+@functools.lru_cache(maxsize=4)
+def world_graph(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE) -> list[Entity]:
+    """The knowledge graph the world of ``seed`` and ``size`` is written from."""
+    return generate_graph(seed, _preset(size).graph)
+
+
 def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
     preset = _preset(size)
-    entities = generate_graph(seed, preset.graph)
+    entities = world_graph(seed, size)
     mix = hop_mix or DEFAULT_HOP_MIX
     rng = random.Random(f"{seed}:questions")
     # train, dev and the first test split from one stream, as version 1 wrote them

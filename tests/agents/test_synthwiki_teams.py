@@ -197,15 +197,15 @@ def test_demonstrations_are_the_environment_chats(small):
         assert parse_action(row["messages"][-1]["content"], row["role"]).valid
 
 
-def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(small):
+def test_memory_reports_state_what_the_closed_book_knows_and_need_a_closed_book(small):
     """searcher_memory_report: the Searcher reports, without searching, what the closed book recalls
-    for every hop of its task; a team without a closed book never draws it."""
+    for every hop of its task when it knows them all; a team without a closed book never draws it."""
     from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
     from envs.synthwiki.grammar import Chain, parse_question
     from envs.synthwiki.knowledge import final_answer
 
     world, _ = small
-    perfect = ClosedBook(world.corpus, ClosedBookConfig(known_fraction=1.0, recall_accuracy=1.0))
+    perfect = ClosedBook(world.corpus, ClosedBookConfig(popular=1.0, middle=1.0, long_tail=1.0), world_seed=0)
     chains = [
         q
         for q in world.splits["dev"]
@@ -222,6 +222,22 @@ def test_memory_reports_state_the_closed_books_recall_and_need_a_closed_book(sma
         assert report == "<report>" + " ".join(s.sentence() for s in steps) + "</report>"
     without_book = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0)
     assert without_book.act([searcher_turn(QUESTION)])[0].texts[0].startswith("<search>")
+
+    # a book of the popular band only: what it knows is reported, anything else searched
+    popular = ClosedBook(world.corpus, ClosedBookConfig(popular=1.0, middle=0.0, long_tail=0.0), world_seed=0)
+    lookups = [q for q in world.splits["dev"] if isinstance(parse_question(q.question), Chain)]
+    outputs = {"popular": set(), "other": set()}
+    for question in lookups[:60]:
+        plan = parse_question(question.question)
+        steps = popular.recall_steps(plan)
+        knows = all(popular.band(step.subject) == "popular" for step in steps)
+        assert popular.knows(steps) == knows
+        team = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0, closed_book=popular)
+        text = team.act([searcher_turn(question.question)])[0].texts[0]
+        outputs["popular" if knows else "other"].add(text[: text.index(">") + 1])
+        if knows:
+            assert text == "<report>" + " ".join(s.sentence() for s in steps) + "</report>"
+    assert outputs == {"popular": {"<report>"}, "other": {"<search>"}}
 
     # the single agent answers from the same recall, without searching
     env = make_env("single", small[1], chains)

@@ -55,19 +55,34 @@ def test_a_slot_that_moves_to_another_question_resets_its_text_environment():
     assert second.record["question_id"] == venv.questions[9].id
 
 
-def test_closed_book_is_deterministic_and_recalls_at_the_configured_rates():
+def test_closed_book_is_deterministic_and_recalls_each_band_at_its_rate():
     corpus = load_default_world().corpus
-    book = ClosedBook(corpus, ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9))
-    again = ClosedBook(corpus, ClosedBookConfig(known_fraction=0.7, recall_accuracy=0.9))
-    facts = sorted(book.knowledge.values.items())[:3000]
+    book = ClosedBook(corpus, ClosedBookConfig(), world_seed=0)
+    again = ClosedBook(corpus, ClosedBookConfig(), world_seed=0)
+    facts = sorted(book.knowledge.values.items())
     recalled = [book.recall(subject, predicate) for (subject, predicate), _ in facts]
     assert recalled == [again.recall(subject, predicate) for (subject, predicate), _ in facts]
-    right = sum(value == truth for value, (_, truth) in zip(recalled, facts)) / len(facts)
-    assert abs(right - 0.63) < 0.04
-    nothing_known = ClosedBook(corpus, ClosedBookConfig(known_fraction=0.0))
+    by_band: dict[str, list[bool]] = {}
+    for value, ((subject, _), truth) in zip(recalled, facts):
+        by_band.setdefault(book.band(subject), []).append(value == truth)
+    rates = {band: sum(right) / len(right) for band, right in by_band.items()}
+    assert abs(rates["popular"] - 0.9) < 0.03 and abs(rates["middle"] - 0.6) < 0.04
+    assert rates["long_tail"] < 0.01  # only where the wrong values run out
+    nothing_known = ClosedBook(corpus, ClosedBookConfig(popular=0.0, middle=0.0), world_seed=0)
     assert all(nothing_known.recall(s, p) != v for (s, p), v in facts[:200])
-    with pytest.raises(ConfigError, match="known_fraction"):
-        ClosedBookConfig(known_fraction=1.5)
+    with pytest.raises(ConfigError, match="popular"):
+        ClosedBookConfig(popular=1.5)
+
+
+def test_closed_book_bands_are_the_popularity_definitions_bands_of_the_world_graph():
+    from envs.synthwiki.popularity import band, entity_ranks
+    from envs.synthwiki.world import world_graph
+
+    entities = world_graph(0, "small")
+    ranks = entity_ranks(0, entities)
+    book = ClosedBook(load_default_world().corpus, ClosedBookConfig(), world_seed=0)
+    assert all(book.band(e.name) == band(ranks[e.id], len(entities)) for e in entities)
+    assert all(book.band(e.alias) == book.band(e.name) for e in entities if e.alias)
 
 
 def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():

@@ -1,6 +1,5 @@
 """SFT encoding (token-exact, assistant-only loss), training, and the base model π_0 build."""
 
-import random
 import re
 from dataclasses import replace
 from itertools import pairwise
@@ -249,7 +248,8 @@ def test_pretraining_reads_other_worlds_in_full_windows():
 
     tokenizer = train_tokenizer(vocab_size=600)
     config = replace(SMOKE_CONFIG, pretrain_worlds=2, pretrain_seq_len=64)
-    examples = pretraining_examples(config, tokenizer)
+    examples, knowledge = pretraining_examples(config, tokenizer)
+    assert knowledge == []  # no KnowledgeConfig: π_0 is pretrained to know no fact
     assert examples and all(len(e) == 64 and e.loss_mask == [0] + [1] * 63 for e in examples)
     text = "".join(tokenizer.decode(e.input_ids) for e in examples)
     others = [build_world(seed, config.world_size).corpus.documents for seed in (1, 2)]
@@ -338,16 +338,64 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
     assert len(record["candidate_scores"]) == 1
 
 
-def test_closed_book_facts_are_pretrained_on_and_change_the_key_only_when_set():
-    from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
-    from envs.synthwiki.world import load_default_world
-    from training.base_model import closed_book_texts
+def test_knowledge_states_each_fact_by_popularity_and_asks_only_other_worlds_questions():
+    """KnowledgeConfig: every fact of the RL world and the question/answer world is stated as often
+    as its subject's popularity says, in recall phrasings; questions are asked only of the other
+    world's entities, and no RL-world statement is a question (or matches a question template)."""
+    from envs.synthwiki.facts import graph_facts
+    from envs.synthwiki.grammar import parse_question
+    from envs.synthwiki.popularity import ExposureCurve
+    from envs.synthwiki.world import world_graph
+    from training.base_model import KnowledgeConfig, knowledge_texts, knowledge_worlds
 
     plain = SFTConfig(world_size="tiny")
-    knowing = replace(plain, closed_book=ClosedBookConfig(known_fraction=0.5), closed_book_repeats=2)
-    assert plain.key() == replace(plain, closed_book_repeats=7).key()  # unused without a closed book: not in the key
-    assert knowing.key() != plain.key() and closed_book_texts(plain, random.Random(0)) == []
-    texts = closed_book_texts(knowing, random.Random(0))
-    memorised = ClosedBook(load_default_world(0, "tiny").corpus, knowing.closed_book).memorised_sentences()
-    stated = [sentence for text in texts for sentence in re.split(r"(?<=\.) ", text)]
-    assert len(memorised) > 10 and sorted(stated) == sorted(memorised * 2)
+    knowing = replace(plain, knowledge=KnowledgeConfig(exposure_scale=0.05, qa_share=0.5))
+    assert knowing.key() != plain.key() and knowledge_texts(plain) == [] and knowledge_worlds(plain) == ()
+    assert plain.key() == replace(plain, knowledge=None).key()  # unset: not in the key
+    assert knowledge_worlds(knowing) == (0, 1)
+    curve = ExposureCurve().scaled(0.05)
+    rl, other = (graph_facts(seed, world_graph(seed, "tiny"), curve) for seed in (0, 1))
+    items = [item.strip() for text in knowledge_texts(knowing) for item in re.split(r"(?<=\.) ", text)]
+    questions = [item for item in items if "?" in item]
+    stated = [item for item in items if "?" not in item]
+    assert len(stated) == sum(f.exposures for f in rl + other)
+    asked = {parse_question(q[: q.index("?") + 1]).topic for q in questions}
+    assert asked and asked <= {f.subject for f in other} and not asked & {f.subject for f in rl}
+    assert len(questions) == sum(f.exposures for f in other if f.subject in asked)
+    assert all(parse_question(item) is None for item in stated)  # no statement matches a question template
+    for fact in sorted(rl, key=lambda f: -f.exposures)[:20]:  # each popular fact, as often as its popularity says
+        assert sum(item.startswith(fact.subject + " ") and item.endswith(fact.value + ".") for item in stated) >= (
+            fact.exposures
+        )
+
+
+def test_the_demonstrating_team_knows_the_popular_band_of_knowledge_worlds_only():
+    """Searchers report from memory in a knowledge world (what π_0 is pretrained to know) and
+    search everything in a world π_0 knows nothing of."""
+    from training.base_model import KnowledgeConfig
+
+    def first_outputs(offset):
+        config = replace(
+            SMOKE_CONFIG,
+            demo_world_offset=offset,
+            workflows=["hierarchical"],
+            noise=0.0,
+            noise_knobs={"searcher_memory_report": 1.0},
+            knowledge=KnowledgeConfig(qa_worlds=1),
+        )
+        rows = [r for r in demonstration_chats(config, progress=False) if r["role"] == "searcher"]
+        return [next(m["content"] for m in r["messages"] if m["role"] == "assistant") for r in rows]
+
+    known, unknown = first_outputs(1), first_outputs(2)  # world 1 is the question/answer world
+    assert 0 < sum(t.startswith("<report>") for t in known) < len(known)
+    assert unknown and all(t.startswith("<search>") for t in unknown)
+
+
+def test_replay_reads_a_share_of_the_knowledge_windows_again():
+    from training.base_model import KnowledgeConfig, replayed
+
+    windows = list(range(200))
+    config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(replay=0.1))
+    chosen = replayed(config, windows)
+    assert len(chosen) == 20 and len(set(chosen)) == 20 and chosen == replayed(config, windows)
+    assert replayed(SMOKE_CONFIG, windows) == []
