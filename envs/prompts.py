@@ -35,7 +35,7 @@ ANSWERER_PROMPT = (
     "You are the Answerer. Answer the question using the reports. Write only the answer, as a short "
     "phrase, inside an <answer> tag and close the tag."
 )
-# The single agent of the baseline (envs/single_search_v0.py): Search-R1's instruction, in our tags.
+# The single agent of the baseline (envs/single_search_v1.py): Search-R1's instruction, in our tags.
 SOLVER_PROMPT = (
     "Answer the question. To search, write your query inside a <search> tag and close the tag; the "
     "results appear in an information block. When you know the answer, write only the answer, as a "

@@ -12,7 +12,7 @@ per world, for every consumer:
 
 A 1-hop question is then answerable closed-book with probability about
 ``known_fraction · recall_accuracy``, a k-hop chain about its k-th power. The option mode's
-"report from memory" Searcher option (``envs.option.menus``, the ``lazy_searcher_v0`` scenario)
+"report from memory" Searcher option (``envs.option.menus``, the ``lazy_searcher_v1`` scenario)
 and the memorised sentences a base model is pretrained on (``SFTConfig.closed_book``, through
 ``memorised_sentences``) both read this one definition.
 """
