@@ -5,21 +5,21 @@ option-mode actions, the other roles played by the expert team: ``agents.expert_
 under the ``maopd`` namespace::
 
     import agents, gymnasium
-    env = gymnasium.make("maopd/HierarchicalSearcher-v0")          # or any of GYMNASIUM_IDS
-    env = gymnasium.make("maopd/SingleRole-v0", role="answerer", workflow="cascade", split="test")
+    env = gymnasium.make("maopd/HierarchicalSearcher-v1")          # or any of GYMNASIUM_IDS
+    env = gymnasium.make("maopd/SingleRole-v1", role="answerer", workflow="cascade", split="test")
 
-Without importing it first, ``gymnasium.make("agents:maopd/HierarchicalSearcher-v0")`` does both.
-The multi-agent environments (``envs.hierarchical_search_v0``, ``envs.cascade_search_v0``, their
+Without importing it first, ``gymnasium.make("agents:maopd/HierarchicalSearcher-v1")`` does both.
+The multi-agent environments (``envs.hierarchical_search_v1``, ``envs.cascade_search_v1``, their
 option mode) are PettingZoo environments, made with their modules' ``env()``, not ``gymnasium.make``.
 """
 
 GYMNASIUM_IDS = {
-    "maopd/SingleRole-v0": {},
-    "maopd/HierarchicalLeader-v0": {"role": "leader", "workflow": "hierarchical"},
-    "maopd/HierarchicalSearcher-v0": {"role": "searcher", "workflow": "hierarchical"},
-    "maopd/HierarchicalAnswerer-v0": {"role": "answerer", "workflow": "hierarchical"},
-    "maopd/CascadeSearcher-v0": {"role": "searcher", "workflow": "cascade"},
-    "maopd/CascadeAnswerer-v0": {"role": "answerer", "workflow": "cascade"},
+    "maopd/SingleRole-v1": {},
+    "maopd/HierarchicalLeader-v1": {"role": "leader", "workflow": "hierarchical"},
+    "maopd/HierarchicalSearcher-v1": {"role": "searcher", "workflow": "hierarchical"},
+    "maopd/HierarchicalAnswerer-v1": {"role": "answerer", "workflow": "hierarchical"},
+    "maopd/CascadeSearcher-v1": {"role": "searcher", "workflow": "cascade"},
+    "maopd/CascadeAnswerer-v1": {"role": "answerer", "workflow": "cascade"},
 }
 
 

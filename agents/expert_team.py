@@ -8,7 +8,7 @@
   resolved hops as canonical fact sentences. Given a whole multi-hop question (the cascade
   workflow) it searches hop after hop.
 * Answerer: resolves the question's chain through the facts in the reports and answers.
-* Solver (the single agent of ``envs.single_search_v0``): searches hop after hop exactly as a
+* Solver (the single agent of ``envs.single_search_v1``): searches hop after hop exactly as a
   Searcher given the whole question does, then answers with the final value as the Answerer
   does, from the passages instead of reports.
 

@@ -9,7 +9,7 @@ answer from the wrong report) are drawn per output. Draws come from one ``random
 consumed in call order, so a run is reproducible from the seed. Accuracy falls smoothly as the
 knobs rise (see docs/synthwiki.md for measured figures).
 
-The single agent's solver (``envs.single_search_v0``) searches like a Searcher and answers like
+The single agent's solver (``envs.single_search_v1``) searches like a Searcher and answers like
 the Answerer, so it takes the Searcher's call-level mistakes (skip the search: answer at once;
 query the wrong entity: answer from what came back; answer after the first search; answer from
 the closed book) and the Answerer's output-level ones (answer with another fact's value), with

@@ -254,7 +254,7 @@ print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": ep
 
 
 def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
-    """Episodes per second of an older checkout's loop on ``synthwiki_v0``'s setting (its default)."""
+    """Episodes per second of an older checkout's loop on ``synthwiki_v1``'s setting (its default)."""
     settings = json.dumps({"iterations": iterations, "episodes": episodes})
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -279,7 +279,7 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         )
         get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
         row = {"reference": timed(reference_training, config)}
-        if args.reference_checkout and scenario == "synthwiki_v0":
+        if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
         row["vectorized"] = [timed(vectorized_training, replace(config, seed=seed)) for seed in args.seeds]
         row["speedup_cold"] = row["vectorized"][0]["episodes_per_s"] / row["reference"]["episodes_per_s"]
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--reference-checkout",
         type=Path,
         help="--speed: also time the one-episode-at-a-time training loop of this checkout (a "
-        "worktree whose training/marl/trainer.py has no vectorized path), on synthwiki_v0, its only setting",
+        "worktree whose training/marl/trainer.py has no vectorized path), on synthwiki_v1, its only setting",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)

@@ -54,10 +54,10 @@ def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
     from agents.sampling import SamplingConfig
     from agents.tiny_model import load_model
     from agents.vllm_policy import VLLMPolicy
-    from envs import hierarchical_search_v0
+    from envs import hierarchical_search_v1
     from training.token_scoring import pad_batch, score_tokens
 
-    env = hierarchical_search_v0.env(split="dev")
+    env = hierarchical_search_v1.env(split="dev")
     questions = env.questions[:prompts]
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens)
     started = time.perf_counter()

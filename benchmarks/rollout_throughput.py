@@ -56,7 +56,7 @@ from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model
 from agents.tokenizer import train_tokenizer
 from benchmarks.provenance import git_commit
-from envs import hierarchical_search_v0
+from envs import hierarchical_search_v1
 from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher, teacher_rows
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     def make_env():
-        return hierarchical_search_v0.env(split="dev", num_candidates=5, num_searchers=3)
+        return hierarchical_search_v1.env(split="dev", num_candidates=5, num_searchers=3)
 
     load_at_start = os.getloadavg()
     continuous = policy("continuous", args.compile)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 # credit-assignment benchmark are about these three only.
 TEAM_ROLES = ("leader", "searcher", "answerer")
 # Every role; a role's id in training batches (``ROLE_IDS``) is its index here, so a new role is
-# appended: the solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v0.py).
+# appended: the solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v1.py).
 ROLES = (*TEAM_ROLES, "solver")
 ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
 LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ROLES)

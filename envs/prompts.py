@@ -16,26 +16,30 @@ from envs.actions import neutralize_tags
 from envs.policy import AgentTurn
 from envs.retrieval.base import Passage
 
+# The prompts name each action tag by its opening tag only and never write a complete tag or an
+# <information> block: a parser reading the whole chat (a regex over every message, a user's own
+# tag matcher) would otherwise take an example in the system prompt for an action or a passage.
 LEADER_PROMPT = (
     "You are the Leader of a search team. Break the question into simple subtasks and delegate "
-    "them to Searchers in waves: write <delegate>one subtask per line</delegate>. "
-    "Use facts from earlier reports to write later subtasks. When the reports suffice, hand them "
-    "to the Answerer with <select>report numbers</select> or <select>all</select>."
+    "them to Searchers in waves: write the subtasks, one per line, inside a <delegate> tag and close "
+    "the tag. Use facts from earlier reports to write later subtasks. When the reports suffice, hand "
+    "them to the Answerer: write the report numbers, or the word all, inside a <select> tag and close "
+    "the tag."
 )
 SEARCHER_PROMPT = (
-    "You are a Searcher. Find the facts your task asks for. To search, write "
-    "<search>query</search>; results appear inside <information>. When you know the facts, "
-    "write <report>a short report of them</report>."
+    "You are a Searcher. Find the facts your task asks for. To search, write your query inside a "
+    "<search> tag and close the tag; the results appear in an information block. When you know the "
+    "facts, write a short report of them inside a <report> tag and close the tag."
 )
 ANSWERER_PROMPT = (
-    "You are the Answerer. Answer the question using the reports. "
-    "Write only the answer, as a short phrase, inside <answer></answer>."
+    "You are the Answerer. Answer the question using the reports. Write only the answer, as a short "
+    "phrase, inside an <answer> tag and close the tag."
 )
-# The single agent of the baseline (envs/single_search_v0.py): Search-R1's instruction, in our tags.
+# The single agent of the baseline (envs/single_search_v1.py): Search-R1's instruction, in our tags.
 SOLVER_PROMPT = (
-    "Answer the question. To search, write <search>query</search>; results appear inside "
-    "<information>. When you know the answer, write only the answer, as a short phrase, inside "
-    "<answer></answer>."
+    "Answer the question. To search, write your query inside a <search> tag and close the tag; the "
+    "results appear in an information block. When you know the answer, write only the answer, as a "
+    "short phrase, inside an <answer> tag and close the tag."
 )
 ROLE_PROMPTS = {
     "leader": LEADER_PROMPT,
@@ -47,7 +51,8 @@ ROLE_PROMPTS = {
 NO_FACTS = "No relevant information found."  # the report of a Searcher that found nothing
 
 # The Prompted Critic's judge (training/critic.py): a user message to the shared model, which
-# answers <judge>yes</judge> or <judge>no</judge>. The paper's Appendix C.4 template is not in our
+# answers <judge>yes</judge> or <judge>no</judge> (``judgement_text``). The prompt names the tag
+# without a complete example, like the role prompts. The paper's Appendix C.4 template is not in our
 # excerpts; this one is ours, with the same three slots.
 CRITIC_PROMPT = (
     "You are a strict critic of a search assistant's report.\n"
@@ -55,7 +60,7 @@ CRITIC_PROMPT = (
     "Sub-question given to the search assistant: {sub_query}\n"
     "Report: {summary}\n"
     "Does the report give specific, relevant facts that help answer the sub-question? "
-    "Reply with <judge>yes</judge> or <judge>no</judge>."
+    "Reply with a <judge> tag holding yes or no, and close the tag."
 )
 _JUDGE = re.compile(r"<judge>\s*(yes|no)\s*</judge>", re.IGNORECASE)
 

@@ -3,9 +3,9 @@
 =============  ==================================  =================================
 workflow       environment module                  roles
 =============  ==================================  =================================
-hierarchical   ``envs.hierarchical_search_v0``     leader, searcher, answerer (H-MAS)
-cascade        ``envs.cascade_search_v0``          searcher, answerer (C-MAS)
-single         ``envs.single_search_v0``           solver (the Search-R1-style baseline)
+hierarchical   ``envs.hierarchical_search_v1``     leader, searcher, answerer (H-MAS)
+cascade        ``envs.cascade_search_v1``          searcher, answerer (C-MAS)
+single         ``envs.single_search_v1``           solver (the Search-R1-style baseline)
 =============  ==================================  =================================
 
 Every layer that names a workflow (demonstrations, the trainer, the evaluation, the command
@@ -22,9 +22,9 @@ WORKFLOWS = ("hierarchical", "cascade", "single")
 TEAM_WORKFLOWS = ("hierarchical", "cascade")
 
 _MODULES = {
-    "hierarchical": "envs.hierarchical_search_v0",
-    "cascade": "envs.cascade_search_v0",
-    "single": "envs.single_search_v0",
+    "hierarchical": "envs.hierarchical_search_v1",
+    "cascade": "envs.cascade_search_v1",
+    "single": "envs.single_search_v1",
 }
 WORKFLOW_ROLES = {
     "hierarchical": ("leader", "searcher", "answerer"),

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.tiny_model import TinyModelConfig
-from envs.cascade_search_v0 import raw_env as CascadeEnv
-from envs.hierarchical_search_v0 import raw_env as HierarchyEnv
+from envs.cascade_search_v1 import raw_env as CascadeEnv
+from envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from envs.policy import SamplingSettings
 from envs.search_env import SearchEnvConfig
-from envs.single_search_v0 import raw_env as SingleEnv
+from envs.single_search_v1 import raw_env as SingleEnv
 from envs.workflows import env_module
 from maopd.base.config import (
     ConfigError,
@@ -47,7 +47,7 @@ from training.distributed import DistributedConfig
 from training.losses import PPOLossConfig
 
 # "single": not a stage of the paper's method but the Search-R1-style baseline it is compared
-# with, one solver trained with GRPO on its outcome (envs/single_search_v0.py); a stage name,
+# with, one solver trained with GRPO on its outcome (envs/single_search_v1.py); a stage name,
 # so that one layer of settings makes it and `maopd train --config` trains it like the others.
 Stage = Literal["stage1", "stage2", "single"]
 STAGE_WORKFLOWS = {"stage1": "cascade", "stage2": "hierarchical", "single": "single"}

@@ -2,6 +2,6 @@
 
 ``menus`` (each role's options and their features), ``wrapper`` (the AEC and parallel wrappers,
 and ``play_options``, one episode with a chooser), ``vector`` (batched episodes), ``scenarios``
-(the registered ``synthwiki_v0`` and ``lazy_searcher_v0`` set-ups) and ``single_role`` (one role
+(the registered ``synthwiki_v1`` and ``lazy_searcher_v1`` set-ups) and ``single_role`` (one role
 as a Gymnasium env, the others played by fixed policies).
 """

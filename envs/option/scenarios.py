@@ -2,9 +2,10 @@
 
 A scenario fixes everything an option-mode episode depends on besides the policy: the world, the
 workflow, the budget, the Searchers, the hint feature and the closed-book knowledge. A changed
-setting gets a new version (``_v1``), so results that name a scenario stay comparable.
+setting, or a change in the environments under it (their prompts are in the observations), gets
+the next version (``_v1`` to ``_v2``), so results that name a scenario stay comparable.
 
-``synthwiki_v0``
+``synthwiki_v1``
 ================
 
 | | |
@@ -19,10 +20,10 @@ setting gets a new version (``_v1``), so results that name a scenario stay compa
 
 Searching is the only way to an answer, so no Searcher is tempted to stop searching.
 
-``lazy_searcher_v0``
+``lazy_searcher_v1``
 ====================
 
-As ``synthwiki_v0`` with two changes that pose the paper's credit-assignment problem:
+As ``synthwiki_v1`` with two changes that pose the paper's credit-assignment problem:
 
 | | |
 |---|---|
@@ -62,7 +63,7 @@ class OptionScenario:
     closed_book: ClosedBookConfig | None = None
     world_seed: int = 0
     world_size: str = "small"
-    # the v0 scenarios are defined with the forced finish, unlike the text environments' default
+    # the scenarios are defined with the forced finish, unlike the text environments' default
     # (the paper's: no forced answer), so the scenarios state theirs
     force_finish: bool = True
 
@@ -111,8 +112,8 @@ def _cached_retriever(corpus) -> CachedRetriever:
 
 
 SCENARIOS = {
-    "synthwiki_v0": OptionScenario("synthwiki_v0"),
-    "lazy_searcher_v0": OptionScenario("lazy_searcher_v0", max_steps=8, closed_book=ClosedBookConfig()),
+    "synthwiki_v1": OptionScenario("synthwiki_v1"),
+    "lazy_searcher_v1": OptionScenario("lazy_searcher_v1", max_steps=8, closed_book=ClosedBookConfig()),
 }
 
 

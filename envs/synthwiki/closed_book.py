@@ -13,7 +13,7 @@ one definition every consumer reads):
 * any other fact is recalled as another value of the same predicate, so recalling always sounds
   confident, as a language model's guess does.
 
-The option mode's "report from memory" Searcher option (``envs.option.menus``, the lazy-Searcher
+The option mode's "report from memory" Searcher option (``envs.option.menus``, the ``lazy_searcher_v1``
 scenario) and the demonstrating team of π_0's build (``training.base_model``: it reports from
 memory only what π_0 was pretrained to know) both read this one definition.
 """

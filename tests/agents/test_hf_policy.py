@@ -7,7 +7,7 @@ from agents.chat_tokens import encode_text, prompt_ids
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
 from agents.tiny_model import build_tiny_model
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1
 from envs.episode import run_episode
 from envs.policy import AgentTurn, Policy
 from envs.prompts import system_message, task_message
@@ -197,7 +197,7 @@ def test_bad_arguments_are_clear_errors(model, tokenizer, prompts):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cascade_search_v1, hierarchical_search_v1], ids=lambda m: m.__name__)
 def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
     # a random model never finishes in time: force the finish, so that the Answerer plays too
     env = module.env(num_candidates=2, max_steps=5, force_finish=True)

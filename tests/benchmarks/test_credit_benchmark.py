@@ -36,7 +36,7 @@ def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path)
                 "zero_for_test",
                 "role",
                 "--scenarios",
-                "lazy_searcher_v0",
+                "lazy_searcher_v1",
                 "--seeds",
                 "0",
                 "1",
@@ -58,10 +58,10 @@ def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path)
     saved = json.loads((out / "results.json").read_text())
     assert saved["plugins"][0]["methods"] == ["zero_for_test"] and len(saved["plugins"][0]["sha256"]) == 64
     assert "--plugin" in saved["command"] and summary["methods"] == ["zero_for_test", "role"]
-    assert [len(runs) for runs in saved["runs"]["lazy_searcher_v0"].values()] == [2, 2]
+    assert [len(runs) for runs in saved["runs"]["lazy_searcher_v1"].values()] == [2, 2]
     report = (out / "results.md").read_text()
     assert "| zero_for_test |" in report and "| zero_for_test | role |" in report
-    assert (out / "curves_lazy_searcher_v0.png").stat().st_size > 0
+    assert (out / "curves_lazy_searcher_v1.png").stat().st_size > 0
 
 
 def test_paired_differences_pair_runs_by_seed():

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from envs.episode import run_episode
 from envs.prompts import LAST_TURN_NOTICE
 from envs.search_env import SearchEnvConfig
@@ -43,7 +43,7 @@ def test_force_finish_is_checked():
 
 def test_cascade_forcing_forces_a_report_and_an_answer():
     policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
-    record = run_episode(cascade_search_v0.env(force_finish=True), policy, options=OPTIONS)
+    record = run_episode(cascade_search_v1.env(force_finish=True), policy, options=OPTIONS)
     assert record["reports"][0]["forced"] and record["extracted_answers"] == ["Tarvel"]
     assert "no_answer" not in record["counters"] and "unreported_calls" not in record["counters"]
     assert [t for t in policy.turns if t.role == "searcher"][-1].allowed == ("report",)
@@ -51,7 +51,7 @@ def test_cascade_forcing_forces_a_report_and_an_answer():
 
 def test_cascade_exhausted_budget_leaves_no_answer():
     policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
-    record = run_episode(cascade_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    record = run_episode(cascade_search_v1.env(force_finish=False), policy, options=OPTIONS)
     c = record["counters"]
     # the Searcher searches in steps 1..4 (its last step may search too) and never reports
     assert c["search_actions"] == 4 and c["env_steps"] == 4
@@ -70,7 +70,7 @@ def test_cascade_exhausted_budget_leaves_no_answer():
 
 def test_cascade_format_failure_on_the_last_step_ends_unreported_with_the_penalty():
     policy = Rules(searcher=lambda t: SEARCH if n_searches(t) < 3 else "garbage", answerer=always(ANSWER))
-    record = run_episode(cascade_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    record = run_episode(cascade_search_v1.env(force_finish=False), policy, options=OPTIONS)
     assert record["counters"]["no_answer"] == 1 and record["counters"]["format_failures"] == 1
     assert record["rewards"]["searcher_calls"] == [-1.0]
 
@@ -80,8 +80,8 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
         "searcher": lambda t: SEARCH if n_searches(t) < 2 else "<report>born in Tarvel</report>",
         "answerer": always(ANSWER),
     }
-    forced = run_episode(cascade_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
-    free = run_episode(cascade_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
+    forced = run_episode(cascade_search_v1.env(force_finish=True), Rules(**rules), options=OPTIONS)
+    free = run_episode(cascade_search_v1.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
     for key in ("reports", "candidates", "rewards", "counters", "searches"):
         assert free[key] == forced[key], key
@@ -92,7 +92,7 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
 
 def test_single_agent_exhausted_budget_leaves_no_answer():
     policy = Rules(solver=always(SEARCH))
-    record = run_episode(single_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    record = run_episode(single_search_v1.env(force_finish=False), policy, options=OPTIONS)
     c = record["counters"]
     # the paper's rule: the solver may search in its last step (5) too, and ends without an answer
     assert c["search_actions"] == 5 and c["env_steps"] == 5 and c["no_answer"] == 1
@@ -104,7 +104,7 @@ def test_single_agent_exhausted_budget_leaves_no_answer():
 
 def test_single_agent_forcing_allows_only_an_answer_in_the_last_step():
     policy = Rules(solver=lambda t: SEARCH if "search" in t.allowed else ANSWER)
-    record = run_episode(single_search_v0.env(force_finish=True), policy, options=OPTIONS)
+    record = run_episode(single_search_v1.env(force_finish=True), policy, options=OPTIONS)
     last = policy.turns[-1]
     assert last.allowed == ("answer",) and last.messages[-1]["content"].endswith(LAST_TURN_NOTICE["solver"])
     assert record["counters"]["search_actions"] == 4 and record["extracted_answers"] == ["Tarvel"]
@@ -112,7 +112,7 @@ def test_single_agent_forcing_allows_only_an_answer_in_the_last_step():
     # the history keeps the notice the solver saw (token-exact rollouts continue from it)
     assert record["calls"][0]["messages"][-2]["content"] == last.messages[-1]["content"]
     # a solver that searches anyway fails the format; its output is the (empty) candidate
-    record = run_episode(single_search_v0.env(force_finish=True), Rules(solver=always(SEARCH)), options=OPTIONS)
+    record = run_episode(single_search_v1.env(force_finish=True), Rules(solver=always(SEARCH)), options=OPTIONS)
     assert record["candidates"] == [SEARCH] and record["extracted_answers"] == [None]
     assert record["rewards"]["solver"] == -1.0 and record["counters"]["format_failures"] == 1
 
@@ -126,7 +126,7 @@ def test_hierarchy_forcing_forces_a_finish():
         searcher=always(SEARCH),
         answerer=always(ANSWER),
     )
-    record = run_episode(hierarchical_search_v0.env(force_finish=True), policy, options=OPTIONS)
+    record = run_episode(hierarchical_search_v1.env(force_finish=True), policy, options=OPTIONS)
     assert record["selected_reports"] == [1] and record["extracted_answers"] == ["Tarvel"]
     assert "no_answer" not in record["counters"]
 
@@ -137,7 +137,7 @@ def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
         searcher=always(SEARCH),
         answerer=always(ANSWER),
     )
-    record = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    record = run_episode(hierarchical_search_v1.env(force_finish=False), policy, options=OPTIONS)
     c = record["counters"]
     # leader delegates at 1, the Searcher searches 2..10 (no report), the Leader fails at 11
     assert c["env_steps"] == 11 and c["search_actions"] == 9
@@ -152,7 +152,7 @@ def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
 
 def test_hierarchy_unreported_call_gives_no_report_but_the_leader_may_still_select():
     policy = Rules(leader=delegate_once, searcher=always(SEARCH), answerer=always(ANSWER))
-    record = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    record = run_episode(hierarchical_search_v1.env(force_finish=False), policy, options=OPTIONS)
     c = record["counters"]
     assert c["no_answer"] == 0 and c["unreported_calls"] == 1 and record["reports"] == []
     assert record["selected_reports"] == [] and record["extracted_answers"] == ["Tarvel"]
@@ -169,8 +169,8 @@ def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
         "answerer": always(ANSWER),
         "searcher": lambda t: SEARCH if n_searches(t) < 1 else "<report>born in Tarvel</report>",
     }
-    forced = run_episode(hierarchical_search_v0.env(force_finish=True), Rules(**rules), options=OPTIONS)
-    free = run_episode(hierarchical_search_v0.env(force_finish=False), Rules(**rules), options=OPTIONS)
+    forced = run_episode(hierarchical_search_v1.env(force_finish=True), Rules(**rules), options=OPTIONS)
+    free = run_episode(hierarchical_search_v1.env(force_finish=False), Rules(**rules), options=OPTIONS)
     assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
     for key in ("reports", "selected_reports", "candidates", "rewards", "counters"):
         assert free[key] == forced[key], key
@@ -185,7 +185,7 @@ def test_no_answer_records_give_finite_rewards_and_advantages():
         searcher=always(SEARCH),
         answerer=always(ANSWER),
     )
-    empty = run_episode(hierarchical_search_v0.env(force_finish=False), policy, options=OPTIONS)
+    empty = run_episode(hierarchical_search_v1.env(force_finish=False), policy, options=OPTIONS)
     batch = SimpleNamespace(records=[[empty, empty]], group_size=2)
     rewards = record_rewards(batch)
     assert rewards["answerer"].shape == (1, 2, 1) and not rewards["candidate_mask"].any()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from envs.actions import ROLE_ACTION_KINDS, parse_action
 from envs.datasets import Question
 from envs.policy import AgentOutput
@@ -185,7 +185,7 @@ def check_invariants(env, policy, record):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "module", [cascade_search_v0, hierarchical_search_v0, single_search_v0], ids=lambda m: m.__name__
+    "module", [cascade_search_v1, hierarchical_search_v1, single_search_v1], ids=lambda m: m.__name__
 )
 @fuzz_settings(1500)
 @given(questions, st.data())
@@ -198,7 +198,7 @@ def test_environment_survives_any_output(module, question, data):
 def test_lone_surrogates_are_replaced():
     """A lone surrogate in an output (possible in a JSON-decoded API answer) is replaced, so the
     record can be written as UTF-8."""
-    env = cascade_search_v0.env(
+    env = cascade_search_v1.env(
         retriever=RETRIEVER, questions=[Question("s", "Where was Orlen Vask born?", ("Tarvel",))]
     )
     env.reset(seed=0)

@@ -7,12 +7,12 @@ import pytest
 from pettingzoo.test import api_test, parallel_api_test
 
 from agents.expert_team import expert_team
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1
 from envs.episode import run_episode
 from envs.option.menus import MENU_SIZE, expert_choice, mentions
 from envs.option.wrapper import OBSERVATION_SIZE, option_env, option_parallel_env, play_options
 
-TEXT_ENVS = {"cascade": cascade_search_v0, "hierarchical": hierarchical_search_v0}
+TEXT_ENVS = {"cascade": cascade_search_v1, "hierarchical": hierarchical_search_v1}
 SAME_FIELDS = (
     "subtasks",
     "reports",

@@ -47,7 +47,7 @@ def test_vectorized_episodes_replay_identically_through_the_text_environment(nam
 
 
 def test_a_slot_that_moves_to_another_question_resets_its_text_environment():
-    scenario = get_scenario("synthwiki_v0")
+    scenario = get_scenario("synthwiki_v1")
     venv = OptionVectorEnv(lambda: scenario.make_env("train"), num_envs=1)
     policy = MenuPolicy(MENU_SIZE, hidden=16)
     first, second = play_batch(venv, policy, [5, 9])
@@ -86,7 +86,7 @@ def test_closed_book_bands_are_the_popularity_definitions_bands_of_the_world_gra
 
 
 def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():
-    env = get_scenario("lazy_searcher_v0").make_env("train")
+    env = get_scenario("lazy_searcher_v1").make_env("train")
 
     def memory_or_hint(decision, dist):
         menu = env.menu(decision.agent)
@@ -99,4 +99,4 @@ def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():
     episode = play(env, MenuPolicy(MENU_SIZE, hidden=16), {"question_index": 0}, memory_or_hint)
     assert any(d.role == "searcher" for d in episode.decisions)
     assert episode.record["counters"]["search_actions"] == 0
-    assert get_scenario("synthwiki_v0").card()["closed_book"] is None
+    assert get_scenario("synthwiki_v1").card()["closed_book"] is None

@@ -3,9 +3,9 @@
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
-from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 
-MODULES = [cascade_search_v0, hierarchical_search_v0, single_search_v0]
+MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

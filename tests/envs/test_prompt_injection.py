@@ -7,7 +7,7 @@ model with its tags neutralized, so it can neither act for any role nor end an e
 import pytest
 
 from agents.scripted import scripted_team
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1
 from envs.actions import ACTION_KINDS, parse_action
 from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
@@ -21,7 +21,7 @@ from tests.adversarial import (
 from tests.envs.test_workflows import Rules
 from tests.fixture import load_fixture
 
-WORKFLOWS = [cascade_search_v0, hierarchical_search_v0]
+WORKFLOWS = [cascade_search_v1, hierarchical_search_v1]
 CORPUS, QUESTIONS = load_fixture()
 CLEAN = BM25Retriever(CORPUS)
 POISONED = BM25Retriever(poison_corpus(CORPUS))
@@ -107,7 +107,7 @@ def test_adversarial_subtasks_and_reports_stay_data():
         return "<answer>Tarvel</answer>"
 
     policy = Rules(leader=leader, searcher=searcher, answerer=answerer)
-    env = hierarchical_search_v0.env(retriever=POISONED, questions=QUESTIONS)
+    env = hierarchical_search_v1.env(retriever=POISONED, questions=QUESTIONS)
     record = run_episode(env, policy, options={"question": QUESTIONS[0]})
     assert record["counters"]["delegation_rounds"] == 1 and len(record["subtasks"]) == 3
     assert record["counters"]["format_failures"] == 0 and record["counters"]["reports"] == 3

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs import cascade_search_v0
+from envs import cascade_search_v1
 from envs import rewards as R
 from envs.datasets import Question
 from envs.episode import run_episode
@@ -42,7 +42,7 @@ class Answers:
 @pytest.mark.parametrize("answer, score", [("<answer>Paris</answer><answer>Tarvel</answer>", 1.0), ("Tarvel", 0.0)])
 def test_a_candidate_is_scored_on_its_last_answer_tag(answer, score):
     question = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
-    record = run_episode(cascade_search_v0.env(num_candidates=1), Answers(answer), options={"question": question})
+    record = run_episode(cascade_search_v1.env(num_candidates=1), Answers(answer), options={"question": question})
     assert record["candidate_scores"] == [score]
 
 

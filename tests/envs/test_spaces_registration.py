@@ -6,10 +6,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agents
-from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from envs.actions import ROLE_ACTION_KINDS, parse_action
 
-MODULES = [cascade_search_v0, hierarchical_search_v0, single_search_v0]
+MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -42,7 +42,7 @@ def test_sampled_actions_are_well_formed_and_seeded(module):
 
 
 def test_random_agents_play_whole_episodes():
-    env = hierarchical_search_v0.env()
+    env = hierarchical_search_v1.env()
     searches = 0
     for seed in range(10):
         env.reset(seed=seed)
@@ -65,5 +65,5 @@ def test_single_role_environments_are_registered(env_id):
 
 
 def test_make_by_module_path():
-    env = gymnasium.make("agents:maopd/CascadeAnswerer-v0", split="test")
+    env = gymnasium.make("agents:maopd/CascadeAnswerer-v1", split="test")
     assert env.unwrapped.role == "answerer"

@@ -6,7 +6,7 @@ import pytest
 
 from agents.misbehaving import MisbehavingPolicy
 from agents.scripted import scripted_team
-from envs import cascade_search_v0, hierarchical_search_v0, single_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from envs.datasets import Question
 from envs.episode import run_episode
 from envs.policy import AgentOutput, RoleRouter
@@ -46,7 +46,7 @@ WRONG = lambda t: "<answer>Paris</answer>"  # noqa: E731
 
 @pytest.mark.parametrize("k, bonus", [(0, 0.0), (1, 0.5), (2, 1.0), (3, 1.0)])
 def test_cascade_searcher_reward(k, bonus):
-    env = cascade_search_v0.env()
+    env = cascade_search_v1.env()
     record = run_episode(env, Rules(searcher=searcher_then_report(k), answerer=ANSWER), options=OPTIONS)
     assert record["rewards"]["em"] == 1.0
     assert record["rewards"]["search_bonus"] == [bonus]
@@ -56,7 +56,7 @@ def test_cascade_searcher_reward(k, bonus):
 
 
 def test_cascade_budget_with_forcing_forces_report_and_answer():
-    env = cascade_search_v0.env(force_finish=True)
+    env = cascade_search_v1.env(force_finish=True)
     policy = Rules(searcher=lambda t: "<search>Orlen Vask</search>", answerer=ANSWER)
     record = run_episode(env, policy, options=OPTIONS)
     assert record["counters"]["env_steps"] == 5
@@ -72,7 +72,7 @@ def test_cascade_budget_with_forcing_forces_report_and_answer():
 
 
 def test_answer_candidates_each_rewarded():
-    env = cascade_search_v0.env(num_candidates=3)
+    env = cascade_search_v1.env(num_candidates=3)
     answers = iter(["<answer>Tarvel</answer>", "<answer>Paris</answer>", "Tarvel"])
 
     class Mixed(Rules):
@@ -104,7 +104,7 @@ def leader_waves(waves):
 
 
 def test_hierarchy_rounds_capped_at_five():
-    env = hierarchical_search_v0.env(max_steps=30)
+    env = hierarchical_search_v1.env(max_steps=30)
     record = run_episode(
         env, Rules(leader=leader_waves(99), searcher=searcher_then_report(0), answerer=ANSWER), options=OPTIONS
     )
@@ -114,7 +114,7 @@ def test_hierarchy_rounds_capped_at_five():
 
 
 def test_hierarchy_budget_is_twelve_steps():
-    env = hierarchical_search_v0.env(force_finish=True)
+    env = hierarchical_search_v1.env(force_finish=True)
     policy = Rules(
         leader=lambda t: "<delegate>\nWhere was Orlen Vask born?\n</delegate>",
         searcher=lambda t: "<search>Orlen Vask</search>",
@@ -132,13 +132,13 @@ def test_hierarchy_budget_is_twelve_steps():
 
 
 def test_leader_reward_and_assign_cap():
-    env = hierarchical_search_v0.env()
+    env = hierarchical_search_v1.env()
     record = run_episode(
         env, Rules(leader=leader_waves(1), searcher=searcher_then_report(2), answerer=ANSWER), options=OPTIONS
     )
     assert record["counters"]["tool_steps"] == 2
     assert record["rewards"]["leader"] == pytest.approx(0.9 + 0.1 * 2 / 6)
-    env = hierarchical_search_v0.env(max_steps=30, max_rounds=5)
+    env = hierarchical_search_v1.env(max_steps=30, max_rounds=5)
     record = run_episode(
         env, Rules(leader=leader_waves(4), searcher=searcher_then_report(2), answerer=WRONG), options=OPTIONS
     )
@@ -147,7 +147,7 @@ def test_leader_reward_and_assign_cap():
 
 
 def test_wave_runs_searchers_concurrently_and_drops_extra_subtasks():
-    env = hierarchical_search_v0.env(num_searchers=2)
+    env = hierarchical_search_v1.env(num_searchers=2)
     tasks = (
         "<delegate>\nWhere was Orlen Vask born?\nWhere was Dalen Marsk born?\n"
         "What is the capital of Anbria?\n</delegate>"
@@ -171,7 +171,7 @@ def test_wave_runs_searchers_concurrently_and_drops_extra_subtasks():
 
 
 @pytest.mark.parametrize(
-    "module", [cascade_search_v0, hierarchical_search_v0, single_search_v0], ids=lambda m: m.__name__
+    "module", [cascade_search_v1, hierarchical_search_v1, single_search_v1], ids=lambda m: m.__name__
 )
 def test_misbehaving_policy_never_crashes(module):
     env = module.env(num_candidates=2)
@@ -201,7 +201,7 @@ def solver_searches_then(k, answer="<answer>Tarvel</answer>"):
 @pytest.mark.parametrize("k", [0, 1, 4])
 def test_single_agent_searches_then_answers(k):
     policy = Rules(solver=solver_searches_then(k))
-    record = run_episode(single_search_v0.env(), policy, options=OPTIONS)
+    record = run_episode(single_search_v1.env(), policy, options=OPTIONS)
     assert record["workflow"] == "single" and record["counters"]["env_steps"] == k + 1
     assert record["counters"]["search_actions"] == record["counters"]["tool_steps"] == k
     assert record["candidates"] == ["<answer>Tarvel</answer>"] and record["extracted_answers"] == ["Tarvel"]
@@ -220,12 +220,12 @@ def test_single_agent_searches_then_answers(k):
 
 def test_single_agent_wrong_answer_and_format_failure():
     record = run_episode(
-        single_search_v0.env(), Rules(solver=solver_searches_then(1, "<answer>Paris</answer>")), options=OPTIONS
+        single_search_v1.env(), Rules(solver=solver_searches_then(1, "<answer>Paris</answer>")), options=OPTIONS
     )
     assert record["rewards"]["solver"] == 0.0 and record["rewards"]["em"] == 0.0
     outputs = iter(["garbage", "<answer>Tarvel</answer>"])
     policy = Rules(solver=lambda t: next(outputs))
-    record = run_episode(single_search_v0.env(), policy, options=OPTIONS)
+    record = run_episode(single_search_v1.env(), policy, options=OPTIONS)
     # a format failure gets feedback and the episode goes on; the call's reward is -1, R_EM is not
     assert "Invalid action" in policy.turns[1].messages[-1]["content"]
     assert record["counters"]["format_failures"] == 1 and record["rewards"]["em"] == 1.0
@@ -233,7 +233,7 @@ def test_single_agent_wrong_answer_and_format_failure():
 
 
 def test_single_agent_pettingzoo_reward_is_r_solver():
-    env = single_search_v0.env()
+    env = single_search_v1.env()
     env.reset(options=OPTIONS)
     env.step("<answer>Tarvel</answer>")
     assert env.rewards["solver"] == 1.0 and env.terminations["solver"]
@@ -247,7 +247,7 @@ def test_role_router_demands_the_roles_it_plays():
         RoleRouter({"leader": None, "searcher": None})
     with pytest.raises(ValueError, match="solver"):
         RoleRouter(team, roles=("leader", "searcher", "answerer", "solver"))
-    env = single_search_v0.env()
+    env = single_search_v1.env()
     env.reset(options=OPTIONS)
     solo = RoleRouter({"solver": Rules(solver=ANSWER)}, roles=("solver",))
     assert solo.act([env.turn("solver")])[0].text == "<answer>Tarvel</answer>"
@@ -257,7 +257,7 @@ def test_role_router_demands_the_roles_it_plays():
 
 
 def test_non_text_actions_are_format_failures():
-    env = cascade_search_v0.env()
+    env = cascade_search_v1.env()
     env.reset(options=OPTIONS)
     env.step(12345)
     env.step(None)  # not dead yet, so None is an (invalid) action, not a dead step
@@ -275,7 +275,7 @@ def test_passage_injection_cannot_act():
             Document("d2", "Tarvel", "Tarvel is a city."),
         ]
     )
-    env = cascade_search_v0.env(retriever=BM25Retriever(corpus), questions=[QUESTION])
+    env = cascade_search_v1.env(retriever=BM25Retriever(corpus), questions=[QUESTION])
     policy = Rules(searcher=searcher_then_report(1), answerer=ANSWER)
     record = run_episode(env, policy, options=OPTIONS)
     info = [m["content"] for t in policy.turns for m in t.messages if m["content"].startswith("<information>")]
@@ -286,7 +286,7 @@ def test_passage_injection_cannot_act():
 def test_scripted_team_accuracy_on_fixture():
     """The generic scripted team solves every one-hop fixture question (8 of 12); 2-hop needs decomposition."""
     corpus, questions = load_fixture()
-    for module in (cascade_search_v0, hierarchical_search_v0):
+    for module in (cascade_search_v1, hierarchical_search_v1):
         env = module.env(corpus=corpus, questions=questions)
         em = {q.id: run_episode(env, scripted_team(), options={"question": q})["rewards"]["em"] for q in questions}
         one_hop = [em[q.id] for q in questions if q.metadata["hops"] == 1]
@@ -296,23 +296,23 @@ def test_scripted_team_accuracy_on_fixture():
 def test_corpus_and_questions_from_paths():
     from tests.fixture import FIXTURE_DIR
 
-    env = cascade_search_v0.env(corpus=FIXTURE_DIR / "corpus.jsonl", questions=str(FIXTURE_DIR / "questions.jsonl"))
+    env = cascade_search_v1.env(corpus=FIXTURE_DIR / "corpus.jsonl", questions=str(FIXTURE_DIR / "questions.jsonl"))
     assert len(env.questions) == 12 and len(env.retriever.corpus) == 16
 
 
 def test_bad_constructor_arguments_are_named():
     with pytest.raises(ValueError, match="num_searchers"):
-        hierarchical_search_v0.env(num_searchers=0)
+        hierarchical_search_v1.env(num_searchers=0)
     with pytest.raises(ValueError, match="max_steps"):
-        hierarchical_search_v0.env(max_steps=3)
+        hierarchical_search_v1.env(max_steps=3)
     with pytest.raises(TypeError, match="bogus"):
-        cascade_search_v0.env(bogus=1)
+        cascade_search_v1.env(bogus=1)
     with pytest.raises(ValueError, match="render_mode"):
-        cascade_search_v0.env(render_mode="rgb_array")
+        cascade_search_v1.env(render_mode="rgb_array")
 
 
 def test_render_transcript_and_unicode():
-    env = hierarchical_search_v0.env(render_mode="ansi")
+    env = hierarchical_search_v1.env(render_mode="ansi")
     question = Question("u", "Wo wurde Orlen Vask geboren? 東京 ☃", ("Tarvel",))
     run_episode(env, scripted_team(), options={"question": question})
     text = env.render()

@@ -235,8 +235,8 @@ def test_opd_config_reaches_every_section():
 def test_defaults_are_written_once():
     from agents.openai_policy import OpenAIPolicyConfig
     from agents.sampling import SamplingConfig
-    from envs.cascade_search_v0 import raw_env as cascade
-    from envs.hierarchical_search_v0 import raw_env as hierarchy
+    from envs.cascade_search_v1 import raw_env as cascade
+    from envs.hierarchical_search_v1 import raw_env as hierarchy
     from maopd.cli import build_parser
     from maopd.pipeline.config import EvalConfig
 

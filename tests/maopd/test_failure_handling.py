@@ -268,9 +268,9 @@ def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
 
 
 def _env():
-    from envs import cascade_search_v0
+    from envs import cascade_search_v1
 
-    env = cascade_search_v0.raw_env(
+    env = cascade_search_v1.raw_env(
         questions=[{"id": "q", "question": "Who?", "golden_answers": ["Paris"]}],
         corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
     )
@@ -366,11 +366,11 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
     [{"num_searchers": 10**6}, {"max_steps": 5.5}, {"topk": True}, {"max_steps": "5"}, {"num_candidates": 2.0}],
 )
 def test_env_config_bounds_and_types(overrides):
-    from envs import hierarchical_search_v0
+    from envs import hierarchical_search_v1
     from maopd.base.config import ConfigError
 
     with pytest.raises(ConfigError):
-        hierarchical_search_v0.raw_env(
+        hierarchical_search_v1.raw_env(
             corpus=REPO / "tests" / "fixture" / "corpus.jsonl",
             questions=REPO / "tests" / "fixture" / "questions.jsonl",
             **overrides,
@@ -457,7 +457,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert "Traceback" not in err and len(err.splitlines()) == 1, (argv, err)
 
 
-@pytest.mark.parametrize("module_name", ["envs.cascade_search_v0", "envs.hierarchical_search_v0"])
+@pytest.mark.parametrize("module_name", ["envs.cascade_search_v1", "envs.hierarchical_search_v1"])
 def test_env_misuse_gives_clear_errors(module_name):
     import importlib
 

@@ -7,7 +7,7 @@ ray = pytest.importorskip("ray")
 from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.sampling import SamplingConfig  # noqa: E402
 from agents.tiny_model import build_tiny_lm, load_model, save_model  # noqa: E402
-from envs import hierarchical_search_v0  # noqa: E402
+from envs import hierarchical_search_v1  # noqa: E402
 from envs.synthwiki import load_default_world  # noqa: E402
 from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig, _shards  # noqa: E402
 from training.rollout import TeamRolloutCollector  # noqa: E402
@@ -32,7 +32,7 @@ def test_shards_cover_every_question_once():
 def test_two_workers_match_one_process_and_survive_a_worker_death(model_dir, tmp_path):
     questions = load_default_world().splits["dev"][:3]
     model, tokenizer = load_model(model_dir)
-    local = TeamRolloutCollector(lambda: hierarchical_search_v0.env(**ENV), HFPolicy(model, tokenizer, SAMPLING))
+    local = TeamRolloutCollector(lambda: hierarchical_search_v1.env(**ENV), HFPolicy(model, tokenizer, SAMPLING))
     expected = local.collect(questions, 2, seed=9)
 
     collector = RayRolloutCollector(

@@ -293,11 +293,11 @@ def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_pat
 
     from agents.expert_team import expert_team
     from benchmarks.eval.records import from_workflow, record_line
-    from envs import hierarchical_search_v0
+    from envs import hierarchical_search_v1
     from envs.episode import run_episode
     from maopd.cli import main
 
-    env = hierarchical_search_v0.env(split="dev")
+    env = hierarchical_search_v1.env(split="dev")
     workflows = [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(3)]
     records = tmp_path / "records.jsonl"
     records.write_text("".join(record_line(from_workflow(w, "expert", "1-hop", 0)) for w in workflows))

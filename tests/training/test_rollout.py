@@ -9,7 +9,7 @@ from agents.hf_policy import HFPolicy
 from agents.sampling import Candidate, SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
-from envs import cascade_search_v0, hierarchical_search_v0
+from envs import cascade_search_v1, hierarchical_search_v1
 from envs.synthwiki import load_default_world
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher
@@ -37,7 +37,7 @@ def make_policy(model, tokenizer, max_new_tokens=8):
 
 
 def hierarchy(**kw):
-    return lambda: hierarchical_search_v0.env(max_steps=5, num_searchers=2, **kw)
+    return lambda: hierarchical_search_v1.env(max_steps=5, num_searchers=2, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ class RecordingCollector(TeamRolloutCollector):
         return self._round
 
 
-@pytest.mark.parametrize("module", [cascade_search_v0, hierarchical_search_v0], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cascade_search_v1, hierarchical_search_v1], ids=lambda m: m.__name__)
 def test_ids_and_masks_are_exactly_the_chat_and_the_generated_tokens(world, tokenizer, model, module):
     policy = make_policy(model, tokenizer)
     collector = RecordingCollector(lambda: module.env(num_candidates=2), policy)
@@ -122,7 +122,7 @@ def test_ids_and_masks_are_exactly_the_chat_and_the_generated_tokens(world, toke
     assert all(batch.record(b, 0)["rewards"]["em"] == 1.0 for b in range(2))
     roles = {s.role for s in batch.sequences}
     assert roles == (
-        {"searcher", "answerer", "leader"} if module is hierarchical_search_v0 else {"searcher", "answerer"}
+        {"searcher", "answerer", "leader"} if module is hierarchical_search_v1 else {"searcher", "answerer"}
     )
     end = tokenizer.eos_token_id
     for s in batch.sequences:

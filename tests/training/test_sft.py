@@ -313,7 +313,7 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
 
     from agents.hf_policy import HFPolicy
     from agents.sampling import SamplingConfig
-    from envs import hierarchical_search_v0
+    from envs import hierarchical_search_v1
     from envs.episode import run_episode
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.world import load_default_world
@@ -329,7 +329,7 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
 
     world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
     # forced finish: the smoke model is too small to select in time, and the Answerer should play too
-    env = hierarchical_search_v0.env(
+    env = hierarchical_search_v1.env(
         retriever=BM25Retriever(world.corpus), questions=world.splits["dev"][:1], force_finish=True
     )
     policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)

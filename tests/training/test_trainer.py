@@ -20,7 +20,7 @@ from agents.expert_team import expert_team
 from agents.sampling import Candidate
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
-from envs import hierarchical_search_v0
+from envs import hierarchical_search_v1
 from envs.actions import ANSWERER, LEADER, SEARCHER
 from envs.synthwiki import load_default_world
 from training.advantages import grpo_advantages
@@ -82,7 +82,7 @@ def scripted_batch(models):
     questions = [q for q in load_default_world().splits["train"] if q.metadata["hops"] == 2][:2]
 
     def make_env():
-        return hierarchical_search_v0.env(max_steps=6, num_searchers=2, num_candidates=2)
+        return hierarchical_search_v1.env(max_steps=6, num_searchers=2, num_candidates=2)
 
     collector = _ScriptedCollector(make_env, SimpleNamespace(tokenizer=tokenizer))
     collector.policy = collector  # its own generate() answers the rounds
@@ -375,7 +375,7 @@ def test_dynamic_sampling_rounds_draw_fresh_questions_with_fresh_seeds(models, t
 
 
 def test_first_question_skips_the_start_of_the_split(models, tmp_path):
-    split = hierarchical_search_v0.env().questions
+    split = hierarchical_search_v1.env().questions
     trainer = Trainer(stage2_config(models, tmp_path, **{"rollout.first_question": 5}))
     assert trainer.loader.questions == split[5:13]  # then max_questions = 8
 

@@ -1,6 +1,6 @@
 """Train the shared ``MenuPolicy`` on an option-mode scenario with PPO and a credit-assignment method.
 
-``train(MarlConfig(method="role", scenario="lazy_searcher_v0", seed=0))`` returns the trained
+``train(MarlConfig(method="role", scenario="lazy_searcher_v1", seed=0))`` returns the trained
 policy and its metrics: greedy test metrics and a learning curve (per iteration: training EM,
 searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
 trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
@@ -29,7 +29,7 @@ from training.marl.policy import Episode, MenuPolicy, play_batch
 @dataclass
 class MarlConfig:
     method: str = "role"
-    scenario: str = "synthwiki_v0"  # a key of envs.option.scenarios.SCENARIOS
+    scenario: str = "synthwiki_v1"  # a key of envs.option.scenarios.SCENARIOS
     workflow: str | None = None  # None: the scenario's; the OPD Teacher plays "cascade"
     seed: int = 0
     iterations: int = 30

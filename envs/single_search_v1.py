@@ -1,7 +1,7 @@
 """Single-agent search (the Search-R1-style baseline): one solver searches and answers.
 
 =====================  ==================================================================
-Import                 ``from envs import single_search_v0``
+Import                 ``from envs import single_search_v1``
 Actions                Text
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["solver"]``
@@ -48,7 +48,7 @@ SOLVER = "solver"
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "single_search_v0"}
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "single_search_v1"}
     workflow = "single"
     default_max_steps = 5
     min_steps = 1  # an answer in the first step

@@ -1,7 +1,7 @@
 """Hierarchical search (H-MAS): a Leader delegates subtasks to Searchers in waves, then the Answerer answers.
 
 =====================  ==================================================================
-Import                 ``from envs import hierarchical_search_v0``
+Import                 ``from envs import hierarchical_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["leader", "searcher_0", …, "searcher_{num_searchers-1}", "answerer"]``
@@ -48,7 +48,7 @@ from envs.search_env import SearchEnv, Turn, with_notice
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "hierarchical_search_v0"}
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "hierarchical_search_v1"}
     workflow = "hierarchical"
     default_max_steps = 12
     min_steps = 5

@@ -1,7 +1,7 @@
 """Cascade search (C-MAS): one Searcher, then the Answerer.
 
 =====================  ==================================================================
-Import                 ``from envs import cascade_search_v0``
+Import                 ``from envs import cascade_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["searcher_0", "answerer"]``
@@ -41,7 +41,7 @@ from envs.search_env import SearchEnv
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "cascade_search_v0"}
+    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "cascade_search_v1"}
     workflow = "cascade"
     default_max_steps = 5
     min_steps = 2
