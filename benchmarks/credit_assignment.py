@@ -2,7 +2,8 @@
 
 Each run trains the shared ``MenuPolicy`` (training/marl) with PPO and one credit-assignment
 method on one scenario (``envs/option/scenarios.py``) for a fixed budget of iterations × episodes,
-then plays the first ``--eval-questions`` test questions greedily. The report gives, per scenario:
+then plays the first ``--eval-questions`` dev questions greedily (``training.marl.trainer.evaluate``;
+the test split stays sealed for the reported figures). The report gives, per scenario:
 
 * a table of final EM, searches per workflow and workflows without a search (mean and 95%
   bootstrap CI over seeds), and the change in searches per workflow from the first to the last
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict:
         (
             f"{len(methods)} methods × {len(args.seeds)} seeds × {len(args.scenarios)} scenarios, "
             f"{args.iterations} PPO iterations × {args.episodes} episodes each (the OPD Teacher: as many on the "
-            f"cascade), greedy evaluation on {args.eval_questions} test questions; total {total / 60:.1f} min on "
+            f"cascade), greedy evaluation on {args.eval_questions} dev questions; total {total / 60:.1f} min on "
             f"{machine()['cpus']} CPUs. Intervals: 95% percentile bootstrap over seeds.\n"
         ),
     ]

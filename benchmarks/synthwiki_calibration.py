@@ -1,7 +1,7 @@
 """SynthWiki calibration: how much retrieval needs decomposition, and how well scripted teams do.
 
-Measured on one world (default: seed 0, size ``small``, the test split) with the in-process BM25
-retriever, top-3 passages:
+Measured on one world (default: seed 0, size ``small``, the dev split; the test split stays sealed
+for the reported figures) with the in-process BM25 retriever, top-3 passages:
 
 * recall of each supporting passage in the top 3 when the query is its gold sub-question;
 * the same when the query is the full question (one search for all supporting passages);
@@ -11,7 +11,7 @@ retriever, top-3 passages:
 all per question kind (1-hop, 2-hop, 3-hop, comparison). Writes
 ``benchmarks/results/synthwiki_calibration/synthwiki_calibration.{json,md}`` with the command that produced them.
 
-    python benchmarks/synthwiki_calibration.py [--seed 0] [--size small] [--split test]
+    python benchmarks/synthwiki_calibration.py [--seed 0] [--size small] [--split dev]
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="small")
-    parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    parser.add_argument("--split", default="dev", choices=["train", "dev", "test"])
     parser.add_argument(
         "--out",
         default=str(RESULTS / "synthwiki_calibration" / "synthwiki_calibration"),

@@ -10,7 +10,8 @@ the next version (``_v1`` to ``_v2``), so results that name a scenario stay comp
 
 | | |
 |---|---|
-| World | the default SynthWiki world (seed 0, size small): 2,000 train / 300 test questions, 1–3 hops and comparisons |
+| World | the default SynthWiki world (seed 0, size small), 1–3 hops and comparisons: training on its 2,000 |
+| | train questions, greedy evaluation on its 300 dev questions (the trainer's choice) |
 | Workflow | hierarchical: Leader → waves of 3 Searchers → Answerer, the workflow's budget of 12 environment steps |
 | Actions | ``Discrete(8)`` menus (``envs.option.menus``), no expert-hint feature |
 | Closed book | none: every fact must be searched |

@@ -1,8 +1,13 @@
 """The SynthWiki knowledge graph: invented entities, typed relations and numeric attributes.
 
-Each split (train, dev, test) gets its own sub-graph: relations never cross splits, so the
-questions of different splits share no entity, not even an answer. All randomness comes from
-one ``random.Random(seed)`` consumed in a fixed order, so a seed fixes the graph exactly.
+The graph is made of sub-graphs (``SUBGRAPHS``: train, dev, test, heldout); relations never
+cross sub-graphs, so questions drawn from different sub-graphs share no entity, not even an
+answer. Each question split draws from one sub-graph (``envs.synthwiki.world``): train and dev
+from their own, the current test split from ``heldout``. The ``test`` sub-graph is the one the
+first two versions of the test split were drawn from; no question split draws from it any more,
+but its entities stay in the world, so the rest of the graph is what it was. All randomness
+comes from one ``random.Random(seed)`` consumed in a fixed order, sub-graph after sub-graph, so a
+seed fixes the graph exactly and the sub-graphs generated before ``heldout`` do not depend on it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from envs.synthwiki.schema import (
     TYPE_RELATIONS,
 )
 
-SPLITS = ("train", "dev", "test")
-SPLIT_FRACTIONS = {"train": 0.7, "dev": 0.15, "test": 0.15}
+SPLITS = ("train", "dev", "test")  # the question splits
+# Sub-graphs in generation order; one generated later never changes those before it.
+SUBGRAPHS = ("train", "dev", "test", "heldout")
+# Each sub-graph's share of ``GraphSize.counts``; "heldout" comes on top of the other three.
+SPLIT_FRACTIONS = {"train": 0.7, "dev": 0.15, "test": 0.15, "heldout": 0.15}
 ALIAS_RATES = {"company": 0.3, "university": 0.5, "river": 0.5}
 ALIAS_MENTION_RATE = 0.5  # how often another passage (or a question) names an entity by its alias
 
@@ -66,7 +74,7 @@ class Entity:
     id: str
     type: str
     name: str
-    split: str
+    split: str  # the sub-graph it belongs to (one of ``SUBGRAPHS``)
     alias: str | None = None
     descriptor: str | None = None
     relations: dict[str, int] = field(default_factory=dict)
@@ -151,7 +159,8 @@ class NameMaker:
 
 @dataclass(frozen=True)
 class GraphSize:
-    """Entity counts for the whole world (split by ``SPLIT_FRACTIONS``) and the near-duplicate rate."""
+    """Entity counts of the train, dev and test sub-graphs together (shared out by ``SPLIT_FRACTIONS``,
+    with the held-out sub-graph on top) and the near-duplicate rate."""
 
     counts: dict[str, int]
     twin_rate: float = 0.1
@@ -162,12 +171,16 @@ def _split_count(total: int, split: str, kind: str) -> int:
     return max(minimum, round(total * SPLIT_FRACTIONS[split]))
 
 
-def generate_graph(seed: int, size: GraphSize) -> list[Entity]:
-    """All entities of the world, ids ``0..n-1`` in generation order."""
+def generate_graph(seed: int, size: GraphSize, subgraphs: tuple[str, ...] = SUBGRAPHS) -> list[Entity]:
+    """All entities of the world, ids ``0..n-1`` in generation order. ``subgraphs`` (a prefix of
+    ``SUBGRAPHS``) stops after fewer sub-graphs: the entities it gives are the first ones of the
+    whole graph, unchanged."""
+    if subgraphs != SUBGRAPHS[: len(subgraphs)]:
+        raise ValueError(f"subgraphs: expected a prefix of {SUBGRAPHS}, got {subgraphs}")
     rng = random.Random(seed)
     names = NameMaker(rng)
     entities: list[Entity] = []
-    for split in SPLITS:
+    for split in subgraphs:
         _generate_split(rng, names, size, split, entities)
     return entities
 

@@ -75,13 +75,15 @@ def quotas(count: int, hop_mix: Mapping[str, float]) -> dict[str, int]:
 
 
 class QuestionWriter:
-    """Samples questions of one split from the graph."""
+    """Samples questions of one split from one sub-graph of the graph: ``subgraph`` (default: the
+    sub-graph named like the split). Question ids are ``{split}-{n}``."""
 
-    def __init__(self, entities: Sequence[Entity], split: str, rng: random.Random):
+    def __init__(self, entities: Sequence[Entity], split: str, rng: random.Random, subgraph: str | None = None):
         self.entities = entities
         self.split = split
         self.rng = rng
-        self.by_type = {kind: [e for e in entities if e.split == split and e.type == kind] for kind in ENTITY_TYPES}
+        subgraph = subgraph or split
+        self.by_type = {kind: [e for e in entities if e.split == subgraph and e.type == kind] for kind in ENTITY_TYPES}
         self.shapes = {hops: chain_shapes(hops) for hops in (1, 2, 3)}
         self.comparable = [(a, t) for a in sorted(ATTRIBUTES) for t in ATTRIBUTES[a].subject_types]
 

@@ -3,7 +3,8 @@
 ``build_world(seed, size)`` builds one in memory; ``write_world`` streams one to a directory
 (the way to build the 100k-passage ``large`` preset); ``World.load(dir)`` reads one back;
 ``load_default_world()`` returns the default world, cached on disk under ``$MAOPD_CACHE``
-(default ``~/.cache/maopd``) and in-process.
+(default ``~/.cache/maopd``) and in-process; ``world_graph(seed, size)`` returns the knowledge
+graph the world is built from (one passage per entity, its id the entity's id).
 
 Files in a world directory: ``corpus.jsonl`` (Search-R1 format), ``train.jsonl``, ``dev.jsonl``,
 ``test.jsonl`` (FlashRAG format) and ``world.json`` (seed, size, counts, format version).
@@ -24,17 +25,20 @@ from typing import Any
 from envs.datasets import Question, load_questions
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.synthwiki.corpus import iter_documents
-from envs.synthwiki.generator import SPLITS, Entity, GraphSize, generate_graph
+from envs.synthwiki.generator import SPLITS, SUBGRAPHS, Entity, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.atomic import build_directory_atomically
 
 # Bump when generated content changes, so that stale caches are rebuilt.
-FORMAT_VERSION = 2
-# Each version of the test split is drawn from its own stream, disjoint from every other
-# version's test questions: once figures on a test split have been seen and the testbed changes,
-# a new version gives figures on questions no reported figure came from. Train and dev do not
-# depend on it.
-TEST_SPLIT_VERSION = 2
+FORMAT_VERSION = 3
+# Once figures on a test split have been seen and the testbed changes, a new version of the test
+# split gives figures on questions no reported figure came from. Versions 1 and 2 were drawn from
+# the "test" sub-graph (so they shared entities); version 3 is drawn from the "heldout" sub-graph,
+# whose entities no question of train, dev or an earlier test version touches. Train and dev do
+# not depend on the version.
+TEST_SPLIT_VERSION = 3
+# The sub-graph each question split draws from (``envs.synthwiki.generator.SUBGRAPHS``).
+QUESTION_SUBGRAPHS = {"train": "train", "dev": "dev", "test": "heldout"}
 DEFAULT_SEED = 0
 DEFAULT_SIZE = "small"
 
@@ -102,7 +106,9 @@ def _write_questions(questions: list[Question], path: Path) -> None:
 
 @functools.lru_cache(maxsize=4)
 def world_graph(seed: int = DEFAULT_SEED, size: str = DEFAULT_SIZE) -> list[Entity]:
-    """The knowledge graph the world of ``seed`` and ``size`` is written from."""
+    """The knowledge graph of the world of ``seed`` and ``size``, every sub-graph included: the
+    entities its corpus (one passage per entity, id for id) and its questions are built from.
+    Cached and shared by every caller: read it, do not modify it."""
     return generate_graph(seed, _preset(size).graph)
 
 
@@ -110,14 +116,17 @@ def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
     preset = _preset(size)
     entities = world_graph(seed, size)
     mix = hop_mix or DEFAULT_HOP_MIX
-    rng = random.Random(f"{seed}:questions")
-    # train, dev and the first test split from one stream, as version 1 wrote them
-    splits = {split: QuestionWriter(entities, split, rng).write(preset.questions[split], mix) for split in SPLITS}
-    seen = {q.question for q in splits["test"]}
-    for version in range(2, TEST_SPLIT_VERSION + 1):
-        fresh = QuestionWriter(entities, "test", random.Random(f"{seed}:test-v{version}"))
-        splits["test"] = fresh.write(preset.questions["test"], mix, exclude=seen)
-        seen |= {q.question for q in splits["test"]}
+    # Train and dev come first from one stream, as every version has written them; the test split
+    # has a stream of its own per version.
+    streams = {"train": random.Random(f"{seed}:questions")}
+    streams["dev"] = streams["train"]
+    streams["test"] = random.Random(f"{seed}:test-v{TEST_SPLIT_VERSION}")
+    splits = {
+        split: QuestionWriter(entities, split, streams[split], QUESTION_SUBGRAPHS[split]).write(
+            preset.questions[split], mix
+        )
+        for split in SPLITS
+    }
     manifest = {
         "generator": "synthwiki",
         "format_version": FORMAT_VERSION,
@@ -126,6 +135,8 @@ def _generate(seed: int, size: str, hop_mix: Mapping[str, float] | None):
         "size": size,
         "hop_mix": dict(hop_mix or DEFAULT_HOP_MIX),
         "passages": len(entities),
+        "entities": {subgraph: sum(e.split == subgraph for e in entities) for subgraph in SUBGRAPHS},
+        "question_subgraphs": dict(QUESTION_SUBGRAPHS),
         "questions": {split: len(questions) for split, questions in splits.items()},
     }
     return entities, splits, manifest

@@ -145,7 +145,7 @@ def _em(workflow, team, world, retriever, questions):
 @pytest.mark.parametrize("workflow", ["hierarchical", "cascade"])
 def test_expert_team_reaches_95_percent_exact_match_with_bm25(small, workflow):
     world, retriever = small
-    questions = world.splits["test"][:150]
+    questions = world.splits["dev"][:150]
     assert _em(workflow, expert_team(), world, retriever, questions) >= 0.95
 
 
@@ -153,7 +153,7 @@ def test_expert_solver_scores_like_the_expert_cascade(small):
     """The single agent searches hop by hop as the cascade's Searcher does and answers as the
     Answerer does, with one more step: it is at least as accurate on the same questions."""
     world, retriever = small
-    questions = world.splits["test"][:150]
+    questions = world.splits["dev"][:150]
     single = _em("single", expert_team(), world, retriever, questions)
     assert single >= 0.95 and single >= _em("cascade", expert_team(), world, retriever, questions)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import random
 import re
 
 import pytest
@@ -11,9 +13,11 @@ import pytest
 from envs.datasets import load_questions
 from envs.retrieval.corpus import load_corpus
 from envs.synthwiki import World, build_world, load_default_world, write_world
+from envs.synthwiki.generator import SPLITS, SUBGRAPHS, generate_graph
 from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
-from envs.synthwiki.questions import quotas
+from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter, quotas
 from envs.synthwiki.schema import ATTRIBUTES, RELATIONS
+from envs.synthwiki.world import SIZES, TEST_SPLIT_VERSION, world_graph
 
 FILES = ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl", "world.json")
 
@@ -141,23 +145,81 @@ def test_templates_parse_back():
             assert (fact.predicate, fact.value) == (attribute.name, "1,250")
 
 
-def test_the_test_split_is_fresh_and_train_dev_are_unchanged():
-    """The current test split (TEST_SPLIT_VERSION) shares no question with the version-1 test split;
-    the corpus, train and dev splits do not depend on the version."""
-    import random
+# Digests of what the code wrote before the held-out sub-graph existed (format version 2, seed 0,
+# size tiny): the train, dev and test sub-graphs' entities and the train and dev questions.
+FORMER_ENTITIES = "5f520426531470bb4bccb15569876505ebb2719811d4f9da33ac91bbb10e9b74"
+FORMER_QUESTIONS = {
+    "train": "28e3417d1e305a930bdab80157e1ba34c85e2a057d0d5fef700d81434c5d3f36",
+    "dev": "cc88ecaa3026dea5ddad12467c64f030a68688bac16326924d76fea0f200ae82",
+}
 
-    from envs.synthwiki.generator import SPLITS, generate_graph
-    from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
-    from envs.synthwiki.world import SIZES
 
-    world = build_world(0, "tiny")
-    entities = generate_graph(0, SIZES["tiny"].graph)
-    rng = random.Random("0:questions")
-    first = {
-        split: QuestionWriter(entities, split, rng).write(SIZES["tiny"].questions[split], DEFAULT_HOP_MIX)
-        for split in SPLITS
-    }
+def _rows_digest(rows) -> str:
+    return hashlib.sha256("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode()).hexdigest()
+
+
+def _entities_digest(entities) -> str:
+    return _rows_digest(dataclasses.asdict(e) for e in entities)
+
+
+def _questions_digest(questions) -> str:
+    return _rows_digest(q.to_dict() for q in questions)
+
+
+def _former_test_splits(entities, seed: int, size: str) -> dict[int, list]:
+    """Test split versions 1 and 2, regenerated as they were written: version 1 after train and dev
+    on the ``questions`` stream, version 2 on its own stream without version 1's questions, both
+    from the ``test`` sub-graph."""
+    counts, mix = SIZES[size].questions, DEFAULT_HOP_MIX
+    stream = random.Random(f"{seed}:questions")
     for split in ("train", "dev"):
-        assert [q.to_dict() for q in world.splits[split]] == [q.to_dict() for q in first[split]]
-    assert not {q.question for q in world.splits["test"]} & {q.question for q in first["test"]}
-    assert len(world.splits["test"]) == len(first["test"]) and world.manifest["test_split_version"] == 2
+        QuestionWriter(entities, split, stream).write(counts[split], mix)
+    first = QuestionWriter(entities, "test", stream).write(counts["test"], mix)
+    second = QuestionWriter(entities, "test", random.Random(f"{seed}:test-v2")).write(
+        counts["test"], mix, exclude={q.question for q in first}
+    )
+    return {1: first, 2: second}
+
+
+def test_the_held_out_sub_graph_leaves_the_rest_of_the_world_unchanged():
+    """The held-out sub-graph is generated after the others from the same stream: the train, dev and
+    test sub-graphs and the train and dev questions are what they were before it existed."""
+    entities = world_graph(0, "tiny")
+    before = [e for e in entities if e.split != "heldout"]
+    assert entities[: len(before)] == before  # the held-out entities come last
+    assert _entities_digest(before) == FORMER_ENTITIES
+    assert generate_graph(0, SIZES["tiny"].graph, SPLITS) == before
+    world = build_world(0, "tiny")
+    for split, digest in FORMER_QUESTIONS.items():
+        assert _questions_digest(world.splits[split]) == digest
+    with pytest.raises(ValueError, match="prefix"):
+        generate_graph(0, SIZES["tiny"].graph, ("train", "heldout"))
+
+
+def test_the_test_split_shares_no_entity_with_any_other_or_former_split():
+    """Test split version 3 is drawn from the held-out sub-graph alone: none of its entities (answers
+    included) occurs in a train, dev or former test question, nor in their sub-graphs."""
+    world = build_world(0, "tiny")
+    assert world.manifest["test_split_version"] == TEST_SPLIT_VERSION == 3
+    entities = world_graph(0, "tiny")
+    touched = {split: {e for q in qs for e in q.metadata["entities"]} for split, qs in world.splits.items()}
+    assert {entities[int(i)].split for i in touched["test"]} == {"heldout"}
+    former = _former_test_splits(entities, 0, "tiny")
+    for version, questions in former.items():
+        earlier = {e for q in questions for e in q.metadata["entities"]}
+        assert earlier and not earlier & touched["test"], version
+        assert not {q.question for q in questions} & {q.question for q in world.splits["test"]}
+    assert not touched["test"] & (touched["train"] | touched["dev"])
+    assert [q.id for q in world.splits["test"]] == [f"test-{n}" for n in range(len(world.splits["test"]))]
+    assert world.manifest["entities"] == {s: sum(e.split == s for e in entities) for s in SUBGRAPHS}
+
+
+def test_world_graph_is_the_graph_the_corpus_was_built_from(tiny):
+    entities = world_graph(3, "tiny")
+    assert world_graph(3, "tiny") is entities  # cached
+    assert [doc.id for doc in tiny.corpus.documents] == [e.id for e in entities]
+    assert [doc.title for doc in tiny.corpus.documents] == [e.name for e in entities]
+    assert {e.split for e in entities} == set(SUBGRAPHS)
+    for question in tiny.splits["dev"]:
+        for step in (step for wave in question.metadata["decomposition"] for step in wave):
+            assert entities[int(step["passage"])].split == "dev"

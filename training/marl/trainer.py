@@ -1,7 +1,7 @@
 """Train the shared ``MenuPolicy`` on an option-mode scenario with PPO and a credit-assignment method.
 
 ``train(MarlConfig(method="role", scenario="lazy_searcher_v1", seed=0))`` returns the trained
-policy and its metrics: greedy test metrics and a learning curve (per iteration: training EM,
+policy and its metrics: greedy dev metrics and a learning curve (per iteration: training EM,
 searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
 trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
 plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time in an
@@ -96,8 +96,9 @@ def ppo_update(
 
 
 def evaluate(policy: MenuPolicy, config: MarlConfig) -> dict[str, float]:
-    """Greedy play on the first ``eval_questions`` test questions."""
-    venv = vector_env(config, "test")
+    """Greedy play on the first ``eval_questions`` dev questions: the test split stays sealed for
+    the reported figures (docs/synthwiki.md)."""
+    venv = vector_env(config, "dev")
     count = min(config.eval_questions, len(venv.questions))
     return behaviour(play_batch(venv, policy, list(range(count)), greedy_play=True))
 
