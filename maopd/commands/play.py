@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "--question-index", type=bounded_int(0), default=None, help="play this question instead of a seeded one"
     )
     play.add_argument("--num-searchers", type=bounded_int(1, MAX_SEARCHERS), default=3)
-    play.add_argument("--split", default="test", help="split of the default world")
+    play.add_argument("--split", default="dev", help="split of the default world")
     play.add_argument(
         "--team",
         choices=["expert", "generic"],
