@@ -127,7 +127,8 @@ def checkpoint_solver(
     go to the environment, e.g. ``retriever=`` a retriever built from a ``RetrieverConfig``.
     ``forced_starts`` maps roles to the text each of their calls' first output begins with
     (``agents.forced_start.ForcedStart``; ``hf`` and ``vllm`` only): those roles' calls then
-    leave no token-level record, so such a solver measures, it does not train.
+    leave no token-level record and draw their seeds from the policy's own stream, in batch
+    order, not from the question's seed; such a solver measures, it does not train.
     """
     from agents.forced_start import ForcedStart
     from training.rollout import TeamRolloutCollector
