@@ -39,11 +39,11 @@ from pathlib import Path
 
 import torch
 
-from envs.synthwiki.facts import Fact, chance_rates, graph_facts, question_answer, statements
+from benchmarks.fact_recall import greedy_answers, recall_report
+from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
 
 RESULTS = Path(__file__).parent / "results" / "knowledge_probe"
 GROUP = 8  # statements per pretraining text, shuffled together
-EXPOSURE_BINS = ((1, 3), (4, 10), (11, 30), (31, 100), (101, 1000))
 # The real worlds' entity mix (the ``tiny`` preset's counts); ``world_scale`` multiplies it.
 BASE_COUNTS = {"country": 6, "city": 45, "university": 20, "band": 25, "person": 110, "company": 45, "river": 15}
 
@@ -117,70 +117,6 @@ def build_tokenizer(vocab_size: int):
     return train_tokenizer([*template_texts(), *recall_template_texts()], vocab_size=vocab_size)
 
 
-def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int = 16, batch: int = 64) -> list[str]:
-    """The greedy continuation of each question (after ``<|endoftext|>``) up to its first "."."""
-    period = tokenizer.convert_tokens_to_ids(".")
-    prompts = [[tokenizer.pad_token_id, *tokenizer.encode(q)] for q in questions]
-    outputs: list[str] = [""] * len(prompts)
-    by_length: dict[int, list[int]] = {}
-    for index, prompt in enumerate(prompts):
-        by_length.setdefault(len(prompt), []).append(index)  # equal lengths: no padding needed
-    with torch.no_grad():
-        for indices in by_length.values():
-            for start in range(0, len(indices), batch):
-                chunk = indices[start : start + batch]
-                ids = torch.tensor([prompts[i] for i in chunk])
-                out = model.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=[period, tokenizer.eos_token_id, tokenizer.pad_token_id],
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                for row, i in zip(out[:, ids.shape[1] :].tolist(), chunk):
-                    outputs[i] = tokenizer.decode(row, skip_special_tokens=True).split(".")[0].strip()
-    return outputs
-
-
-def summarise(facts: list[Fact], correct: list[bool], chance: dict[str, float]) -> dict:
-    return {
-        "facts": len(facts),
-        "recall": round(sum(correct) / len(facts), 4) if facts else None,
-        "chance": round(sum(chance[f.predicate] for f in facts) / len(facts), 4) if facts else None,
-        "exposures_min": min((f.exposures for f in facts), default=None),
-        "exposures_max": max((f.exposures for f in facts), default=None),
-        "exposures_mean": round(sum(f.exposures for f in facts) / len(facts), 1) if facts else None,
-    }
-
-
-def probe_report(facts: list[Fact], answers: list[str], epochs: int) -> dict:
-    """Recall per band, per exposure bin (statements read, all epochs) and per predicate, with chance."""
-    from envs.synthwiki.grammar import subquestion
-    from envs.synthwiki.popularity import BANDS
-
-    correct = [answer in fact.answers for fact, answer in zip(facts, answers)]
-    chance = chance_rates(facts)
-
-    def group(keep) -> dict:
-        chosen = [i for i, f in enumerate(facts) if keep(f)]
-        return summarise([facts[i] for i in chosen], [correct[i] for i in chosen], chance)
-
-    bins = {f"{low}-{high}": (low, high) for low, high in EXPOSURE_BINS}
-    return {
-        "overall": summarise(facts, correct, chance),
-        "bands": {b: group(lambda f, b=b: f.band == b) for b in BANDS},
-        "by_exposures": {
-            name: group(lambda f, lo=lo, hi=hi: lo <= f.exposures * epochs <= hi) for name, (lo, hi) in bins.items()
-        },
-        "by_predicate": {p: group(lambda f, p=p: f.predicate == p) for p in sorted(chance)},
-        "examples": [
-            {"question": subquestion(f.predicate, f.subject), "gold": f.value, "answer": a}
-            for f, a in list(zip(facts, answers))[:8]
-        ],
-    }
-
-
 def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
     from agents.tiny_model import TinyModelConfig, build_tiny_model
     from envs.synthwiki.grammar import subquestion
@@ -216,7 +152,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
     for name, chosen in samples.items():
         if chosen:
             got = greedy_answers(model, tokenizer, [subquestion(f.predicate, f.subject) for f in chosen])
-            pretraining_world[name] = probe_report(chosen, got, config.epochs)["overall"]
+            pretraining_world[name] = recall_report(chosen, got, config.epochs)["overall"]
     return {
         "config": asdict(config),
         "exposure_curve": {**asdict(curve), "exponent": round(curve.exponent, 3)},
@@ -229,7 +165,7 @@ def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
         "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
         "train_seconds": round(trained - started, 1),
         "probe_seconds": round(time.perf_counter() - trained, 1),
-        "rl_world_recall": probe_report(rl, answers, config.epochs),
+        "rl_world_recall": recall_report(rl, answers, config.epochs),
         "pretraining_world_recall": pretraining_world,
     }
 

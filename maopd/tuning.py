@@ -1,5 +1,5 @@
-"""Tuning the main job on dev, never on test: ``maopd tune eval``, ``maopd tune beta`` and
-``maopd tune judge``.
+"""Tuning the main job on dev, never on test: ``maopd tune eval``, ``maopd tune beta``,
+``maopd tune judge`` and ``maopd tune gates``.
 
 ``dev_eval``: systems (a model, run or checkpoint, played in a workflow) on the dev split with the
 main job's evaluation protocol (``eval.attempts`` workflows per question, one answer candidate,
@@ -20,6 +20,13 @@ GRPO group shares one outcome) is left out of the median.
 
 ``judge_figures``: a model as the Prompted Critic's judge, on recorded reports and on a held-out
 balanced set of decidable labels, with the judge gate.
+
+``gate_figures``: every gate of the testbed (``maopd.gates``, where the thresholds and checks are)
+measured on dev for a base model directory: closed-book recall by popularity band after
+pretraining and as the Searcher reporting without a search (``closed_book_figures``), the cascade
+with the Searcher forced not to search and forced to search on popular 1-hop questions
+(``forced_search_figures``), the judge (``judge_figures``) and the level of every workflow
+(``dev_eval``).
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.workflows import WORKFLOWS
 from maopd.base.config import ConfigError
+from maopd.gates import GATES, judge_checks
 from maopd.pipeline.config import PipelineConfig, stage_config, stage_dir
 from maopd.pipeline.job import evaluate, held_out_manifest
 
@@ -123,12 +131,6 @@ def dev_eval(
     }
 
 
-# The judge gate (docs/main_job.md): balanced accuracy on the held-out balanced set of decidable
-# labels, over at least JUDGE_GATE_NEGATIVES negatives, and a judge rate on the model's own dev
-# reports strictly inside JUDGE_GATE_RATE.
-JUDGE_GATE_ACCURACY = 0.75
-JUDGE_GATE_NEGATIVES = 100
-JUDGE_GATE_RATE = (0.05, 0.95)
 BALANCED_SEED = 0
 
 
@@ -156,18 +158,14 @@ def _share(flags: list[bool]) -> float | None:
 
 
 def judge_gate(balanced: dict[str, Any], judge_rate: float) -> dict[str, Any]:
-    """The judge gate's checks on ``balanced_judge_figures`` and the judge rate on own reports."""
-    accuracy = balanced["balanced_accuracy"]
-    low, high = JUDGE_GATE_RATE
-    checks = {
-        "balanced_accuracy": accuracy is not None and accuracy >= JUDGE_GATE_ACCURACY,
-        "negatives": balanced["negatives"] >= JUDGE_GATE_NEGATIVES,
-        "judge_rate": low < judge_rate < high,
-    }
+    """The judge gate's checks (``maopd.gates``) on ``balanced_judge_figures`` and the judge rate on
+    own reports."""
+    checks = judge_checks(balanced["balanced_accuracy"], balanced["negatives"], judge_rate)
+    low, high = GATES.judge_rate
     return {
         "thresholds": {
-            "balanced_accuracy": f">= {JUDGE_GATE_ACCURACY}",
-            "negatives": f">= {JUDGE_GATE_NEGATIVES}",
+            "balanced_accuracy": f">= {GATES.judge_accuracy}",
+            "negatives": f">= {GATES.judge_negatives}",
             "judge_rate": f"in ({low}, {high})",
         },
         "checks": checks,
@@ -284,4 +282,206 @@ def calibrate_beta(pipeline: PipelineConfig, batches: int, seed: int = 0, progre
         "beta_range_0.3_to_3x": [0.3 * beta, 3 * beta] if beta else None,
         "paper_beta": PAPER_OPD_BETA,
         "paper_beta_norm_ratio": PAPER_OPD_BETA / beta if beta else None,
+    }
+
+
+# ``maopd tune gates --quick``: a few of everything, to check that every part runs
+QUICK_FACTS_PER_BAND = 6
+QUICK_FORCED_QUESTIONS = 4
+QUICK_JUDGE_WORKFLOWS = 8
+QUICK_JUDGE_BALANCED = 20
+
+
+def world_graph(seed: int, size: str):
+    """The knowledge graph of the world of ``seed`` and ``size``."""
+    from envs.synthwiki.generator import generate_graph
+    from envs.synthwiki.world import SIZES
+
+    return generate_graph(seed, SIZES[size].graph)
+
+
+def base_model_world(model: Path) -> tuple[int, str, str | None]:
+    """π_0's world seed and size (its ``sft_config.yaml``, else ``SFTConfig``'s defaults) and its
+    config key (its ``sft_metrics.json``; None when absent). Read as plain data, so that a model
+    built by a newer ``SFTConfig`` is still read."""
+    import json
+
+    from maopd.base.run_dir import read_record
+    from training.base_model import CONFIG_FILE, METRICS_FILE, SFTConfig
+
+    saved = read_record(model / CONFIG_FILE) or {}
+    defaults = SFTConfig()
+    metrics = model / METRICS_FILE
+    key = json.loads(metrics.read_text(encoding="utf-8")).get("config_key") if metrics.is_file() else None
+    return int(saved.get("world_seed", defaults.world_seed)), str(saved.get("world_size", defaults.world_size)), key
+
+
+def closed_book_figures(model: Path, seed: int, size: str, facts_per_band: int | None = None) -> dict[str, Any]:
+    """Gate 1: recall of every fact about a dev entity of the world (the first ``facts_per_band``
+    of each band), by popularity band, against chance (``chance_rates`` over all of the world's
+    facts, averaged over a band's facts): ``pretrained``, ``model/pretrained/`` as a language model,
+    and ``searcher``, the fine-tuned model as the Searcher reporting without a search
+    (``benchmarks.fact_recall``)."""
+    from transformers import AutoModelForCausalLM
+
+    from benchmarks.eval.solvers import model_policy
+    from benchmarks.fact_recall import REPORT_TOKENS, greedy_answers, recall_report, searcher_reports
+    from envs.rewards import report_has_gold
+    from envs.synthwiki.facts import chance_rates, graph_facts
+    from envs.synthwiki.grammar import subquestion
+    from envs.synthwiki.popularity import BANDS, ExposureCurve
+
+    facts = graph_facts(seed, world_graph(seed, size), ExposureCurve())
+    chance = chance_rates(facts)
+    dev = [f for f in facts if f.split == "dev"]
+    if facts_per_band is not None:
+        dev = [f for b in BANDS for f in [f for f in dev if f.band == b][:facts_per_band]]
+    questions = [subquestion(f.predicate, f.subject) for f in dev]
+    policy = model_policy(str(model), temperature=0.0, max_new_tokens=REPORT_TOKENS)
+
+    pretrained = model / "pretrained"
+    if (pretrained / "config.json").is_file():
+        language_model = AutoModelForCausalLM.from_pretrained(pretrained, local_files_only=True).eval()
+        answers = greedy_answers(language_model, policy.tokenizer, questions)
+        lm_figures = recall_report(dev, answers, chance=chance)
+    else:
+        lm_figures = {"not_measured": "no pretrained/ checkpoint"}
+    reports = searcher_reports(policy, questions)
+    correct = [report_has_gold(report, fact.answers) for report, fact in zip(reports, dev)]
+    return {
+        "world": {"seed": seed, "size": size},
+        "facts": len(dev),
+        "pretrained": lm_figures,
+        "searcher": recall_report(dev, reports, correct=correct, chance=chance),
+    }
+
+
+def popular_lookups(seed: int, size: str) -> list:
+    """The world's dev 1-hop lookup questions whose subject is in the popular band."""
+    from envs.synthwiki import load_default_world
+    from envs.synthwiki.popularity import band, entity_ranks
+
+    entities = world_graph(seed, size)
+    ranks = entity_ranks(seed, entities)
+    return [
+        q
+        for q in load_default_world(seed, size).splits["dev"]
+        if q.metadata["hops"] == 1
+        and q.metadata["type"] == "lookup"
+        and band(ranks[q.metadata["entities"][0]], len(entities)) == "popular"
+    ]
+
+
+def forced_search_figures(
+    model: Path, seed: int, size: str, config: PipelineConfig, limit: int | None = None
+) -> dict[str, Any]:
+    """Gate 2: the cascade played by the model on the world's popular-band dev 1-hop lookups (the
+    first ``limit``), ``eval.attempts`` workflows each with the evaluation's sampling, once with the
+    Searcher's first output forced to begin with ``<report>`` (no search) and once with
+    ``<search>``; the exact match of each arm's answers."""
+    from benchmarks.eval.runner import attempt_seed
+    from benchmarks.eval.solvers import checkpoint_solver
+    from envs.synthwiki import load_default_world
+
+    questions = popular_lookups(seed, size)[:limit]
+    if not questions:
+        return {"not_measured": "no popular-band 1-hop dev question"}
+    ev = config.eval
+    batch = [q for q in questions for _ in range(ev.attempts)]
+    seeds = [attempt_seed(ev.seed, "1-hop", q.id, a) for q in questions for a in range(ev.attempts)]
+    corpus = load_default_world(seed, size).corpus
+    figures: dict[str, Any] = {"questions": len(questions), "attempts": ev.attempts}
+    for arm, start in (("no_search", "<report>"), ("search", "<search>")):
+        solve = checkpoint_solver(
+            "cascade",
+            str(model),
+            corpus,
+            questions,
+            ev.temperature,
+            ev.top_p,
+            ev.max_new_tokens,
+            forced_starts={"searcher": start},
+        )
+        records = solve(batch, seeds)
+        figures[arm] = {
+            "start": start,
+            "em": sum(r["rewards"]["em"] for r in records) / len(records),
+            "searching_share": sum(r["counters"]["search_actions"] > 0 for r in records) / len(records),
+        }
+    return figures
+
+
+def gate_figures(
+    model: Path, questions_per_type: int | None, attempts: int, out: Path, quick: bool = False, progress=print
+) -> dict[str, Any]:
+    """Every gate of ``maopd.gates`` measured on dev for the base model directory ``model``: the
+    figures of each part, its seconds, and the checks as rows. Parts 1 and 2 ask π_0's world
+    (``sft_config.yaml``); parts 3 and 4 play the environments' embedded world (``dev_eval``,
+    ``judge_figures``), each workflow's records in ``out/eval/<workflow>/``."""
+    from envs.synthwiki.world import DEFAULT_SEED, DEFAULT_SIZE
+    from maopd import gates
+    from maopd.pipeline.config import load_preset
+
+    if not (model / "config.json").is_file():
+        raise ConfigError(f"--model {model}: not a model directory (no config.json)")
+    seed, size, key = base_model_world(model)
+    if quick and questions_per_type is None:
+        questions_per_type = 1
+    overrides = ["eval.split=dev", f"eval.attempts={attempts}"]
+    if questions_per_type is not None:
+        overrides.append(f"eval.questions_per_type={questions_per_type}")
+    config = load_preset("default", overrides)
+    seconds: dict[str, float] = {}
+
+    def timed(part: str, fn, *args):
+        progress(f"gates: {part} ...")
+        started = time.perf_counter()
+        result = fn(*args)
+        seconds[part] = round(time.perf_counter() - started, 1)
+        return result
+
+    recall = timed(
+        "closed_book_recall", closed_book_figures, model, seed, size, QUICK_FACTS_PER_BAND if quick else None
+    )
+    forced = timed(
+        "forced_search", forced_search_figures, model, seed, size, config, QUICK_FORCED_QUESTIONS if quick else None
+    )
+
+    def level() -> dict[str, Any]:
+        systems, questions = {}, 0
+        for workflow in WORKFLOWS:
+            result = dev_eval(config, [(workflow, workflow, model)], [], out / "eval" / workflow)
+            systems[workflow], questions = result["systems"][workflow], result["questions"]
+        return {"questions": questions, "questions_per_type": questions_per_type, "attempts": attempts, **systems}
+
+    levels = timed("level", level)
+
+    def judge() -> dict[str, Any]:
+        records = out / "eval" / "hierarchical" / "records.jsonl"
+        limits = (QUICK_JUDGE_WORKFLOWS, QUICK_JUDGE_BALANCED) if quick else (None, None)
+        try:
+            return judge_figures(model, records, *limits)
+        except ConfigError as exc:  # the hierarchy wrote no report to judge
+            return {"not_measured": str(exc)}
+
+    judged = timed("judge", judge)
+    systems = {w: levels[w] for w in WORKFLOWS}
+    rows = [
+        *gates.recall_rows("recall after pretraining", recall["pretrained"]),
+        *gates.recall_rows("recall as Searcher, no search", recall["searcher"]),
+        *gates.forced_search_rows(forced),
+        *gates.judge_rows(judged),
+        *gates.level_rows(systems, attempts),
+    ]
+    return {
+        "model": str(model),
+        "config_key": key,
+        "world": {"seed": seed, "size": size},  # of parts 1 and 2
+        "eval_world": {"seed": DEFAULT_SEED, "size": DEFAULT_SIZE},  # of parts 3 and 4
+        "quick": quick,
+        "thresholds": asdict(gates.GATES),
+        "rows": rows,
+        "verdict": gates.overall(rows),
+        "seconds": seconds,
+        "figures": {"closed_book_recall": recall, "forced_search": forced, "level": levels, "judge": judged},
     }

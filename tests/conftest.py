@@ -34,6 +34,17 @@ def models(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def smoke_model(tmp_path_factory):
+    """π_0 of the smoke config, built through the CLI (once per session: tests/training/test_sft.py
+    and the gates test read it)."""
+    from maopd.cli import main
+
+    out = tmp_path_factory.mktemp("smoke") / "model"
+    assert main(["sft", "--smoke", "--out", str(out)]) == 0
+    return out
+
+
 @pytest.fixture
 def dead_pid():
     """A process id no process can hold: above Linux's PID_MAX_LIMIT (2**22), so no subprocess is needed."""

@@ -7,7 +7,7 @@ temperature and top-p belong to the policy (``model_policy``); the scripted team
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchmarks.eval.runner import Solve
@@ -115,6 +115,7 @@ def checkpoint_solver(
     backend: str = "hf",
     base_url: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",
+    forced_starts: Mapping[str, str] | None = None,
     **env_options: Any,
 ) -> Solve:
     """A ``solve`` that plays every role with one model (see ``model_policy`` for ``backend``).
@@ -124,7 +125,12 @@ def checkpoint_solver(
     results do not depend on which questions share a batch. The ``openai`` backend returns texts
     only (no token ids): its episodes run one by one through ``team_solver``. ``env_options``
     go to the environment, e.g. ``retriever=`` a retriever built from a ``RetrieverConfig``.
+    ``forced_starts`` maps roles to the text each of their calls' first output begins with
+    (``agents.forced_start.ForcedStart``; ``hf`` and ``vllm`` only): those roles' calls then
+    leave no token-level record and draw their seeds from the policy's own stream, in batch
+    order, not from the question's seed; such a solver measures, it does not train.
     """
+    from agents.forced_start import ForcedStart
     from training.rollout import TeamRolloutCollector
 
     module = env_module(workflow)  # refuses an unknown workflow before a model is loaded
@@ -141,11 +147,14 @@ def checkpoint_solver(
         api_key_env=api_key_env,
     )
     if backend == "openai":
+        if forced_starts:
+            raise ValueError("forced_starts: the openai backend returns texts only; use hf or vllm")
         return team_solver(workflow, policy, corpus, questions, **env_options)
+    forced = {role: ForcedStart(policy, role, start) for role, start in (forced_starts or {}).items()}
     env_kwargs = {"questions": list(questions), "num_candidates": 1, **env_options}
     if corpus is not None:
         env_kwargs["corpus"] = corpus
-    collector = TeamRolloutCollector(lambda: module.env(**env_kwargs), policy)
+    collector = TeamRolloutCollector(lambda: module.env(**env_kwargs), policy, forced)
 
     def solve(batch: list[Question], seeds: list[int]) -> list[dict[str, Any]]:
         rollouts = collector.collect(batch, 1, seed=0, group_keys=seeds)

@@ -1,4 +1,5 @@
-"""``maopd tune eval``, ``maopd tune beta`` and ``maopd tune judge``: the main job's settings chosen on dev.
+"""``maopd tune eval``, ``maopd tune beta``, ``maopd tune judge`` and ``maopd tune gates``: the main
+job's settings chosen on dev, and the testbed's gates measured there.
 
 The logic is in maopd/tuning.py."""
 
@@ -72,6 +73,27 @@ def register(subparsers) -> None:
     judge.add_argument("--out", help="also write the figures here (JSON)")
     judge.set_defaults(func=_judge)
 
+    gates = commands.add_parser(
+        "gates",
+        help="every testbed gate of a base model on dev, before any RL",
+        description="Measures on the dev split, for the base model directory MODEL: closed-book "
+        "recall by popularity band after pretraining (MODEL/pretrained/) and as the Searcher "
+        "reporting without a search; the cascade's exact match with the Searcher forced not to "
+        "search and forced to search, on popular-band 1-hop questions; the judge gate; and the "
+        "level and search share of every workflow (`maopd tune eval`, eval.attempts runs per "
+        "question). Prints the table of checks and writes OUT/gates.json and OUT/gates.md; the "
+        "workflows' records go to OUT/eval/ (resumable).",
+    )
+    gates.add_argument("--model", required=True, help="a base model directory (with sft_config.yaml)")
+    gates.add_argument(
+        "--questions-per-type", type=bounded_int(1), help="dev questions of each type in the level part (default: all)"
+    )
+    gates.add_argument("--attempts", type=bounded_int(1), default=4)
+    gates.add_argument("--out", help="output directory (default: runs/gates/<model directory name>)")
+    gates.add_argument("--threads", type=bounded_int(1), default=1, help="torch threads (1: the machine is shared)")
+    gates.add_argument("--quick", action="store_true", help="a few facts and questions per part (a smoke run)")
+    gates.set_defaults(func=_gates)
+
 
 def _judge(args) -> int:
     from benchmarks.provenance import git_commit
@@ -123,4 +145,40 @@ def _beta(args) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def _gates(args) -> int:
+    import os
+    import platform
+
+    import torch
+
+    from benchmarks.provenance import git_commit
+    from maopd.gates import markdown_table
+    from maopd.tuning import gate_figures
+
+    torch.set_num_threads(args.threads)
+    model = Path(args.model)
+    out = Path(args.out) if args.out else Path("runs/gates") / model.resolve().name
+    out.mkdir(parents=True, exist_ok=True)
+    result = gate_figures(model, args.questions_per_type, args.attempts, out, args.quick)
+    result = {
+        "command": " ".join(args.command_line),
+        "commit": git_commit(short=True),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
+        f"Python {platform.python_version()}, torch {torch.__version__}",
+        **result,
+    }
+    table = markdown_table(result["rows"])
+    head = (
+        f"# Gates of `{result['model']}` (config key {result['config_key']}) on dev\n\n"
+        f"- **Command**: `{result['command']}`\n- **Commit**: {result['commit']}\n"
+        f"- **Machine**: {result['machine']}\n- **Seconds per part**: {result['seconds']}\n"
+        f"- **Verdict**: {result['verdict']}\n\n"
+    )
+    (out / "gates.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / "gates.md").write_text(head + table + "\n", encoding="utf-8")
+    print(table)
+    print(f"verdict: {result['verdict']}; written to {out / 'gates.json'} and {out / 'gates.md'}")
     return 0

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.knowledge_probe import ProbeConfig, pretraining_corpus, probe_report, world_facts
+from benchmarks.fact_recall import recall_report
+from benchmarks.knowledge_probe import ProbeConfig, pretraining_corpus, world_facts
 from envs.synthwiki.facts import Fact, chance_rates
 from envs.synthwiki.grammar import parse_question
 from envs.synthwiki.popularity import BANDS, ExposureCurve
@@ -43,7 +44,7 @@ def test_report_scores_each_band_against_the_most_common_value():
         _fact("D", "birth_year", "1950", "long_tail", 2),
     ]
     assert chance_rates(facts) == {"born_in": 2 / 3, "birth_year": 1.0}
-    report = probe_report(facts, ["X", "Y", "Y", "1951"], epochs=1)
+    report = recall_report(facts, ["X", "Y", "Y", "1951"], epochs=1)
     assert report["bands"]["popular"]["recall"] == 1.0
     assert report["bands"]["middle"]["recall"] == 0.0
     assert report["bands"]["long_tail"] == {
@@ -55,7 +56,7 @@ def test_report_scores_each_band_against_the_most_common_value():
         "exposures_mean": 2.5,
     }
     assert report["by_exposures"]["101-1000"]["facts"] == 1
-    assert probe_report(facts, ["X"] * 4, epochs=2)["by_exposures"]["4-10"]["facts"] == 2  # read twice
+    assert recall_report(facts, ["X"] * 4, epochs=2)["by_exposures"]["4-10"]["facts"] == 2  # read twice
 
 
 @pytest.mark.slow

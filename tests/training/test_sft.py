@@ -189,16 +189,6 @@ def test_decidable_critic_labels_replace_the_played_reports_verdicts_with_balanc
         SFTConfig(critic_demos=True, critic_labels="correct")
 
 
-@pytest.fixture(scope="module")
-def smoke_model(tmp_path_factory):
-    """π_0 of the smoke config, built through the CLI."""
-    from maopd.cli import main
-
-    out = tmp_path_factory.mktemp("smoke") / "model"
-    assert main(["sft", "--smoke", "--out", str(out)]) == 0
-    return out
-
-
 @pytest.mark.slow
 def test_same_config_builds_identical_weights(smoke_model, tmp_path):
     from agents.tiny_model import load_model

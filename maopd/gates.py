@@ -1,0 +1,213 @@
+"""The testbed's gates: what a π_0 must show on dev before any RL, and when each is met.
+
+Every threshold is written once, in ``GATES``; the checks here are pure arithmetic on measured
+figures (``maopd.tuning.gate_figures`` measures them, ``maopd tune gates`` prints and saves them).
+
+1. **Closed-book recall by popularity band**, after pretraining (``pretrained/``) and of the
+   fine-tuned model as the Searcher reporting without a search: recall on the ``popular`` band at
+   least ``popular_recall``, and on the ``long_tail`` band at most ``long_tail_above_chance`` above
+   the band's chance rate. Popular facts must be known and long-tail ones not, so that skipping
+   search is right on the first and wrong on the second. The middle band is a description.
+2. **Forced no search vs forced search** on the popular band's 1-hop questions (the cascade):
+   EM(no search) at least ``no_search_ratio`` × EM(search), so that skipping search is a real
+   temptation where the model knows the answer.
+3. **The judge** (the Prompted Critic's): balanced accuracy at least ``judge_accuracy`` on the
+   held-out balanced set of decidable labels with at least ``judge_negatives`` negatives, and a
+   judge rate on the model's own dev reports strictly inside ``judge_rate``: a judge that says yes
+   (or no) to everything rewards nothing.
+4. **π_0's level**: macro avg@k inside ``level`` (inclusive) in every workflow, room to improve
+   and something to improve from; and in every workflow at least ``searching_share`` of the
+   workflows search at least once, so that search is the habit RL starts from.
+
+A check is ``met``, ``not met`` or ``not measured``; the verdict is ``all met`` only when every
+check is met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MET, NOT_MET, NOT_MEASURED, DESCRIPTION = "met", "not met", "not measured", "description"
+ALL_MET, NOT_ALL_MET = "all met", "not all met"
+# Figures are shares and their differences in floating point: a figure that equals its threshold
+# (0.4 - 0.3 against 0.1) must count as at the threshold.
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    popular_recall: float = 0.60  # recall on the popular band, at least
+    long_tail_above_chance: float = 0.10  # long-tail recall minus its chance rate, at most
+    no_search_ratio: float = 0.7  # EM(forced no search) / EM(forced search), at least
+    judge_accuracy: float = 0.75  # balanced accuracy on the held-out decidable set, at least
+    judge_negatives: int = 100  # negatives in that set, at least
+    judge_rate: tuple[float, float] = (0.05, 0.95)  # judge rate on own dev reports, strictly inside
+    level: tuple[float, float] = (0.20, 0.60)  # macro avg@k of every workflow, inclusive
+    searching_share: float = 0.70  # share of a workflow's runs that search at least once, at least
+
+
+GATES = GateThresholds()
+
+
+def at_least(value: float, bound: float) -> bool:
+    return value >= bound - TOLERANCE
+
+
+def at_most(value: float, bound: float) -> bool:
+    return value <= bound + TOLERANCE
+
+
+def verdict(ok: bool | None) -> str:
+    """``met``/``not met`` for a check, ``not measured`` when it could not be made (None)."""
+    return NOT_MEASURED if ok is None else MET if ok else NOT_MET
+
+
+def popular_recall_met(recall: float) -> bool:
+    return at_least(recall, GATES.popular_recall)
+
+
+def long_tail_met(recall: float, chance: float) -> bool:
+    return at_most(recall - chance, GATES.long_tail_above_chance)
+
+
+def no_search_met(em_no_search: float, em_search: float) -> bool:
+    return at_least(em_no_search, GATES.no_search_ratio * em_search)
+
+
+def judge_checks(accuracy: float | None, negatives: int, judge_rate: float) -> dict[str, bool]:
+    low, high = GATES.judge_rate
+    return {
+        "balanced_accuracy": accuracy is not None and at_least(accuracy, GATES.judge_accuracy),
+        "negatives": negatives >= GATES.judge_negatives,
+        "judge_rate": low < judge_rate < high,
+    }
+
+
+def level_met(avg: float) -> bool:
+    low, high = GATES.level
+    return at_least(avg, low) and at_most(avg, high)
+
+
+def searching_met(share: float) -> bool:
+    return at_least(share, GATES.searching_share)
+
+
+def _row(gate: str, check: str, value: str, threshold: str, state: str, note: str = "") -> dict[str, str]:
+    return {"gate": gate, "check": check, "value": value, "threshold": threshold, "verdict": state, "note": note}
+
+
+def _f(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def recall_rows(gate: str, figures: dict[str, Any]) -> list[dict[str, str]]:
+    """Gate 1's rows for one way of asking (``fact_recall.recall_report``'s figures, or
+    ``{"not_measured": reason}``)."""
+    lt = f"<= chance + {GATES.long_tail_above_chance}"
+    if "not_measured" in figures:
+        reason = figures["not_measured"]
+        return [
+            _row(gate, "popular recall", "—", f">= {GATES.popular_recall}", NOT_MEASURED, reason),
+            _row(gate, "long-tail recall (chance)", "—", lt, NOT_MEASURED, reason),
+        ]
+    bands = figures["bands"]
+    rows = []
+    popular, tail, middle = bands["popular"], bands["long_tail"], bands["middle"]
+    ok = popular_recall_met(popular["recall"]) if popular["facts"] else None
+    rows.append(
+        _row(
+            gate,
+            "popular recall",
+            _f(popular["recall"]),
+            f">= {GATES.popular_recall}",
+            verdict(ok),
+            f"{popular['facts']} facts",
+        )
+    )
+    ok = long_tail_met(tail["recall"], tail["chance"]) if tail["facts"] else None
+    value = f"{_f(tail['recall'])} ({_f(tail['chance'])})"
+    rows.append(_row(gate, "long-tail recall (chance)", value, lt, verdict(ok), f"{tail['facts']} facts"))
+    value = f"{_f(middle['recall'])} ({_f(middle['chance'])})"
+    rows.append(_row(gate, "middle recall (chance)", value, "—", DESCRIPTION, f"{middle['facts']} facts"))
+    return rows
+
+
+def forced_search_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
+    gate = "forced no search vs search"
+    threshold = f"no search >= {GATES.no_search_ratio} x search"
+    if "not_measured" in figures:
+        return [_row(gate, "EM no search / search", "—", threshold, NOT_MEASURED, figures["not_measured"])]
+    no_search, search = figures["no_search"]["em"], figures["search"]["em"]
+    note = f"{figures['questions']} questions x {figures['attempts']} attempts"
+    value = f"{_f(no_search)} / {_f(search)}"
+    return [_row(gate, "EM no search / search", value, threshold, verdict(no_search_met(no_search, search)), note)]
+
+
+def judge_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
+    gate = "judge"
+    low, high = GATES.judge_rate
+    accuracy_threshold = f">= {GATES.judge_accuracy} on >= {GATES.judge_negatives} negatives"
+    rate_threshold = f"in ({low}, {high})"
+    if "not_measured" in figures:
+        reason = figures["not_measured"]
+        return [
+            _row(gate, "balanced accuracy", "—", accuracy_threshold, NOT_MEASURED, reason),
+            _row(gate, "judge rate on own dev reports", "—", rate_threshold, NOT_MEASURED, reason),
+        ]
+    balanced = figures["balanced"]
+    checks = figures["gate"]["checks"]
+    value = f"{_f(balanced['balanced_accuracy'])} ({balanced['negatives']} negatives)"
+    ok = checks["balanced_accuracy"] and checks["negatives"]
+    rate = figures["critic/judge_rate"]
+    return [
+        _row(gate, "balanced accuracy", value, accuracy_threshold, verdict(ok), f"{balanced['examples']} examples"),
+        _row(
+            gate,
+            "judge rate on own dev reports",
+            _f(rate),
+            rate_threshold,
+            verdict(checks["judge_rate"]),
+            f"{figures['workflows']} workflows",
+        ),
+        _row(gate, "ROC AUC of P(yes) vs gold", _f(figures["p_yes_auc_vs_gold"]), "—", DESCRIPTION),
+    ]
+
+
+def level_rows(systems: dict[str, dict[str, Any]], attempts: int) -> list[dict[str, str]]:
+    """Gate 4's rows from ``maopd.tuning.dev_eval``'s figures, one system per workflow."""
+    low, high = GATES.level
+    avg = f"avg@{attempts}"
+    rows = []
+    for workflow, figures in systems.items():
+        macro = figures[avg]["macro"]
+        rows.append(
+            _row("level", f"{workflow} macro {avg}", _f(macro), f"in [{low}, {high}]", verdict(level_met(macro)))
+        )
+    for workflow, figures in systems.items():
+        share = figures["searching_share"]
+        rows.append(
+            _row(
+                "searching",
+                f"{workflow} share searching",
+                _f(share),
+                f">= {GATES.searching_share}",
+                verdict(searching_met(share)),
+                f"{figures['workflows']} workflows",
+            )
+        )
+    return rows
+
+
+def overall(rows: list[dict[str, str]]) -> str:
+    """``all met`` when every check (descriptions aside) is met."""
+    checks = [row["verdict"] for row in rows if row["verdict"] != DESCRIPTION]
+    return ALL_MET if checks and all(v == MET for v in checks) else NOT_ALL_MET
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    lines = ["| gate | check | value | threshold | verdict | note |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r['gate']} | {r['check']} | {r['value']} | {r['threshold']} | {r['verdict']} | {r['note']} |" for r in rows
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""The testbed's gates (``maopd.gates``, ``maopd tune gates``): each check at its threshold, the
+rows and verdict, and one quick run of the command on the smoke π_0."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from maopd import gates
+from maopd.gates import GATES, MET, NOT_MEASURED, NOT_MET
+
+
+def test_each_check_is_met_at_its_threshold_and_not_just_past_it():
+    assert gates.popular_recall_met(0.60) and not gates.popular_recall_met(0.5999)
+    # 0.4 - 0.3 is 0.10000000000000003 in floating point: still at the threshold
+    assert gates.long_tail_met(0.4, 0.3) and gates.long_tail_met(0.05, 0.3)
+    assert not gates.long_tail_met(0.4001, 0.3)
+    assert gates.no_search_met(0.21, 0.3) and not gates.no_search_met(0.2099, 0.3)
+    assert gates.no_search_met(0.0, 0.0)  # nothing to lose by skipping search: the ratio holds
+    assert gates.level_met(0.20) and gates.level_met(0.60)
+    assert not gates.level_met(0.1999) and not gates.level_met(0.6001)
+    assert gates.searching_met(0.70) and not gates.searching_met(0.6999)
+    assert gates.judge_checks(0.75, 100, 0.5) == {"balanced_accuracy": True, "negatives": True, "judge_rate": True}
+    assert gates.judge_checks(0.7499, 99, 0.05) == {
+        "balanced_accuracy": False,
+        "negatives": False,
+        "judge_rate": False,
+    }
+    assert not gates.judge_checks(None, 100, 0.95)["balanced_accuracy"]
+    assert not gates.judge_checks(0.9, 100, 0.95)["judge_rate"] and gates.judge_checks(0.9, 100, 0.9499)["judge_rate"]
+
+
+def test_thresholds_are_one_frozen_table():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        GATES.popular_recall = 0.5  # type: ignore[misc]
+    assert GATES.level == (0.20, 0.60) and GATES.judge_rate == (0.05, 0.95)
+
+
+def _band(facts, recall, chance=0.1):
+    return {"facts": facts, "recall": recall, "chance": chance}
+
+
+def test_rows_give_a_verdict_per_check_and_all_met_only_when_every_check_is_met():
+    known = {"bands": {"popular": _band(10, 0.7), "middle": _band(5, 0.3), "long_tail": _band(20, 0.15)}}
+    rows = gates.recall_rows("recall", known)
+    assert [r["verdict"] for r in rows] == [MET, MET, gates.DESCRIPTION]
+    forgets = {"bands": {"popular": _band(10, 0.5), "middle": _band(5, 0.3), "long_tail": _band(20, 0.25)}}
+    assert [r["verdict"] for r in gates.recall_rows("recall", forgets)][:2] == [NOT_MET, NOT_MET]
+    empty = {"bands": {"popular": _band(0, None), "middle": _band(0, None), "long_tail": _band(0, None)}}
+    assert [r["verdict"] for r in gates.recall_rows("recall", empty)][:2] == [NOT_MEASURED, NOT_MEASURED]
+    missing = gates.recall_rows("recall", {"not_measured": "no pretrained/ checkpoint"})
+    assert {r["verdict"] for r in missing} == {NOT_MEASURED} and missing[0]["note"] == "no pretrained/ checkpoint"
+
+    forced = {"questions": 3, "attempts": 2, "no_search": {"em": 0.56}, "search": {"em": 0.8}}
+    assert gates.forced_search_rows(forced)[0]["verdict"] == MET
+    judge = {
+        "balanced": {"balanced_accuracy": 0.8, "negatives": 120, "examples": 240},
+        "gate": {"checks": {"balanced_accuracy": True, "negatives": True, "judge_rate": True}},
+        "critic/judge_rate": 0.6,
+        "workflows": 10,
+        "p_yes_auc_vs_gold": 0.7,
+    }
+    assert [r["verdict"] for r in gates.judge_rows(judge)] == [MET, MET, gates.DESCRIPTION]
+    systems = {
+        w: {"avg@4": {"macro": 0.4}, "searching_share": 0.9, "workflows": 8}
+        for w in ("hierarchical", "cascade", "single")
+    }
+    level = gates.level_rows(systems, attempts=4)
+    assert len(level) == 6 and {r["verdict"] for r in level} == {MET}
+
+    rows = [*gates.recall_rows("recall", known), *gates.forced_search_rows(forced), *gates.judge_rows(judge), *level]
+    assert gates.overall(rows) == gates.ALL_MET
+    assert gates.overall([*rows, *missing]) == gates.NOT_ALL_MET
+    systems["single"]["searching_share"] = 0.39
+    assert gates.overall([*rows[:-6], *gates.level_rows(systems, attempts=4)]) == gates.NOT_ALL_MET
+    assert "| gate | check |" in gates.markdown_table(rows)
+
+
+@pytest.mark.slow
+def test_quick_gates_of_the_smoke_base_model_write_every_check_with_a_verdict(smoke_model, tmp_path):
+    from maopd.cli import main
+
+    model = tmp_path / "model"
+    shutil.copytree(smoke_model, model)
+    (model / "pretrained").mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):  # weights only
+        shutil.copy(model / name, model / "pretrained" / name)
+    out = tmp_path / "gates"
+    assert main(["tune", "gates", "--model", str(model), "--quick", "--attempts", "1", "--out", str(out)]) == 0
+
+    result = json.loads((out / "gates.json").read_text())
+    checks = {(r["gate"], r["check"]): r["verdict"] for r in result["rows"]}
+    assert {gate for gate, _ in checks} == {
+        "recall after pretraining",
+        "recall as Searcher, no search",
+        "forced no search vs search",
+        "judge",
+        "level",
+        "searching",
+    }
+    assert set(checks.values()) <= {MET, NOT_MET, NOT_MEASURED, gates.DESCRIPTION}
+    assert checks[("recall after pretraining", "popular recall")] != NOT_MEASURED  # pretrained/ was probed
+    assert checks[("forced no search vs search", "EM no search / search")] != NOT_MEASURED
+    assert {f"{w} macro avg@1" for w in ("hierarchical", "cascade", "single")} <= {c for _, c in checks}
+    assert result["verdict"] in (gates.ALL_MET, gates.NOT_ALL_MET)
+    assert set(result["seconds"]) == {"closed_book_recall", "forced_search", "level", "judge"}
+    assert result["world"] == {"seed": 0, "size": "tiny"} and result["thresholds"]["popular_recall"] == 0.6
+    assert result["command"].startswith("maopd tune gates") and result["commit"]
+    assert result["figures"]["level"]["questions_per_type"] == 1
+    assert "| gate | check |" in (out / "gates.md").read_text()
