@@ -292,14 +292,6 @@ QUICK_JUDGE_WORKFLOWS = 8
 QUICK_JUDGE_BALANCED = 20
 
 
-def world_graph(seed: int, size: str):
-    """The knowledge graph of the world of ``seed`` and ``size``."""
-    from envs.synthwiki.generator import generate_graph
-    from envs.synthwiki.world import SIZES
-
-    return generate_graph(seed, SIZES[size].graph)
-
-
 def base_model_world(model: Path) -> tuple[int, str, str | None]:
     """π_0's world seed and size (its ``sft_config.yaml``, else ``SFTConfig``'s defaults) and its
     config key (its ``sft_metrics.json``; None when absent). Read as plain data, so that a model
@@ -330,6 +322,7 @@ def closed_book_figures(model: Path, seed: int, size: str, facts_per_band: int |
     from envs.synthwiki.facts import chance_rates, graph_facts
     from envs.synthwiki.grammar import subquestion
     from envs.synthwiki.popularity import BANDS, ExposureCurve
+    from envs.synthwiki.world import world_graph
 
     facts = graph_facts(seed, world_graph(seed, size), ExposureCurve())
     chance = chance_rates(facts)
@@ -360,6 +353,7 @@ def popular_lookups(seed: int, size: str) -> list:
     """The world's dev 1-hop lookup questions whose subject is in the popular band."""
     from envs.synthwiki import load_default_world
     from envs.synthwiki.popularity import band, entity_ranks
+    from envs.synthwiki.world import world_graph
 
     entities = world_graph(seed, size)
     ranks = entity_ranks(seed, entities)
