@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "maopd.commands.train",
     "maopd.commands.sft",
     "maopd.commands.tune",
+    "maopd.commands.preregister",
 ]
 
 

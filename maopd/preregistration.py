@@ -1,0 +1,296 @@
+"""The pre-registration of the report on a testbed: everything fixed before the first RL run.
+
+A comparison on a testbed is a claim about the method only if the testbed, the runs and the
+analysis were fixed before any figure could steer them. ``preregistration`` writes that down from
+the code itself:
+
+* **the testbed** (``testbed_components``): the world's format and test-split versions with a hash
+  of the sealed test split's questions, the environments' names, every prompt the model reads, π_0
+  (its config key and a hash of its weights) and the resolved config of every pre-registered run;
+  ``testbed_hash`` is a hash of them all. ``tests/repo/test_preregistration.py`` recomputes them
+  from the code, so a change to any of them after the pre-registration fails until it is
+  registered as a new testbed version;
+* **the gates** measured on dev before any RL (``maopd tune gates``), and the share of dev and
+  test questions per popularity band of the entity they start from;
+* **the runs** (``PLAN``): each stage's steps, questions per step B and workflows per question G,
+  the training seeds of each system (a seed reseeds Stage I and Stage II; π_0 is fixed), and the
+  commands that run them;
+* **the statistics and the verdict rules** (``benchmarks.eval.seed_statistics``): the paired
+  question bootstrap and the seed-level interval side by side; *reproduces* when both exclude zero
+  in the paper's direction, *contradicts* when both exclude it the other way, *inconclusive*
+  otherwise, *not tested* when a gate the claim needs failed;
+* **the claims** (``CLAIMS``), each with its comparison, direction, metric and the gates it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from maopd.base.config import ConfigError
+
+GATE_GROUPS = {  # the gate rows (``maopd.gates``) each precondition is made of
+    "knowledge": ("recall after pretraining", "recall as Searcher, no search", "forced no search vs search"),
+    "judge": ("judge",),
+    "level": ("level", "searching"),
+}
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    steps: int
+    batch_size: int  # questions per step, B
+    group_size: int  # workflows per question, G
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The report's runs: one Stage II length for every Table 3 variant (the paper runs them all
+    the same length), Stage I as the main job trains it, and the single agent given the questions
+    Stage I and Stage II see together, so the baseline is not starved of training."""
+
+    stage1: StagePlan = StagePlan(40, 8, 5)
+    stage2: StagePlan = StagePlan(120, 4, 5)
+    single: StagePlan = StagePlan(100, 8, 5)
+    seeds_all: tuple[int, ...] = (0, 1, 2)  # every system
+    seeds_more: tuple[int, ...] = (3, 4)  # MultiAgent-OPD and outcome-based Searcher RL again
+    more_variants: tuple[str, ...] = ("full", "outcome_searcher_rl")
+    attempts: int = 4
+    searches_window: int = 10  # Stage II steps averaged at the start and at the end of training
+
+    def overrides(self) -> list[str]:
+        """The settings every pre-registered run adds to ``maopd experiment table3``."""
+        return [
+            f"stages.steps={self.stage1.steps}",
+            f"stage1.rollout.batch_size={self.stage1.batch_size}",
+            f"stages.rollout.group_size={self.stage1.group_size}",
+            f"stage2.steps={self.stage2.steps}",
+            f"stage2.rollout.batch_size={self.stage2.batch_size}",
+            f"single.steps={self.single.steps}",
+            f"single.rollout.batch_size={self.single.batch_size}",
+            f"eval.attempts={self.attempts}",
+        ]
+
+    def commands(self, run_dir: str = "runs/report") -> list[str]:
+        """The two studies, each in a run directory of its own (each pools its own seeds)."""
+        settings = " ".join(self.overrides())
+        seeds_all, seeds_more = " ".join(map(str, self.seeds_all)), " ".join(map(str, self.seeds_more))
+        variants = ", ".join(self.more_variants)
+        return [
+            f"maopd experiment table3 --seeds {seeds_all} {settings} --run-dir {run_dir}/all_seeds",
+            f"maopd experiment table3 --seeds {seeds_more} {settings} 'variants=[{variants}]'"
+            f" --run-dir {run_dir}/more_seeds",
+        ]
+
+
+PLAN = Plan()
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    paper: str  # what the paper reports
+    a: str  # system (``VARIANT_METHODS`` names and the pipeline's base systems)
+    b: str
+    metric: str  # avg@4, pass@4, 4/4, or searches_change
+    direction: str  # "higher": a above b
+    needs: tuple[str, ...]  # GATE_GROUPS
+
+
+OPD, OUTCOME = "MultiAgent-OPD", "w/ outcome-based Searcher RL"
+CLAIMS = (
+    Claim("stage1", "Stage I's GRPO improves the cascade", "C-MAS + RL", "C-MAS base", "avg@4", "higher", ("level",)),
+    Claim("opd_vs_base", "MultiAgent-OPD improves the hierarchy", OPD, "H-MAS base", "avg@4", "higher", ("level",)),
+    Claim("coverage", "the gain extends to coverage", OPD, "H-MAS base", "pass@4", "higher", ("level",)),
+    Claim("consistency", "the gain extends to consistency", OPD, "H-MAS base", "4/4", "higher", ("level",)),
+    Claim(
+        "vs_outcome_searcher_rl",
+        "Table 3: distilling the Searchers beats outcome-based Searcher RL",
+        OPD,
+        OUTCOME,
+        "avg@4",
+        "higher",
+        ("level", "knowledge"),
+    ),
+    Claim(
+        "search_collapse",
+        "Table 8: outcome-based Searcher RL loses search over training while MultiAgent-OPD keeps it"
+        " (change in searches per workflow, last minus first window of Stage II, OPD minus outcome RL)",
+        OPD,
+        OUTCOME,
+        "searches_change",
+        "higher",
+        ("level", "knowledge"),
+    ),
+    Claim(
+        "vs_base_model_teacher",
+        "Table 3: the cascade-trained Teacher beats the base model as Teacher",
+        OPD,
+        "w/ base-model teacher",
+        "avg@4",
+        "higher",
+        ("level",),
+    ),
+    Claim(
+        "vs_no_searcher_supervision",
+        "Table 3: direct Searcher supervision helps",
+        OPD,
+        "w/o direct Searcher supervision",
+        "avg@4",
+        "higher",
+        ("level",),
+    ),
+    Claim(
+        "vs_prompted_critic",
+        "Table 1: OPD beats a prompted critic's judge reward",
+        OPD,
+        "Prompted Critic",
+        "avg@4",
+        "higher",
+        ("level", "judge"),
+    ),
+    Claim(
+        "vs_single_agent",
+        "Table 1: the trained hierarchy beats the single agent trained with RL",
+        OPD,
+        "Search-R1 (single agent + RL)",
+        "avg@4",
+        "higher",
+        ("level",),
+    ),
+)
+
+STATISTICS = {
+    "metrics": "avg@4 (mean exact match of 4 workflows per question), pass@4 and 4/4, macro-averaged over the"
+    " question types (1-hop, 2-hop, 3-hop, comparison) of the held-out test split; searches per workflow from"
+    " Stage II's training metrics",
+    "question_bootstrap": "paired over questions: each question's mean score over its attempts and seeds, the"
+    " macro mean, 95% percentile interval of the resampled questions (benchmarks.eval.seed_statistics)",
+    "seed_interval": "per training seed the macro figure (of a difference: the difference of the two systems'"
+    " figures for that seed), Student-t 95% interval over the seeds both systems ran",
+    "searches_change": "per seed, the mean searches per workflow over the last window of Stage II steps minus"
+    " the first window; the claim compares the two variants' changes with the seed-level interval and the"
+    " bootstrap over the window's steps",
+}
+VERDICT_RULES = {
+    "reproduces": "the question bootstrap and the seed-level interval both exclude zero in the paper's direction",
+    "contradicts": "both exclude zero in the other direction",
+    "inconclusive": "otherwise",
+    "not tested": "a gate the claim needs was not met on dev (the claim's precondition failed)",
+}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def report_configs(plan: Plan = PLAN) -> dict[str, Any]:
+    """The resolved pipeline config of each pre-registered command, without its run directory."""
+    from maopd.base.config import to_dict
+    from maopd.pipeline.config import load_experiment
+
+    configs = {}
+    for name, extra in (("all_seeds", []), ("more_seeds", [f"variants={list(plan.more_variants)}"])):
+        resolved = to_dict(load_experiment("table3", [*plan.overrides(), *extra]))
+        resolved.pop("run_dir", None)
+        configs[name] = resolved
+    return configs
+
+
+def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
+    """Everything the report's figures depend on besides the training itself (module docstring)."""
+    from envs import prompts
+    from envs.synthwiki.world import FORMAT_VERSION, TEST_SPLIT_VERSION, load_default_world
+    from envs.workflows import WORKFLOWS, env_module
+    from maopd.pipeline.config import load_preset
+    from training.base_model import base_model_dir
+
+    base_model = load_preset("default").base_model
+    world = load_default_world(base_model.world_seed, base_model.world_size)
+    test = "\n".join(json.dumps(q.to_dict(), sort_keys=True) for q in world.splits["test"])
+    weights = base_model_dir(base_model) / "model.safetensors"
+    if not weights.is_file():
+        raise ConfigError(f"π_0 of the default preset is not built ({weights} is missing): build it first")
+    return {
+        "world": {
+            "seed": base_model.world_seed,
+            "size": base_model.world_size,
+            "format_version": FORMAT_VERSION,
+            "test_split_version": TEST_SPLIT_VERSION,
+            "test_split_sha256": _sha256(test.encode()),
+        },
+        "environments": sorted(env_module(workflow).__name__ for workflow in WORKFLOWS),
+        "prompts_sha256": _sha256(
+            json.dumps(
+                [prompts.ROLE_PROMPTS, prompts.CRITIC_PROMPT, prompts.NO_FACTS, prompts.LAST_TURN_NOTICE],
+                sort_keys=True,
+            ).encode()
+        ),
+        "pi0": {"key": base_model.key(), "weights_sha256": _sha256(weights.read_bytes())},
+        "configs_sha256": _sha256(json.dumps(report_configs(plan), sort_keys=True).encode()),
+    }
+
+
+def testbed_hash(components: dict[str, Any]) -> str:
+    return _sha256(json.dumps(components, sort_keys=True).encode())[:16]
+
+
+def band_shares() -> dict[str, dict[str, dict[str, float]]]:
+    """Per split (dev, test) and question type: the share of questions whose first entity (the one
+    the question names) is in each popularity band. A property of the splits, not of any model."""
+    from envs.synthwiki.popularity import BANDS, band, entity_ranks
+    from envs.synthwiki.world import load_default_world, world_graph
+    from maopd.pipeline.config import load_preset
+
+    base_model = load_preset("default").base_model
+    seed, size = base_model.world_seed, base_model.world_size
+    entities = world_graph(seed, size)
+    ranks = entity_ranks(seed, entities)
+    shares: dict[str, dict[str, dict[str, float]]] = {}
+    for split in ("dev", "test"):
+        by_type: dict[str, Counter] = {}
+        for question in load_default_world(seed, size).splits[split]:
+            kind = "comparison" if question.metadata["type"] == "comparison" else f"{question.metadata['hops']}-hop"
+            first = question.metadata["entities"][0]
+            by_type.setdefault(kind, Counter())[band(ranks[first], len(entities))] += 1
+            by_type.setdefault("all", Counter())[band(ranks[first], len(entities))] += 1
+        shares[split] = {
+            kind: {b: round(counts[b] / sum(counts.values()), 4) for b in BANDS} for kind, counts in by_type.items()
+        }
+    return shares
+
+
+def claim_status(claim: Claim, rows: list[dict[str, str]]) -> str:
+    """ "open" when every gate the claim needs was met on dev, else "not tested"."""
+    failing = {row["gate"] for row in rows if row["verdict"] not in ("met", "description")}
+    needed = {gate for group in claim.needs for gate in GATE_GROUPS[group]}
+    return "not tested" if failing & needed else "open"
+
+
+def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> dict[str, Any]:
+    """The pre-registration as a JSON-ready dict (module docstring)."""
+    components = testbed_components(plan)
+    return {
+        "testbed_hash": testbed_hash(components),
+        "testbed": components,
+        "applies_to_commit": commit,
+        "gates": {key: gates.get(key) for key in ("verdict", "rows", "model", "config_key", "command", "commit")},
+        "band_shares": band_shares(),
+        "plan": {**asdict(plan), "overrides": plan.overrides(), "commands": plan.commands()},
+        "statistics": STATISTICS,
+        "verdict_rules": VERDICT_RULES,
+        "claims": [{**asdict(claim), "status": claim_status(claim, gates["rows"])} for claim in CLAIMS],
+    }
+
+
+def write_preregistration(gates_path: Path, out: Path, commit: str) -> Path:
+    gates = json.loads(gates_path.read_text(encoding="utf-8"))
+    record = preregistration(gates, commit)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "preregistration.json"
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,50 @@
+"""The pre-registration holds: the testbed it fixed is the testbed the code builds, its runs
+resolve to valid configs, and claims whose gates failed are marked not tested."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from maopd import preregistration
+from maopd.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, report_configs
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTERED = ROOT / "benchmarks" / "results" / "preregistration" / "preregistration.json"
+
+
+def _row(gate, verdict):
+    return {"gate": gate, "check": "", "value": "", "threshold": "", "verdict": verdict, "note": ""}
+
+
+def test_a_claim_is_not_tested_when_a_gate_it_needs_was_not_met():
+    level_only = next(c for c in CLAIMS if c.needs == ("level",))
+    knowledge = next(c for c in CLAIMS if "knowledge" in c.needs)
+    judge = next(c for c in CLAIMS if "judge" in c.needs)
+    all_met = [_row(gate, "met") for group in GATE_GROUPS.values() for gate in group]
+    assert {claim_status(c, all_met) for c in CLAIMS} == {"open"}
+    judge_fails = [*all_met, _row("judge", "not met"), _row("judge", "description")]
+    assert claim_status(judge, judge_fails) == "not tested"
+    assert claim_status(level_only, judge_fails) == claim_status(knowledge, judge_fails) == "open"
+    unmeasured = [*all_met, _row("recall after pretraining", "not measured")]
+    assert claim_status(knowledge, unmeasured) == "not tested" and claim_status(level_only, unmeasured) == "open"
+
+
+def test_the_registered_runs_resolve_to_valid_configs_of_the_planned_lengths():
+    configs = report_configs()
+    for config in configs.values():
+        assert config["stage2"]["steps"] == PLAN.stage2.steps >= 120
+        assert config["single"]["steps"] == PLAN.single.steps
+        assert config["eval"]["attempts"] == PLAN.attempts
+    assert configs["more_seeds"]["variants"] == list(PLAN.more_variants)
+    assert len(PLAN.seeds_all) >= 3 and len(PLAN.seeds_all + PLAN.seeds_more) >= 5
+
+
+@pytest.mark.slow
+def test_the_testbed_is_the_one_registered():
+    """A changed world, test split, environment, prompt, π_0 or pre-registered config after the
+    pre-registration is a new testbed version: register it anew (maopd preregister) and log why."""
+    registered = json.loads(REGISTERED.read_text(encoding="utf-8"))
+    now = preregistration.testbed_components()  # imported by module: pytest would collect test*
+    changed = sorted(key for key in now if now[key] != registered["testbed"].get(key))
+    assert not changed, f"the testbed changed after its pre-registration: {changed}"
