@@ -83,6 +83,9 @@ def test_closed_book_bands_are_the_popularity_definitions_bands_of_the_world_gra
     book = ClosedBook(load_default_world().corpus, ClosedBookConfig(), world_seed=0)
     assert all(book.band(e.name) == band(ranks[e.id], len(entities)) for e in entities)
     assert all(book.band(e.alias) == book.band(e.name) for e in entities if e.alias)
+    # the lazy-Searcher scenario's "report from memory" reads this same book
+    lazy = get_scenario("lazy_searcher_v1").make_env("train").closed_book
+    assert lazy.ranks == book.ranks and lazy.config == ClosedBookConfig()
 
 
 def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():
