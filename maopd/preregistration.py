@@ -80,10 +80,11 @@ class Plan:
         settings = " ".join(self.overrides())
         seeds_all, seeds_more = " ".join(map(str, self.seeds_all)), " ".join(map(str, self.seeds_more))
         variants = ", ".join(self.more_variants)
+        # the settings before --seeds, which takes every number after it
         return [
-            f"maopd experiment table3 --seeds {seeds_all} {settings} --run-dir {run_dir}/all_seeds",
-            f"maopd experiment table3 --seeds {seeds_more} {settings} 'variants=[{variants}]'"
-            f" --run-dir {run_dir}/more_seeds",
+            f"maopd experiment table3 {settings} --run-dir {run_dir}/all_seeds --seeds {seeds_all}",
+            f"maopd experiment table3 {settings} 'variants=[{variants}]' --run-dir {run_dir}/more_seeds"
+            f" --seeds {seeds_more}",
         ]
 
 

@@ -48,3 +48,14 @@ def test_the_testbed_is_the_one_registered():
     now = preregistration.testbed_components()  # imported by module: pytest would collect test*
     changed = sorted(key for key in now if now[key] != registered["testbed"].get(key))
     assert not changed, f"the testbed changed after its pre-registration: {changed}"
+
+
+def test_the_registered_commands_parse():
+    import shlex
+
+    from maopd.cli import build_parser
+
+    for command in PLAN.commands():
+        args = build_parser().parse_args(shlex.split(command)[1:])
+        assert args.seeds and all(isinstance(seed, int) for seed in args.seeds)
+        assert f"stage2.steps={PLAN.stage2.steps}" in args.overrides
