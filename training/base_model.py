@@ -1,11 +1,13 @@
-"""π_0, the base model of the embedded world: a tiny Qwen3 pretrained on other worlds' passages,
-then fine-tuned on noisy scripted demos.
+"""π_0, the base model of the embedded world: a tiny Qwen3 pretrained on other worlds' passages
+(and on the facts it is to know, by popularity), then fine-tuned on a scripted team's demos.
 
 It plays the part of an instruction-tuned base model. ``build_base_model`` runs, from one seed:
 
-1. the noisy scripted team (``agents.noisy_team``) on the first ``demo_questions`` train
-   questions of ``demo_worlds`` SynthWiki worlds, in every workflow of ``workflows``, recording
-   one demonstration per model call (all three roles, in the environments' exact chat format);
+1. the scripted team (``agents.noisy_team``, its knobs ``noise`` and ``noise_knobs``) on the first
+   ``demo_questions`` train questions of ``demo_worlds`` SynthWiki worlds, in every workflow of
+   ``workflows``, recording one demonstration per model call (every role, in the environments'
+   exact chat format); in the worlds π_0 is pretrained to know, its Searchers may report from
+   memory what π_0 knows (``DEMONSTRATED_KNOWLEDGE``);
 2. a byte-level BPE tokenizer trained on the world's templates and the role prompts, never on
    names (``envs.synthwiki.schema.template_texts``, ``agents.tokenizer``). A tokenizer trained on
    the demonstrations gives every training entity a whole-word token and spells test entities
@@ -15,11 +17,14 @@ It plays the part of an instruction-tuned base model. ``build_base_model`` runs,
 3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``), pretrained as a language model on
    the passages of ``pretrain_worlds`` other worlds, each group of passages followed by some of
    their sentences again, where it learns to copy names and values from its context
-   (``pretraining_texts``);
+   (``pretraining_texts``), then on the facts it is to know without search, each stated as often
+   as its subject's popularity says (``knowledge_texts``, ``KnowledgeConfig``); the language model
+   at that point is saved in ``pretrained/``;
 4. fine-tuning on the demonstrations (``training.sft``), with the loss on the model's own tokens
-   only.
+   only, and a share of the knowledge texts read again.
 
-The same config gives the same weights, bit for bit (on the same machine and torch version).
+The same config gives the same weights, bit for bit (on the same machine, torch version and
+torch thread count).
 ``load_or_build_base_model`` caches the result under a hash of the config and ``BUILD_VERSION``.
 The default preset's π_0 is shipped in ``models/base-<key>/`` (its size and build time are in its
 ``sft_metrics.json``), so the main job starts from it; models/README.md shows the command
