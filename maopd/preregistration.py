@@ -288,10 +288,86 @@ def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> di
     }
 
 
+def markdown(record: dict[str, Any]) -> str:
+    """The pre-registration for a reader: the same record as ``preregistration.json``."""
+    from maopd.gates import markdown_table
+
+    plan, testbed = record["plan"], record["testbed"]
+    lines = [
+        "# Pre-registration of the report on the popularity testbed",
+        "",
+        f"Written by `maopd preregister` at commit {record['applies_to_commit']}, before any RL run on this"
+        " testbed (dev included). `preregistration.json` holds the same record;"
+        " `tests/repo/test_preregistration.py` recomputes the testbed from the code and fails if it changed.",
+        "",
+        f"## The testbed: hash `{record['testbed_hash']}`",
+        "",
+        f"- world: seed {testbed['world']['seed']}, size {testbed['world']['size']}, format version"
+        f" {testbed['world']['format_version']}, test split version {testbed['world']['test_split_version']}"
+        f" (sha256 of its questions `{testbed['world']['test_split_sha256'][:16]}…`, sealed: no figure computed"
+        " on it before the report)",
+        f"- environments: {', '.join(f'`{name}`' for name in testbed['environments'])}; prompts sha256"
+        f" `{testbed['prompts_sha256'][:16]}…`",
+        f"- π_0: `models/base-{testbed['pi0']['key']}/` (weights sha256 `{testbed['pi0']['weights_sha256'][:16]}…`)",
+        f"- the registered runs' resolved configs: sha256 `{testbed['configs_sha256'][:16]}…`",
+        "",
+        f"## Gates on dev, before any RL: {record['gates']['verdict']}",
+        "",
+        f"`{record['gates']['command']}` (commit {record['gates']['commit']}); figures:"
+        " [`testbed_gates/`](../testbed_gates/README.md).",
+        "",
+        markdown_table(record["gates"]["rows"]),
+        "",
+        "## Questions per popularity band of the entity they name",
+        "",
+        "| split | type | popular | middle | long tail |",
+        "|---|---|---|---|---|",
+    ]
+    for split, by_type in record["band_shares"].items():
+        for kind, shares in sorted(by_type.items()):
+            lines.append(f"| {split} | {kind} | {shares['popular']} | {shares['middle']} | {shares['long_tail']} |")
+    lines += ["", "## Runs", ""]
+    for stage in ("stage1", "stage2", "single"):
+        lines.append(
+            f"- {stage}: {plan[stage]['steps']} steps, B = {plan[stage]['batch_size']} questions per step,"
+            f" G = {plan[stage]['group_size']} workflows per question"
+        )
+    lines += [
+        f"- seeds: {plan['seeds_all']} for every system; also {plan['seeds_more']} for"
+        f" {', '.join(plan['more_variants'])}; a seed reseeds Stage I and Stage II, π_0 is fixed",
+        f"- evaluation: every test question, {plan['attempts']} workflows each",
+        "",
+        "```bash",
+        *plan["commands"],
+        "```",
+        "",
+        "## Statistics",
+        "",
+        *(f"- **{name}**: {text}" for name, text in record["statistics"].items()),
+        "",
+        "## Verdict rules",
+        "",
+        *(f"- **{name}**: {text}" for name, text in record["verdict_rules"].items()),
+        "",
+        "## Claims",
+        "",
+        "| claim | what the paper reports | A − B | metric | expected | needs gates | status |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {c['name']} | {c['paper']} | {c['a']} − {c['b']} | {c['metric']} | {c['direction']} |"
+            f" {', '.join(c['needs'])} | {c['status']} |"
+            for c in record["claims"]
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def write_preregistration(gates_path: Path, out: Path, commit: str) -> Path:
     gates = json.loads(gates_path.read_text(encoding="utf-8"))
     record = preregistration(gates, commit)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "preregistration.json"
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(markdown(record), encoding="utf-8")
     return path

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.synthwiki.popularity import BANDS
 from maopd import preregistration
 from maopd.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, report_configs
 
@@ -59,3 +60,29 @@ def test_the_registered_commands_parse():
         args = build_parser().parse_args(shlex.split(command)[1:])
         assert args.seeds and all(isinstance(seed, int) for seed in args.seeds)
         assert f"stage2.steps={PLAN.stage2.steps}" in args.overrides
+
+
+def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypatch):
+    components = {
+        "world": {
+            "seed": 0,
+            "size": "small",
+            "format_version": 3,
+            "test_split_version": 3,
+            "test_split_sha256": "a" * 64,
+        },
+        "environments": ["envs.cascade_search_v1"],
+        "prompts_sha256": "b" * 64,
+        "pi0": {"key": "k", "weights_sha256": "c" * 64},
+        "configs_sha256": "d" * 64,
+    }
+    monkeypatch.setattr(preregistration, "testbed_components", lambda plan: components)
+    monkeypatch.setattr(preregistration, "band_shares", lambda: {"dev": {"all": dict.fromkeys(BANDS, 1 / 3)}})
+    rows = [_row("judge", "not met"), _row("level", "met")]
+    record = preregistration.preregistration({"verdict": "not all met", "rows": rows, "command": "c"}, "abc1234")
+    text = preregistration.markdown(record)
+    assert record["testbed_hash"] == preregistration.testbed_hash(components)
+    for claim in record["claims"]:
+        assert f"| {claim['name']} |" in text and claim["status"] in ("open", "not tested")
+    assert {c["name"]: c["status"] for c in record["claims"]}["vs_prompted_critic"] == "not tested"
+    assert all(command in text for command in PLAN.commands())
