@@ -91,6 +91,9 @@ class KnowledgeConfig:
     phrasings: int = checked(8, ge=1, le=min(len(t) for t in RECALL_STATEMENTS.values()))
     exposure_scale: float = checked(1.0, gt=0)
     replay: float = probability(0.1)
+    # Also state facts in the canonical sentence a Searcher's report writes (a passage sentence):
+    # a model stores a fact in the phrasings it read, and the fine-tuned Searcher reports in this one
+    report_form: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -319,7 +322,9 @@ def knowledge_texts(config: SFTConfig) -> list[str]:
     items = []
     for seed in knowledge_worlds(config):
         facts = graph_facts(seed, world_graph(seed, config.world_size), curve)
-        items += [sentence for fact in facts for sentence in statements(fact, knowledge.phrasings, rng)]
+        items += [
+            sentence for fact in facts for sentence in statements(fact, knowledge.phrasings, rng, knowledge.report_form)
+        ]
         if seed != config.world_seed:
             subjects = sorted({fact.subject for fact in facts})
             asked = set(rng.sample(subjects, round(knowledge.qa_share * len(subjects))))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envs.synthwiki.generator import Entity
-from envs.synthwiki.grammar import recall_statement, subquestion
+from envs.synthwiki.grammar import fact_sentence, recall_statement, subquestion
 from envs.synthwiki.popularity import ExposureCurve, band, entity_ranks
 from envs.synthwiki.schema import format_value, value_answers
 
@@ -51,14 +51,16 @@ def graph_facts(world_seed: int, entities: Sequence[Entity], curve: ExposureCurv
     return facts
 
 
-def statements(fact: Fact, phrasings: int, rng: random.Random) -> list[str]:
-    """The fact stated ``exposures`` times, cycling through the first ``phrasings`` phrasings from
-    a random one."""
-    start = rng.randrange(phrasings)
-    return [
-        recall_statement(fact.predicate, fact.subject, fact.value, (start + i) % phrasings)
-        for i in range(fact.exposures)
+def statements(fact: Fact, phrasings: int, rng: random.Random, report_form: bool = False) -> list[str]:
+    """The fact stated ``exposures`` times, cycling from a random one through the first
+    ``phrasings`` phrasings and, with ``report_form``, the canonical sentence a Searcher's report
+    writes (``grammar.fact_sentence``)."""
+    forms = [
+        *(lambda f, k=k: recall_statement(f.predicate, f.subject, f.value, k) for k in range(phrasings)),
+        *([lambda f: fact_sentence(f.predicate, f.subject, f.value)] if report_form else []),
     ]
+    start = rng.randrange(len(forms))
+    return [forms[(start + i) % len(forms)](fact) for i in range(fact.exposures)]
 
 
 def question_answer(fact: Fact) -> str:

@@ -75,3 +75,18 @@ def test_no_statement_of_a_world_matches_a_question_or_a_passage_pattern():
 def test_the_shipped_tokenizer_templates_leave_the_statements_out():
     texts = " ".join(template_texts())
     assert "meanders through" not in texts and "headquartered" not in texts
+
+
+def test_statements_cycle_through_the_phrasings_and_the_report_form_as_often_as_the_fact_is_exposed():
+    import random
+
+    from envs.synthwiki.facts import Fact, statements
+    from envs.synthwiki.grammar import fact_sentence, recall_statement
+
+    fact = Fact("Dalen Marsk", "born_in", "Tremask", ("Tremask",), 1, "popular", 18)
+    plain = statements(fact, 8, random.Random(0))
+    assert len(plain) == 18 and fact_sentence("born_in", "Dalen Marsk", "Tremask") not in plain
+    assert set(plain) == {recall_statement("born_in", "Dalen Marsk", "Tremask", k) for k in range(8)}
+    reported = statements(fact, 8, random.Random(0), report_form=True)
+    assert len(reported) == 18 and reported.count(fact_sentence("born_in", "Dalen Marsk", "Tremask")) == 2
+    assert set(reported) - set(plain) == {fact_sentence("born_in", "Dalen Marsk", "Tremask")}

@@ -339,7 +339,7 @@ def test_knowledge_states_each_fact_by_popularity_and_asks_only_other_worlds_que
     from training.base_model import KnowledgeConfig, knowledge_texts, knowledge_worlds
 
     plain = SFTConfig(world_size="tiny")
-    knowing = replace(plain, knowledge=KnowledgeConfig(exposure_scale=0.05, qa_share=0.5))
+    knowing = replace(plain, knowledge=KnowledgeConfig(exposure_scale=0.05, qa_share=0.5, report_form=True))
     assert knowing.key() != plain.key() and knowledge_texts(plain) == [] and knowledge_worlds(plain) == ()
     assert plain.key() == replace(plain, knowledge=None).key()  # unset: not in the key
     assert knowledge_worlds(knowing) == (0, 1)
