@@ -45,6 +45,8 @@ def test_the_registered_runs_resolve_to_valid_configs_of_the_planned_lengths():
 def test_the_testbed_is_the_one_registered():
     """A changed world, test split, environment, prompt, π_0 or pre-registered config after the
     pre-registration is a new testbed version: register it anew (maopd preregister) and log why."""
+    if not REGISTERED.is_file():
+        pytest.skip("the testbed is not pre-registered yet: its gates are not all met (testbed_gates/README.md)")
     registered = json.loads(REGISTERED.read_text(encoding="utf-8"))
     now = preregistration.testbed_components()  # imported by module: pytest would collect test*
     changed = sorted(key for key in now if now[key] != registered["testbed"].get(key))
