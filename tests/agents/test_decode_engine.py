@@ -11,6 +11,7 @@ from agents.decode_engine import DecodeEngine, PrefixStore
 from agents.hf_policy import HFPolicy
 from agents.sampling import SamplingConfig, StopMatcher
 from agents.tiny_model import build_tiny_model
+from tests.draws import assert_same_draws
 
 
 def random_prompts(tokenizer, count, seed=0, longest=60):
@@ -35,10 +36,9 @@ def generate(model, tokenizer, prompts, n, engine, slots, sampling, **kwargs):
 def assert_same(expected, got, atol=1e-5):
     assert len(expected) == len(got)
     for per_prompt_a, per_prompt_b in zip(expected, got):
+        assert len(per_prompt_a) == len(per_prompt_b)
         for a, b in zip(per_prompt_a, per_prompt_b):
-            assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
-            assert len(b.logprobs) == len(b.token_ids)
-            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
+            assert_same_draws(vars(a), vars(b), atol)
 
 
 @pytest.mark.slow
