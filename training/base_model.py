@@ -62,10 +62,8 @@ CHAT_ROLES = ("system", "user", "assistant")
 T = TypeVar("T")
 # Field metadata for the cache key. KEYED_WHEN_SET: a setting whose default builds what the build
 # without it builds; left out of the key while at its default, so that adding such a setting keeps
-# every cached model's key. KEYED_WITH: a setting that acts only through another (named) one, left
-# out of the key while that one is unset.
+# every cached model's key.
 KEYED_WHEN_SET = "keyed_when_set"
-KEYED_WITH = "keyed_with"
 CRITIC_LABELS = ("gold", "decidable")  # SFTConfig.critic_labels
 # What the demonstrating team knows of a knowledge world: the facts of its popular band, the ones π_0
 # reads a hundred times or more. Its Searchers report those from memory (with
@@ -201,12 +199,11 @@ class SFTConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def _keyed(self, spec: Field) -> bool:
-        """Whether field ``spec`` is part of the key (see ``KEYED_WHEN_SET`` and ``KEYED_WITH``)."""
-        if spec.metadata.get(KEYED_WHEN_SET):
-            default = spec.default if spec.default_factory is MISSING else spec.default_factory()
-            return getattr(self, spec.name) != default
-        needs = spec.metadata.get(KEYED_WITH)
-        return needs is None or getattr(self, needs) is not None
+        """Whether field ``spec`` is part of the key (see ``KEYED_WHEN_SET``)."""
+        if not spec.metadata.get(KEYED_WHEN_SET):
+            return True
+        default = spec.default if spec.default_factory is MISSING else spec.default_factory()
+        return getattr(self, spec.name) != default
 
 
 # A base model small enough to build in well under a minute: for tests and CI.
