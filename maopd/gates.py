@@ -7,7 +7,9 @@ figures (``maopd.tuning.gate_figures`` measures them, ``maopd tune gates`` print
    fine-tuned model as the Searcher reporting without a search: recall on the ``popular`` band at
    least ``popular_recall``, and on the ``long_tail`` band at most ``long_tail_above_chance`` above
    the band's chance rate. Popular facts must be known and long-tail ones not, so that skipping
-   search is right on the first and wrong on the second. The middle band is a description.
+   search is right on the first and wrong on the second. The middle band is a description, and so
+   is the fine-tuned model asked as a language model the way ``pretrained/`` is (what fine-tuning
+   kept).
 2. **Forced no search vs forced search** on the popular band's 1-hop questions (the cascade):
    EM(no search) at least ``no_search_ratio`` × EM(search), so that skipping search is a real
    temptation where the model knows the answer.
@@ -131,6 +133,14 @@ def recall_rows(gate: str, figures: dict[str, Any]) -> list[dict[str, str]]:
     value = f"{_f(middle['recall'])} ({_f(middle['chance'])})"
     rows.append(_row(gate, "middle recall (chance)", value, "—", DESCRIPTION, f"{middle['facts']} facts"))
     return rows
+
+
+def retention_row(figures: dict[str, Any]) -> dict[str, str]:
+    """A description: the fine-tuned model asked the facts' questions as a language model, the way
+    ``pretrained/`` is asked, per band; beside gate 1 it shows what fine-tuning kept."""
+    bands = figures["bands"]
+    value = " / ".join(_f(bands[b]["recall"]) for b in ("popular", "middle", "long_tail"))
+    return _row("recall after fine-tuning", "popular / middle / long-tail recall", value, "—", DESCRIPTION)
 
 
 def forced_search_rows(figures: dict[str, Any]) -> list[dict[str, str]]:

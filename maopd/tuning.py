@@ -339,12 +339,15 @@ def closed_book_figures(model: Path, seed: int, size: str, facts_per_band: int |
         lm_figures = recall_report(dev, answers, chance=chance)
     else:
         lm_figures = {"not_measured": "no pretrained/ checkpoint"}
+    # the fine-tuned model asked as pretrained/ is: what fine-tuning kept of what pretraining stored
+    kept = recall_report(dev, greedy_answers(policy.model, policy.tokenizer, questions), chance=chance)
     reports = searcher_reports(policy, questions)
     correct = [report_has_gold(report, fact.answers) for report, fact in zip(reports, dev)]
     return {
         "world": {"seed": seed, "size": size},
         "facts": len(dev),
         "pretrained": lm_figures,
+        "finetuned_language_model": kept,
         "searcher": recall_report(dev, reports, correct=correct, chance=chance),
     }
 
@@ -462,6 +465,7 @@ def gate_figures(
     systems = {w: levels[w] for w in WORKFLOWS}
     rows = [
         *gates.recall_rows("recall after pretraining", recall["pretrained"]),
+        gates.retention_row(recall["finetuned_language_model"]),
         *gates.recall_rows("recall as Searcher, no search", recall["searcher"]),
         *gates.forced_search_rows(forced),
         *gates.judge_rows(judged),

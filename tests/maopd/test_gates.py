@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from envs.synthwiki.popularity import BANDS
 from maopd import gates
 from maopd.gates import GATES, MET, NOT_MEASURED, NOT_MET
 
@@ -107,3 +108,11 @@ def test_quick_gates_of_the_smoke_base_model_write_every_check_with_a_verdict(sm
     assert result["command"].startswith("maopd tune gates") and result["commit"]
     assert result["figures"]["level"]["questions_per_type"] == 1
     assert "| gate | check |" in (out / "gates.md").read_text()
+
+
+def test_what_fine_tuning_kept_is_a_description_row():
+    bands = {b: {"recall": r, "facts": 10, "chance": 0.0} for b, r in zip(BANDS, (0.5, 0.25, 0.0))}
+    row = gates.retention_row({"bands": bands})
+    assert row["verdict"] == gates.DESCRIPTION and row["value"] == "0.500 / 0.250 / 0.000"
+    met = {**row, "verdict": MET}
+    assert gates.overall([met, row]) == gates.ALL_MET  # a description never decides the verdict
