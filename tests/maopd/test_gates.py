@@ -92,6 +92,7 @@ def test_quick_gates_of_the_smoke_base_model_write_every_check_with_a_verdict(sm
     checks = {(r["gate"], r["check"]): r["verdict"] for r in result["rows"]}
     assert {gate for gate, _ in checks} == {
         "recall after pretraining",
+        "recall after fine-tuning",
         "recall as Searcher, no search",
         "forced no search vs search",
         "judge",
