@@ -31,18 +31,13 @@ from envs.datasets import Question
 from envs.episode import run_episode
 from envs.retrieval.bm25 import BM25Retriever
 from envs.synthwiki.demos import make_env
-from envs.synthwiki.questions import KINDS
+from envs.synthwiki.questions import KINDS, question_kind
 from envs.synthwiki.world import build_world
 from envs.workflows import WORKFLOWS
 
 TOPK = 3
 NOISE_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)
 RESULTS = Path(__file__).parent / "results"
-
-
-def kind_of(question: Question) -> str:
-    meta = question.metadata
-    return "comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop"
 
 
 def mean_by_kind(pairs: list[tuple[str, float]]) -> dict[str, float]:
@@ -60,8 +55,8 @@ def retrieval_recall(retriever: BM25Retriever, questions: list[Question]) -> dic
         results = retriever.search([step["subquestion"] for step in steps] + [question.question], TOPK)
         full_ids = {p.id for p in results[-1]}
         for step, passages in zip(steps, results):
-            gold.append((kind_of(question), float(step["passage"] in {p.id for p in passages})))
-            full.append((kind_of(question), float(step["passage"] in full_ids)))
+            gold.append((question_kind(question), float(step["passage"] in {p.id for p in passages})))
+            full.append((question_kind(question), float(step["passage"] in full_ids)))
     return {"gold_subquestion": mean_by_kind(gold), "full_question": mean_by_kind(full)}
 
 
@@ -72,7 +67,7 @@ def team_accuracy(
     pairs = []
     for index, question in enumerate(tqdm(questions, desc=label, unit="q")):
         record = run_episode(env, team, seed=index, options={"question_index": index})
-        pairs.append((kind_of(question), max(record["candidate_scores"], default=0.0)))
+        pairs.append((question_kind(question), max(record["candidate_scores"], default=0.0)))
     return mean_by_kind(pairs)
 
 

@@ -244,6 +244,7 @@ def band_shares() -> dict[str, dict[str, dict[str, float]]]:
     """Per split (dev, test) and question type: the share of questions whose first entity (the one
     the question names) is in each popularity band. A property of the splits, not of any model."""
     from envs.synthwiki.popularity import BANDS, band, entity_ranks
+    from envs.synthwiki.questions import question_kind
     from envs.synthwiki.world import load_default_world, world_graph
     from maopd.pipeline.config import load_preset
 
@@ -255,10 +256,9 @@ def band_shares() -> dict[str, dict[str, dict[str, float]]]:
     for split in ("dev", "test"):
         by_type: dict[str, Counter] = {}
         for question in load_default_world(seed, size).splits[split]:
-            kind = "comparison" if question.metadata["type"] == "comparison" else f"{question.metadata['hops']}-hop"
-            first = question.metadata["entities"][0]
-            by_type.setdefault(kind, Counter())[band(ranks[first], len(entities))] += 1
-            by_type.setdefault("all", Counter())[band(ranks[first], len(entities))] += 1
+            named = band(ranks[question.metadata["entities"][0]], len(entities))
+            by_type.setdefault(question_kind(question), Counter())[named] += 1
+            by_type.setdefault("all", Counter())[named] += 1
         shares[split] = {
             kind: {b: round(counts[b] / sum(counts.values()), 4) for b in BANDS} for kind, counts in by_type.items()
         }

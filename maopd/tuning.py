@@ -323,6 +323,7 @@ def closed_book_figures(model: Path, seed: int, size: str, facts_per_band: int |
     from envs.synthwiki.grammar import subquestion
     from envs.synthwiki.popularity import BANDS, ExposureCurve
     from envs.synthwiki.world import world_graph
+    from training.base_model import PRETRAINED_DIR
 
     facts = graph_facts(seed, world_graph(seed, size), ExposureCurve())
     chance = chance_rates(facts)
@@ -332,7 +333,7 @@ def closed_book_figures(model: Path, seed: int, size: str, facts_per_band: int |
     questions = [subquestion(f.predicate, f.subject) for f in dev]
     policy = model_policy(str(model), temperature=0.0, max_new_tokens=REPORT_TOKENS)
 
-    pretrained = model / "pretrained"
+    pretrained = model / PRETRAINED_DIR
     if (pretrained / "config.json").is_file():
         language_model = AutoModelForCausalLM.from_pretrained(pretrained, local_files_only=True).eval()
         answers = greedy_answers(language_model, policy.tokenizer, questions)

@@ -237,7 +237,7 @@ def knowledge_worlds(config: SFTConfig) -> tuple[int, ...]:
     the RL world, then the question/answer worlds."""
     if config.knowledge is None:
         return ()
-    return (config.world_seed, *range(config.world_seed + 1, config.world_seed + 1 + config.knowledge.qa_worlds))
+    return tuple(range(config.world_seed, config.world_seed + 1 + config.knowledge.qa_worlds))
 
 
 def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:

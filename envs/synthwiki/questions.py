@@ -35,6 +35,12 @@ KINDS = ("1-hop", "2-hop", "3-hop", "comparison")
 DEFAULT_HOP_MIX = {"1-hop": 0.3, "2-hop": 0.35, "3-hop": 0.15, "comparison": 0.2}
 
 
+def question_kind(question: Question) -> str:
+    """Which of ``KINDS`` a question of this module is (from its metadata)."""
+    meta = question.metadata
+    return "comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop"
+
+
 def chain_shapes(hops: int) -> list[tuple[str, ...]]:
     """Every sequence of ``hops`` steps whose types compose; the last step may be an attribute."""
     shapes: list[tuple[str, ...]] = []

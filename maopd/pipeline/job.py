@@ -61,12 +61,12 @@ def held_out_manifest(config: PipelineConfig):
     manifest seed, or all of them."""
     from benchmarks.eval.manifest import build_manifest
     from envs.synthwiki import load_default_world
+    from envs.synthwiki.questions import question_kind
 
     world = load_default_world()  # the world the environments play by default
     pools: dict[str, list] = {}
     for question in world.splits[config.eval.split]:
-        meta = question.metadata
-        pools.setdefault("comparison" if meta["type"] == "comparison" else f"{meta['hops']}-hop", []).append(question)
+        pools.setdefault(question_kind(question), []).append(question)
     wanted = config.eval.questions_per_type
     counts = {name: len(pool) if wanted is None else min(wanted, len(pool)) for name, pool in sorted(pools.items())}
     training = [q.question for q in world.splits["train"]]
