@@ -37,7 +37,8 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from collections.abc import Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -62,13 +63,16 @@ CHAT_ROLES = ("system", "user", "assistant")
 T = TypeVar("T")
 # Field metadata for the cache key. KEYED_WHEN_SET: a setting whose default builds what the build
 # without it builds; left out of the key while at its default, so that adding such a setting keeps
-# every cached model's key.
+# every cached model's key. FINE_TUNING: a setting that only fine-tuning reads; left out of
+# ``pretraining_key``, so that builds differing only in such settings share one pretraining.
 KEYED_WHEN_SET = "keyed_when_set"
+FINE_TUNING = "fine_tuning"
 CRITIC_LABELS = ("gold", "decidable")  # SFTConfig.critic_labels
 # What the demonstrating team knows of a knowledge world: the facts of its popular band, the ones π_0
 # reads a hundred times or more. Its Searchers report those from memory (with
 # noise_knobs.searcher_memory_report) and search everything else, so π_0 imitates recall, never a guess.
 DEMONSTRATED_KNOWLEDGE = ClosedBookConfig(popular=1.0, middle=0.0, long_tail=0.0)
+LOOKUP_WORKFLOW = "cascade"  # where KnowledgeConfig.lookup_demos are played: its Searcher's task is the question
 KNOWLEDGE_GROUP = 8  # statements (or question/answer pairs) per pretraining text, shuffled together
 
 
@@ -88,10 +92,16 @@ class KnowledgeConfig:
     qa_share: float = probability(0.5)
     phrasings: int = checked(8, ge=1, le=min(len(t) for t in RECALL_STATEMENTS.values()))
     exposure_scale: float = checked(1.0, gt=0)
-    replay: float = probability(0.1)
+    replay: float = probability(0.1, **{FINE_TUNING: True})
     # Also state facts in the canonical sentence a Searcher's report writes (a passage sentence):
     # a model stores a fact in the phrasings it read, and the fine-tuned Searcher reports in this one
     report_form: bool = False
+    # Also demonstrate the Searcher's call on the one-hop lookup of every fact of the question/answer
+    # worlds (played in the cascade): the team reports the popular band's from memory and searches the rest. A
+    # Searcher's chat is far from the text pretraining stored facts in; a tiny model reaches for
+    # them there only after many such reports, and tells known subjects from unknown ones by
+    # seeing both.
+    lookup_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -108,22 +118,25 @@ class SFTConfig:
     # the workflows demonstrated (envs.workflows.WORKFLOWS): by default every one, so that each
     # system of the main job (the team's two workflows and the single-agent baseline) starts from
     # a π_0 that has seen its format
-    workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS))
-    demo_questions: int = checked(600, ge=1)  # first N train questions of each world, played once per workflow
+    workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS), metadata={FINE_TUNING: True})
+    demo_questions: int = checked(
+        600, ge=1, metadata={FINE_TUNING: True}
+    )  # first N train questions of each world, played once per workflow
     # Demonstrations come from this many independently generated worlds (seeds world_seed,
     # world_seed + 1, …): every extra world brings new names, so that memorising names stops
     # paying and copying them from the context is what the model learns. RL and evaluation use
     # the world_seed world only.
-    demo_worlds: int = checked(1, ge=1)
+    demo_worlds: int = checked(1, ge=1, metadata={FINE_TUNING: True})
     # The first demonstration world is world_seed + demo_world_offset. 1 keeps the world_seed world,
     # the one RL and evaluation play, out of the demonstrations: π_0 then never saw a question of
     # that world solved, as a real base model never saw the RL training set.
-    demo_world_offset: int = checked(0, ge=0, metadata={KEYED_WHEN_SET: True})
-    noise: float = probability(0.1)  # every NoiseConfig knob of the scripted team
+    demo_world_offset: int = checked(0, ge=0, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
+    noise: float = probability(0.1, **{FINE_TUNING: True})  # every NoiseConfig knob of the scripted team
     # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
     # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
-    noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True})
-    successful_only: bool = False  # keep only demonstrations of episodes the team got right
+    noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
+    # keep only demonstrations of episodes the team got right
+    successful_only: bool = field(default=False, metadata={FINE_TUNING: True})
     # Also demonstrate the Prompted Critic's judge (envs.prompts.CRITIC_PROMPT) on every report of
     # the played episodes, failed ones included: yes exactly when the report states the answer to its
     # sub-question. A base model that never saw a judge prompt answers it with noise.
@@ -135,7 +148,7 @@ class SFTConfig:
     # asked fact stated, or an irrelevant, off-entity, wrong-relation, empty or "no information"
     # report), yes exactly when the report states a fact about the sub-question's entity and asked
     # relation, which the judge can read from its inputs.
-    critic_labels: str = checked("gold", choices=CRITIC_LABELS, metadata={KEYED_WHEN_SET: True})
+    critic_labels: str = checked("gold", choices=CRITIC_LABELS, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
     # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
     # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
     # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
@@ -153,6 +166,8 @@ class SFTConfig:
     pretrain_epochs: int = checked(1, ge=1)
     pretrain_seq_len: int = checked(256, ge=1)
     pretrain_batch_size: int = checked(16, ge=1)
+    # the pretraining's learning rate; None: ``lr``, the fine-tuning's
+    pretrain_lr: float | None = checked(None, gt=0, null="lr", metadata={KEYED_WHEN_SET: True})
     # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
     vocab_size: int = checked(3072, ge=1)
     hidden_size: int = checked(128, ge=1)
@@ -163,13 +178,14 @@ class SFTConfig:
     intermediate_size: int = checked(384, ge=1)
     initializer_range: float = checked(0.02, gt=0)
     # Training (see training.sft.TrainingSchedule).
-    max_seq_len: int = checked(1024, ge=1)  # longer calls are left out, and counted in the metrics
-    epochs: int = checked(1, ge=1)
-    lr: float = checked(2e-3, gt=0)
+    # longer calls are left out, and counted in the metrics
+    max_seq_len: int = checked(1024, ge=1, metadata={FINE_TUNING: True})
+    epochs: int = checked(1, ge=1, metadata={FINE_TUNING: True})
+    lr: float = checked(2e-3, gt=0, metadata={FINE_TUNING: True})
     min_lr_ratio: float = checked(0.1, ge=0, le=1)
     warmup_fraction: float = checked(0.03, ge=0, le=1)
     weight_decay: float = checked(0.01, ge=0)
-    batch_size: int = checked(4, ge=1)
+    batch_size: int = checked(4, ge=1, metadata={FINE_TUNING: True})
     grad_clip: float = checked(1.0, gt=0)
 
     def __post_init__(self) -> None:
@@ -177,6 +193,11 @@ class SFTConfig:
         if not self.workflows or unknown:
             raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
         check_fields(self)
+        if self.knowledge is not None and self.knowledge.lookup_demos and LOOKUP_WORKFLOW not in self.workflows:
+            raise ConfigError(
+                f"knowledge.lookup_demos: the lookups are played in the {LOOKUP_WORKFLOW} workflow; "
+                f"add it to workflows or set lookup_demos: false"
+            )
         if self.critic_labels != "gold" and not self.critic_demos:
             raise ConfigError(
                 f"critic_labels: {self.critic_labels!r} labels judge demonstrations; set critic_demos: true"
@@ -194,16 +215,40 @@ class SFTConfig:
 
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
-        values = {spec.name: to_dict(getattr(self, spec.name)) for spec in fields(self) if self._keyed(spec)}
-        text = json.dumps({"build_version": BUILD_VERSION, **values}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return config_hash(keyed_values(self))
 
-    def _keyed(self, spec: Field) -> bool:
-        """Whether field ``spec`` is part of the key (see ``KEYED_WHEN_SET``)."""
+    def pretraining_key(self) -> str:
+        """A hash of what the language model of ``pretrained/`` depends on: the key's values less
+        the ``FINE_TUNING`` settings, with the pretraining's learning rate."""
+        values = keyed_values(self, leave_out=FINE_TUNING)
+        return config_hash({**values, "pretrain_lr": self.pretraining_lr})
+
+    @property
+    def pretraining_lr(self) -> float:
+        return self.lr if self.pretrain_lr is None else self.pretrain_lr
+
+
+def keyed_values(config: Any, leave_out: str | None = None) -> dict[str, Any]:
+    """The dataclass ``config`` as plain data, nested dataclasses included, less every
+    ``KEYED_WHEN_SET`` field at its default and every field whose metadata has ``leave_out``."""
+
+    def keyed(spec: Field) -> bool:
+        if leave_out is not None and spec.metadata.get(leave_out):
+            return False
         if not spec.metadata.get(KEYED_WHEN_SET):
             return True
         default = spec.default if spec.default_factory is MISSING else spec.default_factory()
-        return getattr(self, spec.name) != default
+        return getattr(config, spec.name) != default
+
+    def plain(value: Any) -> Any:
+        return keyed_values(value, leave_out) if is_dataclass(value) else to_dict(value)
+
+    return {spec.name: plain(getattr(config, spec.name)) for spec in fields(config) if keyed(spec)}
+
+
+def config_hash(values: dict[str, Any]) -> str:
+    text = json.dumps({"build_version": BUILD_VERSION, **values}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # A base model small enough to build in well under a minute: for tests and CI.
@@ -248,10 +293,13 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.closed_book import closed_book
     from envs.synthwiki.demos import decidable_judgements, demonstrations
+    from envs.synthwiki.facts import graph_facts, lookup_question
     from envs.synthwiki.judge_labels import judge_examples
     from envs.synthwiki.knowledge import Knowledge
-    from envs.synthwiki.world import build_world, load_default_world
+    from envs.synthwiki.popularity import ExposureCurve
+    from envs.synthwiki.world import build_world, load_default_world, world_graph
 
+    curve = ExposureCurve()
     rows = []
     for index in range(config.demo_worlds):
         seed = config.world_seed + config.demo_world_offset + index
@@ -278,6 +326,11 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
         if facts is not None and judge_played is None:
             rows += decidable_judgements(judge_examples(questions, facts, config.seed + index))
+        if known and seed != config.world_seed and config.knowledge.lookup_demos:
+            lookups = [lookup_question(f) for f in graph_facts(seed, world_graph(seed, config.world_size), curve)]
+            team = NoisyTeam(config.noise_config(), config.seed + index, book)
+            calls = demonstrations(LOOKUP_WORKFLOW, team, retriever, lookups, config.successful_only)
+            rows += [call for call in calls if call["role"] == "searcher"]
     return rows
 
 
@@ -362,8 +415,61 @@ def shared_fields(cls: type[T], config: Any) -> T:
     return cls(**{spec.name: getattr(config, spec.name) for spec in fields(cls) if spec.name in names})
 
 
-def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
-    """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics)."""
+def reusable_pretraining(config: SFTConfig, roots: Sequence[Path]) -> Path | None:
+    """The ``pretrained/`` of a π_0 under ``roots`` (``base-*`` directories) whose pretraining
+    equals ``config``'s (the ``pretraining_key`` its ``sft_metrics.json`` records), if any."""
+    wanted = config.pretraining_key()
+    for root in roots:
+        for metrics in sorted(Path(root).glob(f"base-*/{METRICS_FILE}")):
+            try:
+                recorded = json.loads(metrics.read_text(encoding="utf-8")).get("pretraining_key")
+            except (OSError, ValueError):
+                continue  # a damaged cache entry is rebuilt, never read
+            pretrained = metrics.parent / PRETRAINED_DIR
+            if recorded == wanted and (pretrained / "model.safetensors").is_file():
+                return pretrained
+    return None
+
+
+def load_pretrained(model, tokenizer, pretrained: Path) -> dict[str, Any]:
+    """Load ``pretrained/``'s weights into ``model`` (built from the same config, so the same
+    shapes; its tokenizer must equal ``tokenizer``) and return the pretraining figures its π_0's
+    ``sft_metrics.json`` recorded."""
+    from safetensors.torch import load_file
+
+    saved = json.loads((pretrained / "tokenizer.json").read_text(encoding="utf-8"))
+    if saved["model"] != json.loads(tokenizer.backend_tokenizer.to_str())["model"]:
+        raise ValueError(f"{pretrained}: its tokenizer differs from the one this config trains")
+    missing, unexpected = model.load_state_dict(load_file(pretrained / "model.safetensors"), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # a tied lm_head is not saved: it is the embedding
+        raise ValueError(f"{pretrained}: its weights do not fit this config's model")
+    recorded = json.loads((pretrained.parent / METRICS_FILE).read_text(encoding="utf-8"))
+    return {
+        "pretrained_from": pretrained.parent.name,
+        **{name: recorded.get(source) for name, source in PRETRAINING_FIGURES.items()},
+    }
+
+
+# The pretraining figures of sft_metrics.json, and where a π_0 that reuses a pretraining reads them
+# in its source's metrics.
+PRETRAINING_FIGURES = {
+    "pretraining_tokens": "pretraining_tokens",
+    "knowledge_tokens": "knowledge_tokens",
+    "pretraining_steps": "pretraining_steps",
+    "pretraining_final_loss": "pretraining_final_loss",
+    "pretraining_threads": "torch_threads",
+}
+
+
+def build_base_model(
+    config: SFTConfig, out_dir: str | Path, progress: bool = True, reuse_from: Sequence[Path] = ()
+) -> Path:
+    """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics). With
+    ``reuse_from`` (roots of built π_0s), a pretraining one of them ran for the same
+    ``pretraining_key`` is loaded instead of rerun: the same weights, since pretraining is
+    deterministic, and its ``pretrained/`` copied into ``out_dir``."""
+    import shutil
+
     import torch
 
     from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
@@ -394,14 +500,28 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
     schedule = shared_fields(TrainingSchedule, config)
     passages, knowledge = pretraining_examples(config, tokenizer)  # none without pretrain_worlds or knowledge
     pretraining = passages + knowledge
-    pretrain_losses = []
-    if pretraining:
-        pretrain_schedule = replace(schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size)
+    source = reusable_pretraining(config, reuse_from) if pretraining else None
+    if source is not None:
+        pretrained_figures = load_pretrained(model, tokenizer, source)
+        shutil.copytree(source, Path(out_dir) / PRETRAINED_DIR, dirs_exist_ok=True)
+    elif pretraining:
+        pretrain_schedule = replace(
+            schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size, lr=config.pretraining_lr
+        )
         pretrain_losses = train_sft(
             model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining"
         )
         # the language model before fine-tuning, for the closed-book gate right after pretraining
         save_model(model, tokenizer, Path(out_dir) / PRETRAINED_DIR)
+        pretrained_figures = {
+            "pretraining_tokens": sum(len(e) for e in pretraining),
+            "knowledge_tokens": sum(len(e) for e in knowledge),
+            "pretraining_steps": len(pretrain_losses),
+            "pretraining_final_loss": tail_mean(pretrain_losses),
+            "pretraining_threads": torch.get_num_threads(),
+        }
+    else:
+        pretrained_figures = {name: None for name in PRETRAINING_FIGURES}
     replay = replayed(config, knowledge)
     losses = train_sft(model, examples + replay, schedule, tokenizer.pad_token_id, progress)
 
@@ -416,11 +536,9 @@ def build_base_model(config: SFTConfig, out_dir: str | Path, progress: bool = Tr
         "assistant_tokens": sum(sum(e.loss_mask) for e in examples),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
-        "pretraining_tokens": sum(len(e) for e in pretraining),
-        "knowledge_tokens": sum(len(e) for e in knowledge),
+        "pretraining_key": config.pretraining_key(),
+        **pretrained_figures,
         "replayed_tokens": sum(len(e) for e in replay),
-        "pretraining_steps": len(pretrain_losses),
-        "pretraining_final_loss": tail_mean(pretrain_losses) if pretrain_losses else None,
         "steps": len(losses),
         "first_loss": losses[0],
         "final_loss": tail_mean(losses),
@@ -445,11 +563,18 @@ def base_model_dir(config: SFTConfig, cache_dir: str | Path | None = None, shipp
 
 
 def load_or_build_base_model(
-    config: SFTConfig, cache_dir: str | Path | None = None, progress: bool = True, shipped_dir: Path = SHIPPED_DIR
+    config: SFTConfig,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    shipped_dir: Path = SHIPPED_DIR,
+    reuse: bool = True,
 ) -> Path:
     """The directory of π_0 for ``config``: shipped with the repo, else from the cache, else built
-    and cached atomically."""
+    and cached atomically (reusing the pretraining of a shipped or cached π_0, with ``reuse``)."""
     directory = base_model_dir(config, cache_dir, shipped_dir)
     if (directory / METRICS_FILE).is_file():
         return directory
-    return build_directory_atomically(directory, lambda out: build_base_model(config, out, progress), METRICS_FILE)
+    roots = (shipped_dir, directory.parent) if reuse else ()
+    return build_directory_atomically(
+        directory, lambda out: build_base_model(config, out, progress, roots), METRICS_FILE
+    )

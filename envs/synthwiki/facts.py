@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from envs.datasets import Question
 from envs.synthwiki.generator import Entity
 from envs.synthwiki.grammar import fact_sentence, recall_statement, subquestion
 from envs.synthwiki.popularity import ExposureCurve, band, entity_ranks
@@ -66,6 +67,16 @@ def statements(fact: Fact, phrasings: int, rng: random.Random, report_form: bool
 def question_answer(fact: Fact) -> str:
     """The fact as its one-hop question followed by the answer."""
     return f"{subquestion(fact.predicate, fact.subject)} {fact.value}."
+
+
+def lookup_question(fact: Fact) -> Question:
+    """The fact's one-hop question, as an environment plays it."""
+    return Question(
+        f"lookup/{fact.subject}/{fact.predicate}",
+        subquestion(fact.predicate, fact.subject),
+        fact.answers,
+        {"hops": 1, "type": "lookup", "band": fact.band},
+    )
 
 
 def chance_rates(facts: Sequence[Fact]) -> dict[str, float]:

@@ -20,6 +20,11 @@ def register(subparsers) -> None:
     sft.add_argument("--smoke", action="store_true", help="start from the tiny smoke config (builds in seconds)")
     sft.add_argument("--out", help="write the model here (a new or empty directory) instead of the cache")
     sft.add_argument("--cache-dir", help="cache root (default: $MAOPD_CACHE/base_models)")
+    sft.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="pretrain even when a shipped or cached π_0 ran the same pretraining (which is otherwise reused)",
+    )
     sft.set_defaults(func=_sft)
 
 
@@ -43,7 +48,7 @@ def resolve_config(path: str | None, overrides: list[str], smoke: bool):
 
 def _sft(args) -> int:
     from maopd.base.errors import UserError
-    from training.base_model import build_base_model, load_or_build_base_model
+    from training.base_model import SHIPPED_DIR, build_base_model, default_cache_dir, load_or_build_base_model
 
     try:
         config = resolve_config(args.config, args.overrides, args.smoke)
@@ -53,8 +58,9 @@ def _sft(args) -> int:
         out = Path(args.out)
         if out.exists() and any(out.iterdir()):
             raise UserError(f"--out {out} exists and is not empty; give a new or empty directory")
-        directory = build_base_model(config, out)
+        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        directory = build_base_model(config, out, reuse_from=() if args.from_scratch else (SHIPPED_DIR, cache))
     else:
-        directory = load_or_build_base_model(config, args.cache_dir)
+        directory = load_or_build_base_model(config, args.cache_dir, reuse=not args.from_scratch)
     print(f"π_0 (config {config.key()}) is in {directory}")
     return 0

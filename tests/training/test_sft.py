@@ -387,3 +387,108 @@ def test_replay_reads_a_share_of_the_knowledge_windows_again():
     chosen = replayed(config, windows)
     assert len(chosen) == 20 and len(set(chosen)) == 20 and chosen == replayed(config, windows)
     assert replayed(SMOKE_CONFIG, windows) == []
+
+
+def fine_tuning_variants(config: SFTConfig) -> list[SFTConfig]:
+    """``config`` with one setting only fine-tuning reads changed, for each such setting."""
+    from training.base_model import KnowledgeConfig
+
+    knowledge = config.knowledge or KnowledgeConfig()
+    return [
+        replace(config, workflows=["cascade"]),
+        replace(config, demo_questions=config.demo_questions + 1),
+        replace(config, demo_worlds=config.demo_worlds + 1),
+        replace(config, demo_world_offset=config.demo_world_offset + 1),
+        replace(config, noise=0.3),
+        replace(config, noise_knobs={"searcher_skip_search": 0.5}),
+        replace(config, successful_only=not config.successful_only),
+        replace(config, critic_demos=True, critic_labels="decidable"),
+        replace(config, max_seq_len=config.max_seq_len + 1),
+        replace(config, epochs=config.epochs + 1),
+        replace(config, lr=config.lr / 2, pretrain_lr=config.lr),
+        replace(config, batch_size=config.batch_size + 1),
+        replace(config, knowledge=replace(knowledge, replay=0.5, lookup_demos=True)),
+    ]
+
+
+def test_the_pretraining_key_ignores_exactly_the_fine_tuning_settings():
+    from training.base_model import KnowledgeConfig
+
+    base = replace(SFTConfig(), knowledge=KnowledgeConfig(), critic_demos=True)
+    for variant in fine_tuning_variants(base):
+        assert variant.key() != base.key()
+        assert variant.pretraining_key() == base.pretraining_key(), variant
+    pretraining = [
+        replace(base, seed=1),
+        replace(base, pretrain_worlds=3),
+        replace(base, lr=base.lr / 2),  # the pretraining's learning rate too, without pretrain_lr
+        replace(base, pretrain_lr=base.lr * 2),
+        replace(base, hidden_size=64),
+        replace(base, critic_demos=False, critic_labels="gold"),  # the tokenizer learns the judge's prompt
+        replace(base, knowledge=replace(base.knowledge, exposure_scale=0.5)),
+        replace(base, knowledge=None),
+    ]
+    assert len({c.pretraining_key() for c in [base, *pretraining]}) == len(pretraining) + 1
+
+
+def test_a_new_setting_at_its_default_keeps_every_key():
+    """``KEYED_WHEN_SET`` holds in nested configs: ``lookup_demos`` and ``pretrain_lr`` unset keep
+    the shipped π_0's key."""
+    from maopd.base.config import load_yaml
+    from training.base_model import SHIPPED_DIR
+
+    for directory in SHIPPED_DIR.glob("base-*"):
+        assert load_yaml(SFTConfig, directory / "sft_config.yaml").key() == directory.name.removeprefix("base-")
+
+
+def test_a_build_reuses_a_pretraining_and_gives_the_same_weights(tmp_path):
+    """A config that differs only in fine-tuning loads the pretraining a built π_0 ran: the same
+    bits as pretraining again (a fresh build of the same config)."""
+    import json
+
+    from training.base_model import KnowledgeConfig
+
+    config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02))
+    first = build_base_model(config, tmp_path / "base-first", progress=False)
+    again = build_base_model(config, tmp_path / "base-again", progress=False, reuse_from=[tmp_path])
+    fresh = build_base_model(replace(config, epochs=2), tmp_path / "fresh", progress=False)
+    reused = build_base_model(replace(config, epochs=2), tmp_path / "reused", progress=False, reuse_from=[tmp_path])
+    for a, b in ((first, again), (fresh, reused)):
+        for name in ("model.safetensors", "pretrained/model.safetensors"):
+            assert (a / name).read_bytes() == (b / name).read_bytes()
+    metrics = {d.name: json.loads((d / METRICS_FILE).read_text()) for d in (fresh, reused)}
+    assert "pretrained_from" not in metrics["fresh"] and metrics["reused"]["pretrained_from"] in {
+        "base-first",
+        "base-again",
+    }
+    figures = ("pretraining_key", "pretraining_tokens", "pretraining_steps", "pretraining_final_loss")
+    assert all(metrics["fresh"][name] == metrics["reused"][name] for name in figures)
+    # a different pretraining is not reused
+    other = build_base_model(replace(config, seed=1), tmp_path / "other", progress=False, reuse_from=[tmp_path])
+    assert "pretrained_from" not in json.loads((other / METRICS_FILE).read_text())
+
+
+def test_lookup_demos_show_the_searcher_each_fact_of_the_question_answer_world():
+    """``lookup_demos``: one Searcher call per fact of the question/answer world, reported from
+    memory exactly when the fact is in the popular band, searched otherwise; none of the RL world."""
+    from envs.synthwiki.facts import graph_facts
+    from envs.synthwiki.popularity import ExposureCurve
+    from envs.synthwiki.world import world_graph
+    from training.base_model import KnowledgeConfig
+
+    config = replace(
+        SMOKE_CONFIG,
+        demo_world_offset=1,
+        noise=0.0,
+        noise_knobs={"searcher_memory_report": 1.0},
+        successful_only=False,
+        knowledge=KnowledgeConfig(qa_worlds=1, lookup_demos=True),
+    )
+    rows = [r for r in demonstration_chats(config, progress=False) if r["question_id"].startswith("lookup/")]
+    facts = {f"lookup/{f.subject}/{f.predicate}": f for f in graph_facts(1, world_graph(1, "tiny"), ExposureCurve())}
+    assert {r["question_id"] for r in rows} == set(facts) and {r["role"] for r in rows} == {"searcher"}
+    for row in rows:
+        first = next(m["content"] for m in row["messages"] if m["role"] == "assistant")
+        assert first.startswith("<report>") == (facts[row["question_id"]].band == "popular"), row
+    with pytest.raises(ConfigError, match="lookup_demos"):
+        replace(config, workflows=["hierarchical"])
