@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.jsonl import iter_json_lines
 from maopd.base.errors import UserError
+from maopd.base.json_files import iter_json_lines
 
 
 class DatasetError(UserError, ValueError):

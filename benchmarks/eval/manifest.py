@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.datasets import DatasetError, Question
-from envs.jsonl import iter_json_lines
+from maopd.base.json_files import iter_json_lines
 
 MANIFEST_SEED = 20260728
 PAPER_COUNTS = {

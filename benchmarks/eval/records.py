@@ -8,7 +8,6 @@ carry a score that disagrees with the protocol.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -17,9 +16,9 @@ from typing import Any
 
 from benchmarks.eval.extraction import failure_kind, flexible_answer
 from envs.actions import strict_answer
-from envs.jsonl import iter_json_lines
 from envs.rewards import exact_match
 from maopd.base.errors import UserError
+from maopd.base.json_files import iter_json_lines, json_text
 
 # Workload counters, copied from the workflow record's ``counters`` (Appendix A).
 COUNTER_FIELDS = (
@@ -180,4 +179,4 @@ def load_records(paths: Iterable[str | Path]) -> list[EvalRecord]:
 
 
 def record_line(record: EvalRecord) -> str:
-    return json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
+    return json_text(record.to_dict(), f"record {record.key}", ensure_ascii=False) + "\n"

@@ -314,7 +314,6 @@ def _score(args) -> int:
 
 
 def _matrix(args) -> int:
-    import json
 
     from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
     from benchmarks.eval.score_matrix import read_matrix
@@ -348,9 +347,10 @@ def _matrix(args) -> int:
         print("| " + " | ".join(cells + ([result["verdict"]] if verdicts else [])) + " |")
     if args.out:
         from maopd.base.atomic import write_text_atomically
+        from maopd.base.json_files import json_text
 
         protocol = {"bootstrap_draws": draws, "bootstrap_seed": seed, "confidence": CONFIDENCE}
         document = {"matrix": args.matrix, "protocol": protocol, "results": results}
-        write_text_atomically(Path(args.out), json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        write_text_atomically(Path(args.out), json_text(document, args.out, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")
     return 0
