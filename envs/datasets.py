@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from maopd.base.errors import UserError
-from maopd.base.json_files import iter_json_lines
+from maopd.base.json_files import iter_json_lines, json_text
 
 
 class DatasetError(UserError, ValueError):
@@ -63,4 +62,4 @@ def load_questions(path: str | Path) -> list[Question]:
 def write_questions(questions: list[Question], path: str | Path) -> None:
     with Path(path).open("w", encoding="utf-8") as handle:
         for q in questions:
-            handle.write(json.dumps(q.to_dict(), ensure_ascii=False) + "\n")
+            handle.write(json_text(q.to_dict(), f"{path}: question {q.id}", ensure_ascii=False) + "\n")

@@ -21,7 +21,7 @@ from typing import Any
 
 from maopd.base.atomic import write_text_atomically
 from maopd.base.errors import UserError
-from maopd.base.json_files import iter_json_lines, json_text, parse_json
+from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text
 
 METRICS_FILE = "metrics.jsonl"
 _TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')
@@ -51,10 +51,8 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text and not text.endswith("\n"):
-        torn = text[text.rfind("\n") + 1 :]
-        text = text[: text.rfind("\n") + 1]
+    torn = drop_torn_last_line(path)
+    if torn is not None:
         match = _TORN_STEP.match(torn)
         if match is None or int(match.group(1)) <= last_step:
             step = match.group(1) if match else "unknown"
@@ -65,9 +63,7 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
                 step,
                 last_step,
             )
-    lines = enumerate(text.splitlines(), start=1)
-    rows = [parse_json(line, f"{path}:{number}", MetricsFileError) for number, line in lines if line.strip()]
-    kept = [row for row in rows if row.get("step", 0) <= last_step]
+    kept = [row for row in read_metrics(run_dir) if row.get("step", 0) <= last_step]
     # whole or not at all, so that a crash now cannot lose the rows being kept
     write_text_atomically(path, "".join(json_text(row, str(path)) + "\n" for row in kept))
 

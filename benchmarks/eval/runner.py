@@ -24,7 +24,7 @@ from tqdm import tqdm
 from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
 from envs.datasets import Question
-from maopd.base.json_files import iter_json_lines
+from maopd.base.json_files import drop_torn_last_line, iter_json_lines
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 
@@ -49,10 +49,7 @@ def finished_keys(path: Path, method: str) -> set[tuple[str, str, int]]:
     """(dataset, question_id, attempt) already recorded for ``method``; drops a partial last line."""
     if not path.exists():
         return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with path.open("r+b") as handle:
-            handle.truncate(data.rfind(b"\n") + 1)
+    drop_torn_last_line(path)
     done = set()
     for where, row in iter_json_lines(path, RecordError, "record file"):
         try:

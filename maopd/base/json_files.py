@@ -103,6 +103,32 @@ def iter_json_lines(path: str | Path, error: type[Exception], what: str) -> Iter
                 yield where, parse_json(line, where, error)
 
 
+def drop_torn_last_line(path: str | Path, shown_chars: int = 200) -> str | None:
+    """Truncate a JSONL file that a crash cut short mid-append to its last complete line; the start
+    (``shown_chars`` characters) of the line dropped, None when the file ends in a newline or is
+    empty. Reads backwards from the end, so the rest of the file is never loaded."""
+    block_bytes = 1 << 16
+    with Path(path).open("r+b") as handle:
+        end = cut = handle.seek(0, 2)
+        while cut > 0:
+            start = max(0, cut - block_bytes)
+            handle.seek(start)
+            block = handle.read(cut - start)
+            if cut == end and block.endswith(b"\n"):
+                return None
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                cut = start + newline + 1
+                break
+            cut = start
+        if end == 0:
+            return None
+        handle.seek(cut)
+        head = handle.read(4 * shown_chars)  # a UTF-8 character has at most 4 bytes
+        handle.truncate(cut)
+    return head.decode("utf-8", errors="replace")[:shown_chars]
+
+
 def _finite(value: Any, field: str, replaced: list[tuple[str, float]]) -> Any:
     """``value`` with every NaN or infinity replaced by None, each recorded in ``replaced``."""
     if isinstance(value, float) and not math.isfinite(value):
