@@ -42,8 +42,9 @@ class Question:
         answers = row["golden_answers"]
         if isinstance(answers, str):
             answers = [answers]
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            raise DatasetError(f"{where}: field 'golden_answers' must be a list of strings")
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+            # a question without an answer runs, and fails only when it is scored
+            raise DatasetError(f"{where}: field 'golden_answers' must be a non-empty list of strings")
         metadata = row.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise DatasetError(f"{where}: field 'metadata' must be an object")

@@ -117,10 +117,17 @@ def write_manifest(manifest: Manifest, path: str | Path) -> str:
 
 
 def load_manifest(path: str | Path) -> list[ManifestEntry]:
+    """The manifest's entries; a (dataset, question id) that repeats is refused, since records are
+    keyed by it (the repeat's attempts would count as the first's)."""
     entries = []
+    seen: dict[tuple[str, str], str] = {}
     for where, row in iter_json_lines(path, DatasetError, "manifest file"):
         question = Question.from_dict(row, where)
         if not isinstance(row.get("dataset"), str) or not row["dataset"]:
             raise DatasetError(f"{where}: missing field 'dataset'")
+        key = (row["dataset"], question.id)
+        if key in seen:
+            raise DatasetError(f"{where}: question {question.id!r} of dataset {key[0]!r} repeats {seen[key]}")
+        seen[key] = f"line {where.rpartition(':')[2]}"
         entries.append(ManifestEntry(row["dataset"], question, question_hash(question.question)))
     return entries

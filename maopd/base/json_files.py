@@ -56,6 +56,8 @@ def parse_json(text: str, where: str, error: type[Exception]) -> Any:
     except json.JSONDecodeError as exc:
         at = f" at line {exc.lineno}, column {exc.colno}" if "\n" in text.rstrip("\n") else ""
         raise error(f"{where}: invalid JSON ({exc.msg}{at})") from None
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        raise error(f"{where}: a number with more than 4300 digits") from None
     except RecursionError:
         raise error(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep") from None
     problem = _input_problem(value)
