@@ -24,6 +24,7 @@ import importlib
 import os
 import sys
 
+from maopd.base.config import MAX_SEED
 from maopd.base.errors import UserError
 
 COMMAND_MODULES = [
@@ -100,7 +101,24 @@ def bounded_int(low: int, high: int | None = None):
     return parse
 
 
+def bounded_float(low: float, high: float):
+    """An argparse ``type``: a number in [low, high] (NaN is not)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be in [{low}, {high}]")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
 positive_int = bounded_int(1)
+seed_int = bounded_int(0, MAX_SEED)
 
 
 def _command_name(args: argparse.Namespace) -> str:

@@ -28,6 +28,7 @@ from envs.synthwiki.corpus import iter_documents
 from envs.synthwiki.generator import SPLITS, SUBGRAPHS, Entity, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.atomic import build_directory_atomically
+from maopd.base.config import ConfigError
 from maopd.base.json_files import write_json
 
 # Bump when generated content changes, so that stale caches are rebuilt.
@@ -64,7 +65,7 @@ SIZES = {
 
 def _preset(size: str) -> SizePreset:
     if size not in SIZES:
-        raise ValueError(f"size: unknown preset {size!r}; expected one of {sorted(SIZES)}")
+        raise ConfigError(f"world size: unknown preset {size!r}; expected one of {sorted(SIZES)}")
     return SIZES[size]
 
 

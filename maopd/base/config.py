@@ -124,6 +124,14 @@ def probability(default: float, **metadata: Any) -> Any:
     return checked(default, ge=0, le=1, what="a probability", metadata=metadata or None)
 
 
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
+
+
+def seed_field(default: int = 0, **metadata: Any) -> Any:
+    """A field holding a random seed: ``checked`` in [0, ``MAX_SEED``]."""
+    return checked(default, ge=0, le=MAX_SEED, what="a seed", metadata=metadata or None)
+
+
 def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
     """A field declared as ``cls``'s field ``name`` is: its constraint, and its default unless
     ``default`` is given. A setting several configs carry is so defined once, in ``cls``."""

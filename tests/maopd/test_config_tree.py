@@ -70,6 +70,13 @@ BAD_OVERRIDES = [
     ("eval.attempts=0", "eval.attempts: must be >= 1"),
     ("base_model.noise=2", "base_model.noise: must be a probability"),
     ("base_model.lr=.nan", "base_model.lr: expected a finite number"),
+    ("stage1.optim.betas=[2, 3]", r"stage1.optim.betas: must be two numbers in \[0, 1\)"),
+    ("stage1.optim.betas=[0.9]", r"stage1.optim.betas: must be two numbers in \[0, 1\)"),
+    ("stage2.ppo.role_loss_weights={searcher: -1}", "stage2.ppo.role_loss_weights.searcher: must be >= 0"),
+    ("seed=-1", r"^seed: must be a seed in \[0, 4294967295\], got -1$"),
+    ("seed=4294967296", r"^seed: must be a seed in \[0, 4294967295\]"),
+    ("eval.seed=-4", r"^eval.seed: must be a seed"),
+    ("stage1.steps=1:30", "stage1.steps: expected an integer, got '1:30'"),  # YAML 1.1 read 1:30 as 90
     ("run_dir=''", "run_dir: is empty"),
 ]
 
