@@ -14,11 +14,12 @@ updates of this step's earlier minibatches, if any.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from maopd.base.json_files import write_json
 
 if TYPE_CHECKING:
     from training.advantages import PPOBatch
@@ -88,5 +89,5 @@ def save_nonfinite_step(
         "tensors": {name: _describe(values) for name, values in tensors.items()},
         "questions": questions,
     }
-    path.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_json(path.with_suffix(".json"), summary, indent=2)
     return path

@@ -13,7 +13,6 @@ crash leaves at most one partial last line, which the next run drops before appe
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
 from envs.datasets import Question
+from maopd.base.json_files import drop_torn_last_line, iter_json_lines
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 
@@ -49,21 +49,13 @@ def finished_keys(path: Path, method: str) -> set[tuple[str, str, int]]:
     """(dataset, question_id, attempt) already recorded for ``method``; drops a partial last line."""
     if not path.exists():
         return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with path.open("r+b") as handle:
-            handle.truncate(cut)
-        data = data[:cut]
+    drop_torn_last_line(path)
     done = set()
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for where, row in iter_json_lines(path, RecordError, "record file"):
         try:
-            row = json.loads(line)
             key = (row["dataset"], str(row["question_id"]), int(row["attempt"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise RecordError(f"{path}:{number}: not a record; refusing to append to this file") from None
+        except (KeyError, TypeError, ValueError):
+            raise RecordError(f"{where}: not a record; refusing to append to this file") from None
         if row.get("method") == method:
             done.add(key)
     return done

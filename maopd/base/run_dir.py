@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from maopd.base.config import ConfigError, config_diff, from_dict, save_yaml, to_dict
+from maopd.base.config import ConfigError, config_diff, dump_yaml, from_dict, parse_yaml, save_yaml, to_dict
 
 CONFIG_FILE = "config.yaml"
 
@@ -38,13 +36,13 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
     path = Path(path)
     if not path.is_file():
         return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = parse_yaml(path.read_text(encoding="utf-8"), f"config record {path}")
     return data if isinstance(data, dict) else None
 
 
 def as_plain(config: Any) -> dict[str, Any]:
     """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on)."""
-    return yaml.safe_load(yaml.safe_dump(to_dict(config)))
+    return parse_yaml(dump_yaml(to_dict(config)), "a config")
 
 
 def read_as_current(config_type: type, saved: dict[str, Any]) -> dict[str, Any]:

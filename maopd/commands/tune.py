@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from maopd.cli import bounded_int
+from maopd.cli import bounded_int, seed_int
 
 
 def register(subparsers) -> None:
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     beta.add_argument("--run-dir", required=True, help="a main-job run directory whose Stage I is done")
     beta.add_argument("--preset", default="default")
     beta.add_argument("--batches", type=bounded_int(1), default=6)
-    beta.add_argument("--seed", type=int, default=0)
+    beta.add_argument("--seed", type=seed_int, default=0)
     beta.add_argument("--out", help="also write the figures here (JSON)")
     beta.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="pipeline overrides, e.g. stage2.rollout.batch_size=8"

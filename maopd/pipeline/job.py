@@ -23,7 +23,6 @@ records; what the run directory holds is checked against the config first
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from maopd.base.config import to_dict
+from maopd.base.json_files import write_json
 from maopd.base.run_dir import write_record
 from maopd.pipeline.config import (
     SINGLE_AGENT_BASE,
@@ -176,7 +176,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
         "single_run": str(single_run),
         "eval": str(run_dir / "eval"),
     }
-    (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(run_dir / "pipeline.json", report, indent=2)
     print(format_timings(timings, report["machine"]))
     print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
     return summary
