@@ -14,7 +14,8 @@ import pytest
 
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.http_client import HTTPRetriever, RetrievalServerError, redact_url
+from envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
+from maopd.base.secrets import redact_url
 from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
 DOCS = [Document(str(i), f"Title {i}", f"Passage {i} about topic {i % 7} and city {i % 5}.") for i in range(50)]

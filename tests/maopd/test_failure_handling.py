@@ -32,7 +32,7 @@ from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
 from envs.policy import AgentTurn
 from envs.prompts import system_message, task_message
-from envs.retrieval.http_client import redact_url
+from maopd.base.secrets import redact_url
 from training import checkpoint as ckpt
 from training.config import build_config
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
