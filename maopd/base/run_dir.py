@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from maopd.base.config import ConfigError, config_diff, from_dict, save_yaml, to_dict
+from maopd.base.config import ConfigError, config_diff, from_dict, save_yaml, to_record
 
 CONFIG_FILE = "config.yaml"
 
@@ -43,8 +43,9 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
 
 
 def as_plain(config: Any) -> dict[str, Any]:
-    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on)."""
-    return yaml.safe_load(yaml.safe_dump(to_dict(config)))
+    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on), secrets
+    redacted, so that a resume compares what was saved with what would be saved."""
+    return yaml.safe_load(yaml.safe_dump(to_record(config)))
 
 
 def read_as_current(config_type: type, saved: dict[str, Any]) -> dict[str, Any]:
