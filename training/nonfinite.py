@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ def _describe(values: torch.Tensor) -> dict[str, Any]:
     return summary
 
 
+def _plain(value: Any) -> Any:
+    """What JSON cannot write, as plain data: a NumPy scalar as its Python number, else its text."""
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
 def save_nonfinite_step(
     run_dir: str | Path,
     step: int,
@@ -83,7 +89,7 @@ def save_nonfinite_step(
     path = directory / f"step_{step}.pt"
     # records as JSON reads them back: plain types only (no tuples, no NumPy scalars), which
     # weights_only loading accepts; NaN and inf stay, they are what the dump is for
-    plain_records = json.loads(json.dumps(records, default=str))
+    plain_records = json.loads(json.dumps(records, default=_plain))
     torch.save({"step": step, "error": str(error), "tensors": tensors, "records": plain_records}, path)
     summary = {
         "step": step,
