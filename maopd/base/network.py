@@ -10,7 +10,8 @@ the ``http`` retriever):
 * at most ``max_bytes`` of (decoded) body: a larger ``Content-Length`` is refused before the body
   is read, and a body that grows past the limit is dropped there;
 * connection errors, a missed deadline and the statuses in ``retry_statuses`` are retried
-  ``retries`` times with exponential backoff; any other failure is an error at once;
+  ``retries`` times with exponential backoff (each retry logged at INFO); any other failure is an
+  error at once;
 * every failure, a dead server and an answer that is not JSON included, is ``error`` (a
   ``UserError`` of the caller's) with a one-line message that names the URL through
   ``redact_url`` and quotes the server's answer through ``redact``; httpx's own request log shows
@@ -127,7 +128,8 @@ class Endpoint:
             if attempt == self.retries:
                 break
             delay = self.backoff_s * 2**attempt
-            logger.warning("%s: %s; retry %d/%d in %.1f s", self.shown, problem, attempt + 1, self.retries, delay)
+            # INFO, not WARNING: a retry that succeeds is routine, and one that fails ends in the error
+            logger.info("%s: %s; retry %d/%d in %.1f s", self.shown, problem, attempt + 1, self.retries, delay)
             await asyncio.sleep(delay)
         raise self.error(
             f"{self.shown} failed after {self.retries + 1} attempts; last error: {problem}{self.gave_up_hint}"
