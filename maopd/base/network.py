@@ -145,7 +145,7 @@ class Endpoint:
         except asyncio.TimeoutError:
             raise _Attempt(f"Timeout: no complete answer within the {self.deadline_s:g} s deadline") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise _Attempt(f"{type(exc).__name__}: {redact(str(exc), *secrets)}") from None
+            raise _Attempt(f"{type(exc).__name__}: {' '.join(redact(str(exc), *secrets).split())}") from None
 
     async def _exchange(self, client: httpx.AsyncClient, method: str, body: Any) -> tuple[int, bytes]:
         async with client.stream(method, self.url, json=body) as response:
