@@ -29,13 +29,13 @@ class RawServer:
         self.answer, self.pause_s, self.seconds = answer, pause_s, seconds
         self.requests: list[bytes] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
         self.port = self.listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._stop = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        self.listener.settimeout(0.05)
         while not self._stop.is_set():
             try:
                 connection, _ = self.listener.accept()
