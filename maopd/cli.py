@@ -11,7 +11,8 @@ address) is one line, ``maopd <command>: <message>``, and exit status 2, never a
 commands raise, ``ConfigError``, malformed YAML included, the project's file-format errors) and the
 OS errors of a path (missing, not a directory, a directory, exists, permission denied) into that
 line. Any other exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the trace of
-user errors too.
+user errors too. The line goes through ``maopd.base.secrets.redact``, as does the command line kept
+with results (``args.command_line``).
 An OS error of a path says what is wrong with which path and what to do (``path_error_message``).
 Usage errors (an unknown option, a number out of range) are one line too, with exit status 2.
 """
@@ -26,6 +27,7 @@ import sys
 
 from maopd.base.config import MAX_SEED
 from maopd.base.errors import UserError
+from maopd.base.secrets import redact
 
 COMMAND_MODULES = [
     "maopd.commands.play",
@@ -140,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.command_line = ["maopd", *(sys.argv[1:] if argv is None else argv)]  # saved with results
+    # saved with results, so a URL's credentials or a key typed on the command line are redacted
+    args.command_line = ["maopd", *(redact(word) for word in (sys.argv[1:] if argv is None else argv))]
     try:
         return int(args.func(args) or 0)
     except Exception as exc:
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             message = path_error_message(exc)
         else:
             message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"maopd {_command_name(args)}: {message}", file=sys.stderr)
+        print(f"maopd {_command_name(args)}: {redact(message)}", file=sys.stderr)
         return 2
 
 

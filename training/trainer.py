@@ -40,7 +40,7 @@ from envs.actions import SEARCHER
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
-from maopd.base.config import ConfigError, to_dict
+from maopd.base.config import ConfigError, to_record
 from maopd.base.run_dir import check_resume, write_record
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
@@ -557,7 +557,7 @@ def train_stage(config: TrainConfig, resume: bool | None = None, check_config: b
         None
         if not main
         else MetricsLogger(
-            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config), keep_samples=log.keep_samples
+            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_record(config), keep_samples=log.keep_samples
         )
     )
     progress = tqdm(

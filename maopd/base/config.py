@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from maopd.base.errors import UserError
+from maopd.base.secrets import redact_strings
 
 T = TypeVar("T")
 
@@ -330,6 +331,12 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(config)
 
 
+def to_record(config: Any) -> dict[str, Any]:
+    """The config as saved, logged or compared with a saved one: ``to_dict`` with every secret
+    redacted (``maopd.base.secrets``), so that a URL's credentials never reach a file or a log."""
+    return redact_strings(to_dict(config))
+
+
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     """Set ``a.b.c`` in nested ``data`` in place, copying (or creating) the mappings on the way."""
     *parents, last = key.split(".")
@@ -465,4 +472,4 @@ def load_yaml(cls: type[T], path: str | Path | None = None, overrides: list[str]
 
 
 def save_yaml(config: Any, path: str | Path) -> None:
-    Path(path).write_text(dump_yaml(to_dict(config)), encoding="utf-8")
+    Path(path).write_text(dump_yaml(to_record(config)), encoding="utf-8")

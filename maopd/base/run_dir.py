@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import ConfigError, config_diff, dump_yaml, from_dict, parse_yaml, save_yaml, to_dict
+from maopd.base.config import ConfigError, config_diff, dump_yaml, from_dict, parse_yaml, save_yaml, to_record
 
 CONFIG_FILE = "config.yaml"
 
@@ -41,8 +41,9 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
 
 
 def as_plain(config: Any) -> dict[str, Any]:
-    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on)."""
-    return parse_yaml(dump_yaml(to_dict(config)), "a config")
+    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on), secrets
+    redacted, so that a resume compares what was saved with what would be saved."""
+    return parse_yaml(dump_yaml(to_record(config)), "a config")
 
 
 def read_as_current(config_type: type, saved: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import to_dict
+from maopd.base.config import to_record
 from maopd.base.json_files import write_json
 from maopd.base.run_dir import write_record
 from maopd.pipeline.config import (
@@ -167,7 +167,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
         plot_run(stage_run)
     timings["total"] = time.perf_counter() - started
     report = {
-        "config": to_dict(config),
+        "config": to_record(config),
         "seconds": timings,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "base_model": str(base_model),
