@@ -15,6 +15,7 @@ updates of this step's earlier minibatches, if any.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
