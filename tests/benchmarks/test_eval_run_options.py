@@ -25,19 +25,10 @@ def world():
 @pytest.fixture
 def run_dir(tmp_path, world):
     """A run directory as training writes it (checkpoints/step_N/model + trainer state)."""
-    from training import checkpoint as ckpt
-    from training.config import build_config
+    from tests.checkpoints import save_test_checkpoint
 
     model, tokenizer = build_tiny_lm([q.question for q in world.splits["test"][:50]], vocab_size=600)
-    ckpt.save_checkpoint(
-        tmp_path / "run",
-        2,
-        model,
-        tokenizer,
-        {"step": 2, "rng": ckpt.capture_rng_state()},
-        build_config({"stage": "stage1"}),
-        2,
-    )
+    save_test_checkpoint(tmp_path / "run", 2, model, tokenizer, keep_last=2)
     return tmp_path / "run"
 
 
