@@ -84,7 +84,14 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
         workflow, str(model_dir), None, [e.question for e in manifest], ev.temperature, ev.top_p, ev.max_new_tokens
     )
     settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
-    run_attempts(solve, manifest, records, method, settings)
+    # the model is the method's own (and its path moves with a copied run directory)
+    made_with = {
+        "workflow": workflow,
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "max_new_tokens": ev.max_new_tokens,
+    }
+    run_attempts(solve, manifest, records, method, settings, made_with)
 
 
 def format_timings(timings: dict[str, float], machine: dict) -> str:
