@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from maopd.base.config import config_diff, to_dict
-from maopd.base.run_dir import Conflicts, UnreadableRecordError, changes_since, read_record
+from maopd.base.run_dir import Conflicts, UnreadableRecordError, changes_since, holds_anything, read_record
 from maopd.pipeline.config import PipelineConfig, ptx_data_path, stage_config, stage_dir
 
 PIPELINE_RECORD = "pipeline.yaml"
@@ -46,6 +46,8 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
     stage1 = stage_dir(config, "stage1", "full")
     for stage, variant in config.stage_runs():
         directory = stage_dir(config, stage, variant)
+        if not holds_anything(directory):
+            continue  # not trained yet
         teacher = stage1 if stage == "stage2" else None
         wanted = stage_config(config, stage, variant, base_model, teacher)
         changed = changes_since(wanted, directory, ignore=("run_dir",), relocated=(old_root, str(run_dir)))

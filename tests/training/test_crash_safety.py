@@ -249,6 +249,36 @@ def test_sigkill_inside_a_checkpoint_write_then_restart_equals_the_uninterrupted
 
 
 @pytest.mark.slow
+def test_a_full_disk_mid_save_is_one_line_and_the_restart_equals_the_uninterrupted_run(
+    tmp_path, reference, monkeypatch, capsys
+):
+    from maopd.cli import main
+
+    run_dir = tmp_path / "run"
+    saves = []
+    real_save = torch.save
+
+    def fills_the_disk(*args, **kwargs):  # the second checkpoint's trainer state does not fit
+        saves.append(args[1])
+        if len(saves) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 6912 vs 6803")
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", fills_the_disk)
+    config = str(REPO / "configs" / "tiny_cpu_stage1.yaml")
+    assert main(["train", "--config", config, f"run_dir={run_dir}", *OVERRIDES]) == 2
+    monkeypatch.undo()
+    err = capsys.readouterr().err.splitlines()[-1]
+    named = run_dir / "checkpoints" / "step_2" / "trainer_state.pt"
+    failed = r"the write failed \(.*unexpected pos.*\) \(\d+\.\d MiB free there\)"
+    assert re.fullmatch(rf"maopd train: {re.escape(str(named))}: {failed}; .*", err)
+    assert ckpt.latest_checkpoint(run_dir).name == "step_1"
+    assert not list((run_dir / "checkpoints").glob("*.staging-*"))
+    assert _train(run_dir) == 0
+    _assert_matches(run_dir, reference[0])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sigkill_at_random_times_then_restart_equals_the_uninterrupted_run(tmp_path, reference, seed):
     reference_dir, duration = reference
