@@ -209,8 +209,8 @@ def owning(*directories: str | Path) -> Iterator[None]:
     with ExitStack() as stack:
         for directory in map(Path, directories):
             if not directory.exists():
-                directory.mkdir(parents=True)
                 stack.callback(_remove_if_empty, directory)
+            directory.mkdir(parents=True, exist_ok=True)  # a file there: FileExistsError, named by maopd
             refuse_symlinks(directory)
             stack.enter_context(exclusive(directory / LOCK_FILE, f"run directory {directory}"))
         yield
