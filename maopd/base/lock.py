@@ -6,7 +6,7 @@ again, with nothing to clean up by hand. The holder removes the file when it let
 by a killed holder is taken over by the next one.
 
 A lock is taken once per process: taking one this process holds already is a no-op (the
-pipeline's stages run in its process, in directories it holds). A holder hands its locks down to
+pipeline's stages run in its process, in directories it holds). A holder may hand a lock down to
 the processes it starts (the pipeline's seed jobs) through the environment variable ``LOCKS_ENV``:
 a process that finds a lock file listed there, held by the pid listed with it, works under that
 holder's lock instead of taking its own.
@@ -29,8 +29,8 @@ LOCKS_ENV = "MAOPD_LOCKS"
 
 logger = logging.getLogger(__name__)
 
-# lock file (absolute) -> [its descriptor, how many holders in this process]
-_held: dict[str, list[int]] = {}
+# the lock files (absolute) this process holds -> their descriptors
+_held: dict[str, int] = {}
 
 
 class LockedError(UserError):
@@ -99,20 +99,17 @@ def _try_lock(lock_file: Path, wait: bool) -> int | None:
 
 
 @contextmanager
-def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False) -> Iterator[None]:
+def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False, hand_down: bool = False) -> Iterator[None]:
     """Hold the lock on ``lock_file`` for ``what`` (its name in messages) while the block runs.
 
     Another holder makes it raise ``LockedError`` naming that holder's pid, or with ``wait`` (a
-    cache entry, which the other holder is building) wait for it to finish.
+    cache entry, which the other holder is building) wait for it to finish. With ``hand_down`` the
+    processes this one starts meanwhile work under the lock (``LOCKS_ENV``).
     """
     lock_file = Path(os.path.abspath(lock_file))
     key = str(lock_file)
-    if key in _held:
-        _held[key][1] += 1
-        try:
-            yield
-        finally:
-            _held[key][1] -= 1
+    if key in _held:  # the outermost holder in this process lets go
+        yield
         return
     fd = _try_lock(lock_file, wait=False)
     if fd is None:
@@ -127,13 +124,15 @@ def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False) -> It
             )
         logger.warning("%s is in use by pid %s; waiting for it to finish", what, pid)
         fd = _try_lock(lock_file, wait=True)
-    _held[key] = [fd, 1]
-    _hand_down(key, os.getpid())
+    _held[key] = fd
+    if hand_down:
+        _hand_down(key, os.getpid())
     try:
         yield
     finally:
         del _held[key]
-        _hand_down(key, None)
+        if hand_down:
+            _hand_down(key, None)
         try:
             lock_file.unlink()
         except FileNotFoundError:

@@ -204,15 +204,16 @@ def _refuse_link(root: Path, link: Path) -> None:
 def owning(*directories: str | Path) -> Iterator[None]:
     """Hold ``directories`` (a run directory, and the run directories of its parts) for this process
     while the block runs: each is created, its entries are checked not to be symbolic links
-    (``refuse_symlinks``), and its lock is taken (``LockedError`` naming the pid of another holder).
-    A directory created here that still holds nothing at the end is removed."""
+    (``refuse_symlinks``), and its lock is taken (``LockedError`` naming the pid of another holder)
+    and handed down to the processes this one starts. A directory created here that still holds
+    nothing at the end is removed."""
     with ExitStack() as stack:
         for directory in map(Path, directories):
             if not directory.exists():
                 stack.callback(_remove_if_empty, directory)
             directory.mkdir(parents=True, exist_ok=True)  # a file there: FileExistsError, named by maopd
             refuse_symlinks(directory)
-            stack.enter_context(exclusive(directory / LOCK_FILE, f"run directory {directory}"))
+            stack.enter_context(exclusive(directory / LOCK_FILE, f"run directory {directory}", hand_down=True))
         yield
 
 
