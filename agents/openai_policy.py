@@ -12,17 +12,23 @@ trained Searchers, for example.
 * **Records.** ``input_tokens`` and ``output_tokens`` come from the response's ``usage`` (the
   prompt is counted once, however many candidates). ``extra`` holds the URL, the model and each
   candidate's ``finish_reason``. No token ids: this policy evaluates, it does not train.
-* **Robustness.** At most ``max_concurrency`` requests are in flight; each has ``timeout_s``;
-  connection errors, timeouts, 429 and 5xx are retried ``max_retries`` times with exponential
-  backoff. Every error names the URL.
+* **Robustness.** At most ``max_concurrency`` requests are in flight. Each attempt has one
+  deadline, ``timeout_s``, for the whole request (connecting, sending, reading all of the answer),
+  and an answer over ``max_response_bytes`` is refused (``maopd.base.network``). Connection
+  errors, missed deadlines, 408/409/429 and 5xx are retried ``max_retries`` times with exponential
+  backoff. A dead server, an answer that is not JSON, or JSON that is not a chat completion (no
+  ``choices`` list, a choice that is not an object, ``content`` that is neither text nor null) is
+  an ``OpenAIPolicyError``, a one-line ``UserError`` that names the URL.
 * **API key.** Read from the environment variable named by ``api_key_env`` (never from a config
   file) when requests are sent, and sent only in the ``Authorization`` header. It is never held by
   the policy object (``vars(policy)`` and ``pickle.dumps(policy)`` do not contain it), printed,
-  logged or put in records; an endpoint's answer quoted in an error or log has the key and any
-  ``Bearer`` token replaced by ``***``. A key is never sent over plain ``http://`` to a host that
-  is not loopback (``localhost``, ``127.0.0.0/8``, ``::1``): the policy refuses, unless the config
-  sets ``allow_insecure_key=True``. Without the variable, requests go out without a key (a local
-  server needs none).
+  logged or put in records; an endpoint's answer quoted in an error or log goes through
+  ``maopd.base.secrets.redact`` (the key as written or JSON-escaped, any ``Bearer`` token,
+  ``sk-...`` strings and URL credentials become ``***``). A key is never sent over plain
+  ``http://`` to a host that is not loopback (``maopd.base.network.is_loopback_host``: an address
+  in ``127.0.0.0/8`` or ``::1``, or the name ``localhost``; never ``*.localhost``, which DNS
+  resolves): the policy refuses, unless the config sets ``allow_insecure_key=True``. Without the
+  variable, requests go out without a key (a local server needs none).
 * **URL.** ``base_url`` may hold a query string (``?api-version=...``): the request goes to
   ``<path>/chat/completions?<query>``. Everywhere the URL is shown (repr, errors, logs, records,
   httpx's own request log) it goes through ``redact_url``: credentials and query values are ``***``.
@@ -31,21 +37,23 @@ trained Searchers, for example.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
-
-import httpx
 
 from envs.actions import ROLE_ACTION_KINDS
 from envs.policy import AgentOutput, AgentTurn, SamplingSettings, token_count
-from envs.retrieval.http_client import redact_url
 from maopd.base.config import check_fields, checked, field_like
+from maopd.base.errors import UserError
+from maopd.base.network import Endpoint, is_loopback_host, new_client
+from maopd.base.secrets import redact_url
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +71,8 @@ class OpenAIPolicyConfig:
     top_p: float = field_like(SamplingSettings, "top_p")
     max_tokens: int = field_like(SamplingSettings, "max_new_tokens")
     max_concurrency: int = checked(8, ge=1)
-    timeout_s: float = checked(120.0, gt=0)
+    timeout_s: float = checked(120.0, gt=0)  # the deadline of one attempt, start to last byte
+    max_response_bytes: int = checked(16 * 2**20, ge=1)
     max_retries: int = checked(3, ge=0)
     backoff_s: float = checked(1.0, ge=0)
     # Server-specific request fields, e.g. {"top_k": 20} for vLLM. Never put the key here.
@@ -92,15 +101,7 @@ class OpenAIPolicyConfig:
     def plain_http_to_remote(self) -> bool:
         """Whether a key would travel unencrypted to another machine."""
         parts = urlsplit(self.base_url)
-        if parts.scheme != "http":
-            return False
-        host = parts.hostname or ""
-        if host == "localhost" or host.endswith(".localhost"):
-            return False
-        try:
-            return not ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return True
+        return parts.scheme == "http" and not is_loopback_host(parts.hostname or "")
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={value!r}" for name, value in self.to_dict().items())
@@ -111,26 +112,13 @@ class OpenAIPolicyConfig:
         return {**vars(self), "base_url": redact_url(self.base_url), "extra_body": dict(self.extra_body)}
 
 
-class OpenAIPolicyError(RuntimeError):
-    """A request to the endpoint failed for good (after retries where retrying made sense)."""
+class OpenAIPolicyError(UserError, RuntimeError):
+    """A request to the endpoint failed for good (after retries where retrying made sense), or its
+    answer is not a chat completion; the message names the URL."""
 
 
-class InsecureKeyError(ValueError):
+class InsecureKeyError(UserError, ValueError):
     """The API key would be sent over plain http to a host that is not loopback."""
-
-
-_BEARER = re.compile(r"(?i)(bearer\s+)\S+")
-_SECRET_LIKE = re.compile(r"\b(sk-)[A-Za-z0-9_\-]{6,}")
-
-
-def scrub(text: str, key: str | None, *urls: str) -> str:
-    """``text`` with the key, any Bearer token, ``sk-...`` strings and raw ``urls`` redacted."""
-    if key:
-        text = text.replace(key, "***")
-    for url in urls:
-        if url:
-            text = text.replace(url, redact_url(url))
-    return _SECRET_LIKE.sub(r"\1***", _BEARER.sub(r"\1***", text))
 
 
 def _usage_count(value: Any) -> int | None:
@@ -138,18 +126,6 @@ def _usage_count(value: Any) -> int | None:
         return token_count(value)
     except (ValueError, OverflowError):
         return None
-
-
-class _RedactHttpxUrls(logging.Filter):
-    """httpx logs every request's full URL at INFO; show it redacted."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(redact_url(str(a)) if isinstance(a, httpx.URL) else a for a in record.args)
-        return True
-
-
-_HTTPX_FILTER = _RedactHttpxUrls()
 
 
 _OPEN_TAG = re.compile(r"<([a-z]+)>")
@@ -178,7 +154,6 @@ def stops_for(turn: AgentTurn) -> list[str]:
 class OpenAIPolicy:
     def __init__(self, config: OpenAIPolicyConfig):
         self.config = config
-        logging.getLogger("httpx").addFilter(_HTTPX_FILTER)  # idempotent: one filter object
         # The key is looked up here to fail early, and again per batch; the object never keeps it.
         key = self._api_key()
         if key is None:
@@ -207,16 +182,37 @@ class OpenAIPolicy:
             return []
         return asyncio.run(self._act_all(turns))
 
+    def _endpoint(self) -> Endpoint:
+        hint = f" (is ${self.config.api_key_env} set?)"
+        return Endpoint(
+            self.config.url,
+            deadline_s=self.config.timeout_s,
+            max_bytes=self.config.max_response_bytes,
+            error=OpenAIPolicyError,
+            retries=self.config.max_retries,
+            backoff_s=self.config.backoff_s,
+            retry_statuses=RETRYABLE_STATUS,
+            status_hints={401: hint, 403: hint},
+        )
+
     async def _act_all(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
         key = self._api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        limits = httpx.Limits(max_connections=self.config.max_concurrency)
+        # what a server may echo back besides the key: the password of the URL's user:password@
+        secrets = (key, urlsplit(self.config.base_url).password)
+        endpoint = self._endpoint()
         semaphore = asyncio.Semaphore(self.config.max_concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s, limits=limits) as client:
-            return list(await asyncio.gather(*(self._act_one(client, semaphore, t, key) for t in turns)))
+        client = new_client(self.config.max_concurrency, headers=headers, timeout=self.config.timeout_s)
+        async with client:
+            return list(await asyncio.gather(*(self._act_one(client, endpoint, semaphore, t, secrets) for t in turns)))
 
     async def _act_one(
-        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, turn: AgentTurn, key: str | None
+        self,
+        client: httpx.AsyncClient,
+        endpoint: Endpoint,
+        semaphore: asyncio.Semaphore,
+        turn: AgentTurn,
+        secrets: tuple[str | None, ...],
     ) -> AgentOutput:
         stops = stops_for(turn)
         body = {
@@ -230,19 +226,17 @@ class OpenAIPolicy:
             "stop": stops,
         }
         async with semaphore:
-            response = await self._post(client, body, key)
-        choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
-        if len(choices) != turn.num_candidates:
-            raise OpenAIPolicyError(
-                f"{self.config.public_url} returned {len(choices)} choices for n={turn.num_candidates}"
-            )
+            response = await endpoint.call(client, body=body, secrets=secrets)
+        choices = self._choices(response, turn.num_candidates)
         texts = [
             restore_stop_tag(
                 (c.get("message") or {}).get("content") or "", c.get("finish_reason"), c.get("stop_reason"), stops
             )
             for c in choices
         ]
-        usage = response.get("usage") or {}
+        usage = response.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        model = response.get("model")
         return AgentOutput(
             texts=texts,
             # a server's usage is untrusted: an invalid count is unknown (None), never NaN or negative
@@ -250,38 +244,39 @@ class OpenAIPolicy:
             output_tokens=_usage_count(usage.get("completion_tokens")),
             extra={
                 "url": self.config.public_url,
-                "model": response.get("model", self.config.model),
+                "model": model if isinstance(model, str) else self.config.model,
                 "finish_reasons": [c.get("finish_reason") for c in choices],
             },
         )
 
-    async def _post(self, client: httpx.AsyncClient, body: dict, key: str | None) -> dict:
-        url, shown = self.config.url, self.config.public_url
-        for attempt in range(self.config.max_retries + 1):
-            last = attempt == self.config.max_retries
-            try:
-                response = await client.post(url, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                problem = (
-                    f"{type(exc).__name__} after {self.config.timeout_s:g} s timeout"
-                    if isinstance(exc, httpx.TimeoutException)
-                    else f"{type(exc).__name__}: {scrub(str(exc), key, url, self.config.base_url)}"
-                )
-            else:
-                if response.status_code == 200:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        raise OpenAIPolicyError(f"{shown} answered 200 with a body that is not JSON") from None
-                problem = f"HTTP {response.status_code}: {scrub(response.text, key, url, self.config.base_url)[:300]}"
-                if response.status_code not in RETRYABLE_STATUS:
-                    hint = f" (is ${self.config.api_key_env} set?)" if response.status_code in (401, 403) else ""
-                    raise OpenAIPolicyError(f"{shown} failed with {problem}{hint}")
-            if last:
-                raise OpenAIPolicyError(
-                    f"{shown} failed after {self.config.max_retries + 1} attempts; last error: {problem}"
-                ) from None
-            delay = self.config.backoff_s * 2**attempt
-            logger.warning("%s: %s; retry %d/%d in %.1f s", shown, problem, attempt + 1, self.config.max_retries, delay)
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+    def _choices(self, response: Any, n: int) -> list[dict]:
+        """The ``n`` choices of a chat completion, in index order; ``OpenAIPolicyError`` naming the
+        URL when the answer is not one."""
+        shown = self.config.public_url
+
+        def malformed(problem: str) -> OpenAIPolicyError:
+            return OpenAIPolicyError(f"{shown} answered with JSON that is not a chat completion: {problem}")
+
+        if not isinstance(response, dict):
+            kind = "null" if response is None else type(response).__name__
+            raise malformed(f"a {kind}, not an object")
+        choices = response.get("choices")
+        if not isinstance(choices, list):
+            raise malformed("no 'choices' list")
+        for number, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                raise malformed(f"choice {number} is a {type(choice).__name__}, not an object")
+            index = choice.get("index", 0)
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise malformed(f"choice {number} has index {str(index)[:40]!r}, not an integer")
+            message = choice.get("message")
+            if message is not None and not isinstance(message, dict):
+                raise malformed(f"choice {number}'s message is a {type(message).__name__}, not an object")
+            content = (message or {}).get("content")
+            if content is not None and not isinstance(content, str):
+                raise malformed(f"choice {number}'s content is a {type(content).__name__}, not text or null")
+            if not isinstance(choice.get("finish_reason"), (str, type(None))):
+                raise malformed(f"choice {number}'s finish_reason is not text or null")
+        if len(choices) != n:
+            raise OpenAIPolicyError(f"{shown} returned {len(choices)} choices for n={n}")
+        return sorted(choices, key=lambda c: c.get("index", 0))

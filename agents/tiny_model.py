@@ -25,7 +25,7 @@ from transformers import (
 
 from agents.model_files import ModelFileError, check_model_dir
 from agents.tokenizer import train_tokenizer
-from maopd.base.config import ConfigError, check_fields, checked
+from maopd.base.config import ConfigError, check_fields, checked, seed_field
 
 
 @dataclass
@@ -41,7 +41,7 @@ class TinyModelConfig:
     # uniform, which makes sampling, top-p and stop-tag tests meaningful.
     initializer_range: float = 0.2
     tie_word_embeddings: bool = True
-    seed: int = 0
+    seed: int = seed_field()
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     from envs.retrieval.bm25 import BM25Retriever
     from envs.synthwiki.world import load_default_world
     from maopd.base.config import load_yaml, to_dict
+    from maopd.base.json_files import write_json
     from training.base_model import METRICS_FILE, SFTConfig, build_base_model
 
     config = load_yaml(SFTConfig, args.config, args.overrides)
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json(out.with_suffix(".json"), result, indent=1)
     out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
     print(markdown(result))
     return 0

@@ -44,6 +44,7 @@ import torch
 from benchmarks.eval.student_t import t_half_width
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
+from maopd.base.json_files import write_json
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play, play_batch
 from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.speed:
         summary = speed(args, command)
-        (args.out / "speed.json").write_text(json.dumps(summary, indent=2))
+        write_json(args.out / "speed.json", summary, indent=2)
         return summary
 
     started_all = time.perf_counter()
@@ -431,7 +432,7 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": runs,
         "paired_differences": differences,
     }
-    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    write_json(args.out / "results.json", summary, indent=2)
     (args.out / "results.md").write_text("\n".join(report))
     print("\n".join(report))
     return summary

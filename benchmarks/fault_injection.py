@@ -52,6 +52,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.eval.records import RecordError
+from maopd.base.json_files import iter_json_lines, write_json
+from training.run_logging import read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "fault_injection"
 STAGES = ("stage1", "stage2_full")
@@ -104,11 +108,8 @@ def run(run_dir: Path, point: str | None = None, timeout: float = 900) -> dict:
 # ----------------------------------------------------------------------------- comparison
 
 
-def _metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+def _metrics(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in read_metrics(run_dir)]
 
 
 def _strip_wallclock(value):
@@ -123,9 +124,7 @@ def _strip_wallclock(value):
 def _records(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    rows = [
-        _strip_wallclock(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    rows = [_strip_wallclock(row) for _, row in iter_json_lines(path, RecordError, "record file")]
     return sorted(
         rows, key=lambda r: json.dumps([r.get("method"), r.get("dataset"), r.get("question_id"), r.get("attempt")])
     )
@@ -143,7 +142,7 @@ def differences(run_dir: Path, reference: Path) -> list[str]:
 
     found = []
     for stage in STAGES:
-        a, b = _metrics(run_dir / stage / "metrics.jsonl"), _metrics(reference / stage / "metrics.jsonl")
+        a, b = _metrics(run_dir / stage), _metrics(reference / stage)
         if a != b:
             found.append(
                 f"{stage}/metrics.jsonl: steps {[r.get('step') for r in a]} vs {[r.get('step') for r in b]}"
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(out, report, indent=2)
     print(f"{report['identical']}/{report['points']} identical ({report['killed']} killed); wrote {out}")
     if not args.work and report["identical"] == report["points"]:
         shutil.rmtree(work, ignore_errors=True)

@@ -23,6 +23,7 @@ import torch
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
+from maopd.base.json_files import write_json
 from training.ptx import write_rows
 
 CHECK_MODEL = TinyModelConfig(
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         result = build_model(Path(args.out), args.ptx_data, args.tiny)
     else:
         result = vllm_smoke(Path(args.model), args.prompts, args.max_new_tokens)
-    Path(args.result).write_text(json.dumps(result, indent=2))
+    write_json(Path(args.result), result, indent=2)
     print(json.dumps(result, indent=2))
 
 

@@ -29,7 +29,6 @@ chance rate of guessing each relation's most common value. Writes ``<out>/<name>
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import sys
@@ -41,6 +40,7 @@ import torch
 
 from benchmarks.fact_recall import greedy_answers, recall_report
 from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
+from maopd.base.json_files import write_json
 
 RESULTS = Path(__file__).parent / "results" / "knowledge_probe"
 GROUP = 8  # statements per pretraining text, shuffled together
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         **run_probe(config, progress=not args.no_progress),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json(args.out / f"{name}.json", result, indent=1)
     (args.out / f"{name}.md").write_text(markdown(result), encoding="utf-8")
     print(markdown(result))
 

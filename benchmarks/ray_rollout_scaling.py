@@ -22,6 +22,7 @@ from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
+from maopd.base.json_files import write_json
 from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig
 
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
         "same_tokens": runs[1]["generated_tokens"] == runs[2]["generated_tokens"],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(Path(args.out), result, indent=2)
     print(json.dumps({"ratio_2_workers_vs_1": result["ratio_2_workers_vs_1"], "same_tokens": result["same_tokens"]}))
     return result
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.retrieval.corpus import Corpus, Document
+from maopd.base.json_files import iter_json_lines, write_json
 
 BATCH_SIZES = (1, 32, 256)
 
@@ -41,7 +42,7 @@ class Probe:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+    return [row for _, row in iter_json_lines(path, ValueError, "data file")]
 
 
 def load_probes(data: Path) -> tuple[list[Probe], list[tuple[str, str]]]:
@@ -256,7 +257,7 @@ def main() -> int:
         result["ratios"] = ratios(result["perf"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_json(out.with_suffix(".json"), result, indent=2)
     out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
     print(markdown(result))
     return 0

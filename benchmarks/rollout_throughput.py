@@ -58,6 +58,7 @@ from agents.tokenizer import train_tokenizer
 from benchmarks.provenance import git_commit
 from envs import hierarchical_search_v1
 from envs.synthwiki import load_default_world
+from maopd.base.json_files import write_json
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher, teacher_rows
 
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["ratios"] = ratios
     result["machine"]["load_average_at_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(Path(args.out), result, indent=2)
     print(json.dumps(ratios, indent=2))
     return result
 

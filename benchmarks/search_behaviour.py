@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 from pathlib import Path
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+from benchmarks.eval.records import RecordError
+from maopd.base.json_files import iter_json_lines
+from training.run_logging import read_metrics
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -77,7 +75,7 @@ def near_misses(records: list[dict], max_distance: int = 2, examples_shown: int 
 
 def variants(run_dir: Path, steps: int = 5) -> list[str]:
     per_method: dict[str, list[int]] = collections.defaultdict(list)
-    for record in read_jsonl(run_dir / "eval" / "records.jsonl"):
+    for _, record in iter_json_lines(run_dir / "eval" / "records.jsonl", RecordError, "record file"):
         per_method[record["method"]].append(record["search_actions"])
     lines = [
         f"{method}: {sum(counts) / len(counts):.2f} search actions per test workflow, "
@@ -85,7 +83,7 @@ def variants(run_dir: Path, steps: int = 5) -> list[str]:
         for method, counts in sorted(per_method.items())
     ]
     for metrics in sorted(run_dir.glob("stage2_*/metrics.jsonl")):
-        rows = read_jsonl(metrics)
+        rows = read_metrics(metrics.parent)
         first = sum(r["workflow/search_actions"] for r in rows[:steps]) / steps
         last = sum(r["workflow/search_actions"] for r in rows[-steps:]) / steps
         lines.append(
@@ -106,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir", type=Path
     )
     args = parser.parse_args(argv)
-    if args.command == "searches":
-        lines = searches(read_jsonl(args.records))
-    elif args.command == "near-misses":
-        lines = near_misses(read_jsonl(args.records))
+    if args.command in ("searches", "near-misses"):
+        records = [record for _, record in iter_json_lines(args.records, RecordError, "record file")]
+        lines = searches(records) if args.command == "searches" else near_misses(records)
     else:
         lines = variants(args.run_dir)
     print("\n".join(lines))

@@ -32,7 +32,6 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +44,7 @@ from benchmarks.eval.score_matrix import matrix_from_records, write_matrix
 from benchmarks.eval.scoring import score_records
 from benchmarks.eval.seed_statistics import percent_interval, side_by_side
 from benchmarks.eval.summary import summarize
+from maopd.base.json_files import write_json
 from training.plot import smooth, stage_dirs
 from training.run_logging import read_metrics
 
@@ -264,7 +264,7 @@ def write_report(
         seed_scores[run.name] = {
             m: {name: a["macro"] for name, a in s["accuracy"].items()} for m, s in methods_of_seed.items()
         }
-    (out / "per_seed.json").write_text(json.dumps(seed_scores, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "per_seed.json", seed_scores, indent=2)
     matrix = matrix_from_records({run.name: records for run, records in zip(run_dirs, per_seed)}, sorted(methods))
     write_matrix(matrix, out / "score_matrix.json")
     expected = expected or {}
@@ -329,6 +329,6 @@ def write_report(
         "judge": judge,
         "plots": [plot.name for plot in plots],  # beside report.json
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "report.json", report, indent=2)
     (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")
     return report

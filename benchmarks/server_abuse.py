@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import multiprocessing
 import platform
@@ -30,6 +29,7 @@ import numpy as np
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
 from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
+from maopd.base.json_files import write_json
 
 RESULTS = Path(__file__).parent / "results" / "server_abuse" / "server_abuse"
 
@@ -132,7 +132,7 @@ def main() -> int:
         "rss_mib_after_waves": rss_after,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out.with_suffix(".json"), report, indent=2)
     args.out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))
     return 0

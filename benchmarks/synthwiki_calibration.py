@@ -17,7 +17,6 @@ all per question kind (1-hop, 2-hop, 3-hop, comparison). Writes
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -34,6 +33,7 @@ from envs.synthwiki.demos import make_env
 from envs.synthwiki.questions import KINDS, question_kind
 from envs.synthwiki.world import build_world
 from envs.workflows import WORKFLOWS
+from maopd.base.json_files import write_json
 
 TOPK = 3
 NOISE_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     report["seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_json(out.with_suffix(".json"), report, indent=1, sort_keys=True)
     out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))
     return 0

@@ -16,7 +16,6 @@ command that produced them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
 from agents.vllm_policy import VLLMPolicy
 from envs.prompts import system_message, task_message
+from maopd.base.json_files import write_json
 
 RESULTS = Path(__file__).parent / "results"
 TASKS = [
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv if argv is not None else sys.argv[1:]
     report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out.with_suffix(".json"), report, indent=1)
     args.out.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
     return 0

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from agents.vllm_policy import VLLMPolicy
+from maopd.base.json_files import write_json
 from training.config import build_config
 from training.trainer import Trainer
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         "sync_fraction_of_step_median": statistics.median(syncs) / step_s,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(Path(args.out), result, indent=2)
     print(
         json.dumps(
             {

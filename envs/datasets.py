@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.jsonl import iter_json_lines
 from maopd.base.errors import UserError
+from maopd.base.json_files import iter_json_lines, json_text
 
 
 class DatasetError(UserError, ValueError):
@@ -43,8 +42,9 @@ class Question:
         answers = row["golden_answers"]
         if isinstance(answers, str):
             answers = [answers]
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            raise DatasetError(f"{where}: field 'golden_answers' must be a list of strings")
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+            # a question without an answer runs, and fails only when it is scored
+            raise DatasetError(f"{where}: field 'golden_answers' must be a non-empty list of strings")
         metadata = row.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise DatasetError(f"{where}: field 'metadata' must be an object")
@@ -63,4 +63,4 @@ def load_questions(path: str | Path) -> list[Question]:
 def write_questions(questions: list[Question], path: str | Path) -> None:
     with Path(path).open("w", encoding="utf-8") as handle:
         for q in questions:
-            handle.write(json.dumps(q.to_dict(), ensure_ascii=False) + "\n")
+            handle.write(json_text(q.to_dict(), f"{path}: question {q.id}", ensure_ascii=False) + "\n")

@@ -43,7 +43,7 @@ import functools
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -238,11 +238,11 @@ class SearchEnv(AECEnv):
         **overrides: Any,
     ):
         super().__init__()
-        config = config or SearchEnvConfig()
-        for name, value in overrides.items():
-            if not hasattr(config, name):
-                raise TypeError(f"{type(self).__name__}() got an unknown argument {name!r}")
-            setattr(config, name, value)
+        unknown = sorted(set(overrides) - {spec.name for spec in fields(SearchEnvConfig)})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unknown argument {unknown[0]!r}")
+        # a copy: the caller's config is never changed, whether the overrides are accepted or not
+        config = replace(config or SearchEnvConfig(), **overrides)
         config.validate(self.min_steps)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r} is invalid; expected one of {self.metadata['render_modes']}")
@@ -310,7 +310,7 @@ class SearchEnv(AECEnv):
             question = options["question"]
             question = question if isinstance(question, Question) else Question.from_dict(question)
             if len(question.question) > MAX_QUESTION_CHARS:
-                raise ValueError(
+                raise ConfigError(
                     f"options['question']: the question has {len(question.question):,} characters; "
                     f"at most {MAX_QUESTION_CHARS:,} are allowed"
                 )
@@ -318,7 +318,7 @@ class SearchEnv(AECEnv):
         elif "question_index" in options:
             index = options["question_index"]
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.questions):
-                raise ValueError(
+                raise ConfigError(
                     f"options['question_index']={index!r} is invalid: must be an integer in "
                     f"[0, {len(self.questions) - 1}]"
                 )
@@ -409,7 +409,12 @@ class SearchEnv(AECEnv):
         call = self.active.get(agent)
         return call.call_id if call else agent
 
+    def _check_agent(self, agent: str) -> None:
+        if agent not in self.possible_agents:
+            raise ValueError(f"unknown agent {agent!r}; this environment's agents are {self.possible_agents}")
+
     def observe(self, agent: str) -> dict[str, Any]:
+        self._check_agent(agent)
         allowed = self.allowed_actions(agent)
         return {
             "role": self.role_of(agent),
@@ -428,6 +433,7 @@ class SearchEnv(AECEnv):
 
     def turn(self, agent: str) -> AgentTurn:
         """What a ``Policy`` needs to act for ``agent`` now."""
+        self._check_agent(agent)
         return AgentTurn(
             agent=agent,
             role=self.role_of(agent),

@@ -7,11 +7,12 @@ they must keep heavy imports (torch, transformers) inside their command function
 
 Errors: a problem with what the user gave (a config value, a file, a run directory, a server
 address) is one line, ``maopd <command>: <message>``, and exit status 2, never a stack trace.
-``main`` turns the exception types of ``user_error_types()`` into that line: ``UserError``
-(``maopd.base.errors``, the root of every user-facing error: those commands raise, ``ConfigError``,
-the project's file-format errors), malformed YAML, and the OS errors of a path (missing, not a
-directory, a directory, exists, permission denied, a full disk). Any other exception is a bug and
-keeps its stack trace. ``MAOPD_DEBUG=1`` shows the trace of user errors too.
+``main`` turns ``UserError`` (``maopd.base.errors``, the root of every user-facing error: those
+commands raise, ``ConfigError``, malformed YAML included, the project's file-format errors) and the
+OS errors of a path (missing, not a directory, a directory, exists, permission denied, a full disk)
+into that line. Any other exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the
+trace of user errors too. The line goes through ``maopd.base.secrets.redact``, as does the command
+line kept with results (``args.command_line``).
 An OS error of a path says what is wrong with which path and what to do (``path_error_message``).
 Usage errors (an unknown option, a number out of range) are one line too, with exit status 2.
 """
@@ -24,7 +25,9 @@ import importlib
 import os
 import sys
 
+from maopd.base.config import MAX_SEED
 from maopd.base.errors import UserError
+from maopd.base.secrets import redact
 
 COMMAND_MODULES = [
     "maopd.commands.play",
@@ -43,13 +46,6 @@ USER_OS_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADir
 USER_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.ENAMETOOLONG)
 
 
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """The exception types that mean bad input, not a bug (yaml imported only when an error happens)."""
-    import yaml
-
-    return (UserError, yaml.YAMLError, *USER_OS_ERRORS)
-
-
 def is_user_error(exc: BaseException) -> bool:
     if (
         isinstance(exc, OSError)
@@ -57,7 +53,7 @@ def is_user_error(exc: BaseException) -> bool:
         and (exc.filename is not None or exc.errno == errno.ENOSPC)
     ):
         return True
-    return isinstance(exc, user_error_types())
+    return isinstance(exc, (UserError, *USER_OS_ERRORS))
 
 
 def path_error_message(exc: OSError) -> str:
@@ -115,7 +111,24 @@ def bounded_int(low: int, high: int | None = None):
     return parse
 
 
+def bounded_float(low: float, high: float):
+    """An argparse ``type``: a number in [low, high] (NaN is not)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be in [{low}, {high}]")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
 positive_int = bounded_int(1)
+seed_int = bounded_int(0, MAX_SEED)
 
 
 def _command_name(args: argparse.Namespace) -> str:
@@ -137,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.command_line = ["maopd", *(sys.argv[1:] if argv is None else argv)]  # saved with results
+    # saved with results, so a URL's credentials or a key typed on the command line are redacted
+    args.command_line = ["maopd", *(redact(word) for word in (sys.argv[1:] if argv is None else argv))]
     try:
         return int(args.func(args) or 0)
     except Exception as exc:
@@ -147,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             message = path_error_message(exc)
         else:
             message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"maopd {_command_name(args)}: {message}", file=sys.stderr)
+        print(f"maopd {_command_name(args)}: {redact(message)}", file=sys.stderr)
         return 2
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from maopd.base.config import ConfigError
+from maopd.base.json_files import write_json
 
 GATE_GROUPS = {  # the gate rows (``maopd.gates``) each precondition is made of
     "knowledge": ("recall after pretraining", "recall as Searcher, no search", "forced no search vs search"),
@@ -368,6 +369,6 @@ def write_preregistration(gates_path: Path, out: Path, commit: str) -> Path:
     record = preregistration(gates, commit)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "preregistration.json"
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(path, record, indent=1, ensure_ascii=False)
     (out / "README.md").write_text(markdown(record), encoding="utf-8")
     return path

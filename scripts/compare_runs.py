@@ -9,17 +9,18 @@ JSONL files and CSV columns, ``pipeline.json`` (the job's timings), ``eval/table
 the CSVs, durations included), plots, TensorBoard event files and the HTML viewer. Each run
 directory's own path is replaced by a placeholder in YAML files, so the two runs may live in
 different folders. Prints every file that differs or is missing from one side, then ``identical``
-or the count; exits 1 when anything differs.
+or the count; exits 1 when anything differs, 2 when a JSON or JSONL file is damaged.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from maopd.base.json_files import iter_json_lines, parse_json
 
 SKIPPED_FILES = ("pipeline.json", "eval/tables.md")
 SKIPPED_SUFFIXES = (".png", ".html")
@@ -42,9 +43,9 @@ def comparable(path: Path, run_dir: Path) -> Any:
     """What of ``path`` must match between two runs."""
     text = path.read_text(encoding="utf-8") if path.suffix in (".json", ".jsonl", ".csv", ".yaml") else None
     if path.suffix == ".jsonl":
-        return [without_timings(json.loads(line)) for line in text.splitlines() if line.strip()]
+        return [without_timings(row) for _, row in iter_json_lines(path, ValueError, "JSONL file")]
     if path.suffix == ".json":
-        return without_timings(json.loads(text))
+        return without_timings(parse_json(text, str(path), ValueError))
     if path.suffix == ".csv":
         rows = list(csv.reader(io.StringIO(text)))
         keep = [i for i, name in enumerate(rows[0] if rows else []) if not is_timing(name)]
@@ -82,7 +83,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or not all(Path(arg).is_dir() for arg in argv):
         print("usage: python scripts/compare_runs.py RUN_A RUN_B (two existing run directories)", file=sys.stderr)
         return 2
-    found = differences(Path(argv[0]).resolve(), Path(argv[1]).resolve())
+    try:
+        found = differences(Path(argv[0]).resolve(), Path(argv[1]).resolve())
+    except ValueError as exc:  # a damaged JSON(L) file, named by the message
+        print(exc, file=sys.stderr)
+        return 2
     print("\n".join(found) if found else "identical")
     if found:
         print(f"{len(found)} files differ")

@@ -28,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import ConfigError, apply_overrides, from_dict
+from maopd.base.config import ConfigError, apply_overrides, from_dict, read_yaml_mapping
 from maopd.base.run_dir import CONFIG_FILE
 from training.checkpoint import latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
@@ -56,10 +56,8 @@ class OPDConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> OPDConfig:
         """The file's own settings (validated), so later stage/variant changes still layer."""
-        import yaml
-
         load_config(path)
-        return cls(yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+        return cls(read_yaml_mapping(path))
 
     def _set(self, names: dict[str, Any], sections: tuple[str, ...], top_level: tuple[str, ...] = ()) -> OPDConfig:
         """Put each keyword at the top level, or into the first of ``sections`` with that field."""
@@ -149,11 +147,8 @@ class OPDAlgorithm:
     @classmethod
     def restore(cls, path: str | Path) -> OPDAlgorithm:
         """From a checkpoint directory or a run directory (its latest checkpoint)."""
-        import yaml
-
         path = Path(path)
         checkpoint = path if (path / "trainer_state.pt").is_file() else latest_checkpoint(path)
         if checkpoint is None:
             raise FileNotFoundError(f"{path}: neither a checkpoint nor a run directory with checkpoints")
-        data = yaml.safe_load((checkpoint / CONFIG_FILE).read_text(encoding="utf-8"))
-        return cls(from_dict(TrainConfig, data), checkpoint)
+        return cls(from_dict(TrainConfig, read_yaml_mapping(checkpoint / CONFIG_FILE)), checkpoint)

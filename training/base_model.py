@@ -45,9 +45,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from envs.actions import ROLES, TEAM_ROLES
 from envs.synthwiki.closed_book import ClosedBookConfig
 from envs.synthwiki.schema import RECALL_STATEMENTS
+from envs.synthwiki.world import SIZES as WORLD_SIZES
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.config import ConfigError, check_fields, checked, probability, to_dict
+from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
+from maopd.base.json_files import write_json
 from maopd.base.run_dir import cache_entry, write_record
 
 if TYPE_CHECKING:
@@ -111,10 +113,10 @@ class KnowledgeConfig:
 class SFTConfig:
     """Everything that determines π_0. Defaults: the base model used by the training recipes."""
 
-    seed: int = checked(0, ge=0)
+    seed: int = seed_field()
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
-    world_seed: int = checked(0, ge=0)
-    world_size: str = "small"
+    world_seed: int = seed_field()
+    world_size: str = checked("small", choices=tuple(WORLD_SIZES))
     # the workflows demonstrated (envs.workflows.WORKFLOWS): by default every one, so that each
     # system of the main job (the team's two workflows and the single-agent baseline) starts from
     # a π_0 that has seen its format
@@ -546,7 +548,7 @@ def build_base_model(
         "build_seconds": round(time.perf_counter() - started, 1),
         "torch_threads": torch.get_num_threads(),
     }
-    (out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    write_json(out_dir / METRICS_FILE, metrics, indent=1)
     return out_dir
 
 

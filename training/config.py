@@ -40,7 +40,9 @@ from maopd.base.config import (
     field_like,
     from_dict,
     read_yaml_mapping,
+    seed_field,
     set_dotted,
+    shown,
 )
 from training.advantages import AdvantageConfig
 from training.distributed import DistributedConfig
@@ -130,6 +132,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            got = shown(list(self.betas))
+            raise ConfigError(f"betas: must be two numbers in [0, 1) (Adam's decay rates), got {got}")
 
 
 @dataclass
@@ -185,7 +190,7 @@ class LoggingConfig:
 class TrainConfig:
     stage: Stage = "stage2"
     variant: Variant = "full"
-    seed: int = 0
+    seed: int = seed_field()
     steps: int = checked(500, ge=1)
     run_dir: str = "runs/default"
     searcher_reward: Literal["env", "critic"] = "env"

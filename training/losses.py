@@ -270,6 +270,9 @@ class PPOLossConfig:
         unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
         if unknown:
             raise ConfigError(f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}")
+        for role, weight in self.role_loss_weights.items():
+            if weight < 0:  # a negative weight would train the role away from its advantages
+                raise ConfigError(f"role_loss_weights.{role}: must be >= 0 (0 leaves the role out), got {weight}")
 
 
 @dataclass

@@ -3,8 +3,9 @@
 ``save_nonfinite_step`` writes, under ``RUN_DIR/nonfinite/``:
 
 * ``step_N.pt``: the step's tensors as far as it got (token ids, attention and response masks,
-  role ids, π_old and Teacher log-probs, group rewards, advantages), and the workflow records.
-  Load it with ``torch.load(path, weights_only=False)``.
+  role ids, π_old and Teacher log-probs, group rewards, advantages), and the workflow records as
+  plain data. It holds nothing but tensors, dicts, lists, text and numbers, so it loads with
+  ``torch.load(path, weights_only=True)``, which runs no code from the file.
 * ``step_N.json``: a summary: the error, every saved tensor's shape and how many non-finite values
   it holds (with the first positions), and the step's questions.
 
@@ -18,7 +19,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
+
+from maopd.base.json_files import write_json
 
 if TYPE_CHECKING:
     from training.advantages import PPOBatch
@@ -68,6 +72,11 @@ def _describe(values: torch.Tensor) -> dict[str, Any]:
     return summary
 
 
+def _plain(value: Any) -> Any:
+    """What JSON cannot write, as plain data: a NumPy scalar as its Python number, else its text."""
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
 def save_nonfinite_step(
     run_dir: str | Path,
     step: int,
@@ -80,7 +89,10 @@ def save_nonfinite_step(
     directory = Path(run_dir) / NONFINITE
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step_{step}.pt"
-    torch.save({"step": step, "error": str(error), "tensors": tensors, "records": records}, path)
+    # records as JSON reads them back: plain types only (no tuples, no NumPy scalars), which
+    # weights_only loading accepts; NaN and inf stay, they are what the dump is for
+    plain_records = json.loads(json.dumps(records, default=_plain))
+    torch.save({"step": step, "error": str(error), "tensors": tensors, "records": plain_records}, path)
     summary = {
         "step": step,
         "error": str(error),
@@ -88,5 +100,5 @@ def save_nonfinite_step(
         "tensors": {name: _describe(values) for name, values in tensors.items()},
         "questions": questions,
     }
-    path.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_json(path.with_suffix(".json"), summary, indent=2)
     return path

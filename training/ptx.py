@@ -14,7 +14,6 @@ advantages move the rest; ``ptx_source: pretraining`` writes its pretraining pas
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 
 from maopd.base.atomic import write_text_atomically
 from maopd.base.config import ConfigError
+from maopd.base.json_files import iter_json_lines, json_text
 from training.sft import SFTExample, encode_call, language_model_windows
 
 
@@ -31,27 +31,18 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     written whole or not at all (a run interrupted while writing must not resume on half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    write_text_atomically(path, "".join(json_text(row, str(path), ensure_ascii=False) + "\n" for row in rows))
     return path
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a ``ptx.data`` file; errors name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"ptx.data: {path} is not a file")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"ptx.data: {path} line {number} is not JSON") from exc
+    for where, row in iter_json_lines(path, ConfigError, "ptx.data file"):
         valid_text = isinstance(row, dict) and isinstance(row.get("text"), str)
         valid_chat = isinstance(row, dict) and isinstance(row.get("messages"), list)
         if not (valid_text or valid_chat):
-            raise ConfigError(f'ptx.data: {path} line {number} has neither a "text" string nor a "messages" list')
+            raise ConfigError(f'ptx.data: {where} has neither a "text" string nor a "messages" list')
         rows.append(row)
     return rows
 

@@ -12,7 +12,6 @@ newest ``keep_samples`` files are kept when it is set.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from maopd.base.atomic import write_text_atomically, writing
+from maopd.base.errors import UserError
+from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text
 
 METRICS_FILE = "metrics.jsonl"
 _TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')
@@ -28,23 +29,15 @@ _TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')
 logger = logging.getLogger(__name__)
 
 
-def _parse_rows(path: Path, text: str) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not a JSON object ({exc.msg})") from exc
-    return rows
+class MetricsFileError(UserError, ValueError):
+    """A run's ``metrics.jsonl`` is damaged. The message names the file and line."""
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    return _parse_rows(path, path.read_text(encoding="utf-8"))
+    return [row for _, row in iter_json_lines(path, MetricsFileError, "metrics file")]
 
 
 def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
@@ -58,10 +51,8 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text and not text.endswith("\n"):
-        torn = text[text.rfind("\n") + 1 :]
-        text = text[: text.rfind("\n") + 1]
+    torn = drop_torn_last_line(path)
+    if torn is not None:
         match = _TORN_STEP.match(torn)
         if match is None or int(match.group(1)) <= last_step:
             step = match.group(1) if match else "unknown"
@@ -72,9 +63,9 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
                 step,
                 last_step,
             )
-    kept = [row for row in _parse_rows(path, text) if row.get("step", 0) <= last_step]
+    kept = [row for row in read_metrics(run_dir) if row.get("step", 0) <= last_step]
     # whole or not at all, so that a crash now cannot lose the rows being kept
-    write_text_atomically(path, "".join(json.dumps(row) + "\n" for row in kept))
+    write_text_atomically(path, "".join(json_text(row, str(path)) + "\n" for row in kept))
 
 
 class MetricsLogger:
@@ -108,7 +99,7 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **metrics}
         with writing(self.metrics_path), open(self.metrics_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(json_text(row, str(self.metrics_path)) + "\n")
         scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         if self.tb is not None:
             for name, value in scalars.items():
@@ -122,7 +113,7 @@ class MetricsLogger:
         directory.mkdir(exist_ok=True)
         path = directory / f"step_{step}.jsonl"
         with writing(path):
-            path.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), encoding="utf-8")
+            path.write_text("".join(json_text(r, str(path), default=str) + "\n" for r in records), encoding="utf-8")
         if self.keep_samples:
             by_step = sorted(directory.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_")))
             for old in by_step[: -self.keep_samples]:

@@ -41,7 +41,7 @@ from envs.actions import SEARCHER
 from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
-from maopd.base.config import ConfigError, to_dict
+from maopd.base.config import ConfigError, to_record
 from maopd.base.run_dir import check_resume, owning, write_record
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
@@ -563,7 +563,7 @@ def _train_held(config: TrainConfig, resume: bool | None, check_config: bool, ma
         None
         if not main
         else MetricsLogger(
-            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_dict(config), keep_samples=log.keep_samples
+            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_record(config), keep_samples=log.keep_samples
         )
     )
     progress = tqdm(

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from envs.datasets import DatasetError, Question, iter_questions
-from envs.jsonl import iter_json_lines
 from envs.retrieval.corpus import Corpus, Document
+from maopd.base.json_files import iter_json_lines, read_json_file
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,12 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, row) for a JSON Lines file or a JSON array file."""
     if not path.is_file():
         raise DatasetError(f"dataset file {path} does not exist")
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
         is_array = handle.read(4096).lstrip().startswith("[")
     if not is_array:
         yield from iter_json_lines(path, DatasetError, "dataset file")
         return
-    try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-    for number, row in enumerate(items, start=1):
+    for number, row in enumerate(read_json_file(path, DatasetError, "dataset file"), start=1):
         yield f"{path}: item {number}", row
 
 

@@ -14,7 +14,6 @@ adding or resizing one dataset does not change the others' samples.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import string
 import unicodedata
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.datasets import DatasetError, Question
-from envs.jsonl import iter_json_lines
+from maopd.base.json_files import iter_json_lines, json_text, write_json
 
 MANIFEST_SEED = 20260728
 PAPER_COUNTS = {
@@ -114,19 +113,26 @@ def report_path(path: str | Path) -> Path:
 def write_manifest(manifest: Manifest, path: str | Path) -> str:
     """Write the manifest JSONL and its report (``report_path``); returns the manifest file's SHA-256."""
     path = Path(path)
-    text = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in manifest.entries)
+    text = "".join(json_text(e.to_dict(), str(path), ensure_ascii=False) + "\n" for e in manifest.entries)
     path.write_text(text, encoding="utf-8")
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     report = dict(manifest.report, manifest_sha256=digest)
-    report_path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(report_path(path), report, indent=2, ensure_ascii=False)
     return digest
 
 
 def load_manifest(path: str | Path) -> list[ManifestEntry]:
+    """The manifest's entries; a (dataset, question id) that repeats is refused, since records are
+    keyed by it (the repeat's attempts would count as the first's)."""
     entries = []
+    seen: dict[tuple[str, str], str] = {}
     for where, row in iter_json_lines(path, DatasetError, "manifest file"):
         question = Question.from_dict(row, where)
         if not isinstance(row.get("dataset"), str) or not row["dataset"]:
             raise DatasetError(f"{where}: missing field 'dataset'")
+        key = (row["dataset"], question.id)
+        if key in seen:
+            raise DatasetError(f"{where}: question {question.id!r} of dataset {key[0]!r} repeats {seen[key]}")
+        seen[key] = f"line {where.rpartition(':')[2]}"
         entries.append(ManifestEntry(row["dataset"], question, question_hash(question.question)))
     return entries

@@ -8,8 +8,6 @@ carry a score that disagrees with the protocol.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,9 +15,11 @@ from typing import Any
 
 from benchmarks.eval.extraction import failure_kind, flexible_answer
 from envs.actions import strict_answer
-from envs.jsonl import iter_json_lines
+from envs.policy import MAX_TOKEN_COUNT
 from envs.rewards import exact_match
+from maopd.base.config import shown
 from maopd.base.errors import UserError
+from maopd.base.json_files import iter_json_lines, json_text
 
 # Workload counters, copied from the workflow record's ``counters`` (Appendix A).
 COUNTER_FIELDS = (
@@ -31,6 +31,8 @@ COUNTER_FIELDS = (
     "output_tokens",
 )
 COST_FIELDS = COUNTER_FIELDS + ("duration_s",)
+# What the trajectory viewer lists of a workflow record (envs/records.py), in order.
+TRAJECTORY_LISTS = ("subtasks", "searches", "reports")
 REQUIRED_FIELDS = ("method", "dataset", "question_id", "attempt", "golden_answers", "final_output")
 
 
@@ -117,6 +119,20 @@ def from_workflow(
     return scored(record)
 
 
+def check_trajectory(trajectory: Any, where: str) -> None:
+    """RecordError unless ``trajectory`` has the shape the viewer reads: an object whose
+    ``TRAJECTORY_LISTS`` are lists of objects, each search's ``passages`` a list."""
+    if not isinstance(trajectory, dict):
+        raise RecordError(f"{where}: field 'trajectory' must be an object")
+    for name in TRAJECTORY_LISTS:
+        items = trajectory.get(name, [])
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise RecordError(f"{where}: field 'trajectory.{name}' must be a list of objects")
+    for i, search in enumerate(trajectory.get("searches", [])):
+        if not isinstance(search.get("passages", []), list):
+            raise RecordError(f"{where}: field 'trajectory.searches[{i}].passages' must be a list")
+
+
 def record_from_dict(row: Any, where: str) -> EvalRecord:
     """Validate one JSON object and score it; errors name ``where`` and the field."""
     if not isinstance(row, dict):
@@ -140,12 +156,13 @@ def record_from_dict(row: Any, where: str) -> EvalRecord:
             value = row[name]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise RecordError(f"{where}: field {name!r} must be a number")
-            if not math.isfinite(value) or value < 0:
-                raise RecordError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
+            # bounded, so that no sum or mean of counters overflows to inf
+            if not 0 <= value <= MAX_TOKEN_COUNT:
+                raise RecordError(f"{where}: field {name!r} must be a number in [0, 2**53], got {shown(value)}")
             counters[name] = value
     trajectory = row.get("trajectory")
-    if trajectory is not None and not isinstance(trajectory, dict):
-        raise RecordError(f"{where}: field 'trajectory' must be an object")
+    if trajectory is not None:
+        check_trajectory(trajectory, where)
     record = EvalRecord(
         method=row["method"],
         dataset=row["dataset"],
@@ -180,4 +197,4 @@ def load_records(paths: Iterable[str | Path]) -> list[EvalRecord]:
 
 
 def record_line(record: EvalRecord) -> str:
-    return json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
+    return json_text(record.to_dict(), f"record {record.key}", ensure_ascii=False) + "\n"

@@ -22,6 +22,13 @@ from benchmarks.eval.records import COST_FIELDS, EvalRecord
 Cell = str | float | int | tuple[float, float, float]
 
 
+def _markdown_text(value: object) -> str:
+    """``value`` as the text of one Markdown table cell: a method or dataset name from the records
+    can neither end its cell (``|``), nor its row (a line break), nor become HTML."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
 @dataclass
 class Table:
     title: str
@@ -36,10 +43,11 @@ class Table:
             return f"{value:.{self.digits}f} [{low:.{self.digits}f}, {high:.{self.digits}f}]"
         if isinstance(cell, float):
             return f"{cell * self.scale:.{self.digits}f}"
-        return str(cell)
+        return _markdown_text(cell)
 
     def markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.headers) + " |", "|" + "---|" * len(self.headers)]
+        headers = [_markdown_text(name) for name in self.headers]
+        lines = [f"### {self.title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(self._markdown_cell(c) for c in row) + " |" for row in self.rows]
         return "\n".join(lines) + "\n"
 
@@ -223,31 +231,58 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
     return path
 
 
+def _html(template: str, *values: object) -> str:
+    """``template`` with each ``{}`` filled by a value as HTML text. Every value a record gives goes
+    through here, escaped, so no record text becomes markup in the viewer."""
+    return template.format(*(html.escape(str(value)) for value in values))
+
+
+def _entries(trajectory: dict, name: str) -> list[dict]:
+    """The ``name`` list of a trajectory, its entries that are objects (records come from any tool)."""
+    entries = trajectory.get(name)
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
 def _attempt_html(record: EvalRecord) -> str:
     parts = [
-        f"<p><b>attempt {record.attempt}</b>: score {record.score:g}, "
-        f"strict {html.escape(repr(record.strict_answer))}, "
-        f"flexible {html.escape(repr(record.flexible_answer))} (rule {record.flexible_rule})"
-        + (f", failure <i>{record.failure}</i>" if record.failure else "")
+        _html(
+            "<p><b>attempt {}</b>: score {}, strict {}, flexible {} (rule {})",
+            record.attempt,
+            f"{record.score:g}",
+            repr(record.strict_answer),
+            repr(record.flexible_answer),
+            record.flexible_rule,
+        )
+        + (_html(", failure <i>{}</i>", record.failure) if record.failure else "")
         + "</p>"
     ]
     trajectory = record.trajectory or {}
-    for subtask in trajectory.get("subtasks", []):
+    for subtask in _entries(trajectory, "subtasks"):
         parts.append(
-            f"<div class=sub>wave {subtask.get('wave')} → {html.escape(str(subtask.get('agent')))}: "
-            f"{html.escape(str(subtask.get('task')))}</div>"
+            _html(
+                "<div class=sub>wave {} → {}: {}</div>", subtask.get("wave"), subtask.get("agent"), subtask.get("task")
+            )
         )
-    for search in trajectory.get("searches", []):
+    for search in _entries(trajectory, "searches"):
+        passages = search.get("passages")
         parts.append(
-            f"<div class=search>{html.escape(str(search.get('agent')))} searched "
-            f"<code>{html.escape(str(search.get('query')))}</code> ({len(search.get('passages', []))} passages)</div>"
+            _html(
+                "<div class=search>{} searched <code>{}</code> ({} passages)</div>",
+                search.get("agent"),
+                search.get("query"),
+                len(passages) if isinstance(passages, list) else 0,
+            )
         )
-    for report in trajectory.get("reports", []):
+    for report in _entries(trajectory, "reports"):
         parts.append(
-            f"<div class=report>report {report.get('number')} ({html.escape(str(report.get('agent')))}): "
-            f"{html.escape(str(report.get('text')))}</div>"
+            _html(
+                "<div class=report>report {} ({}): {}</div>",
+                report.get("number"),
+                report.get("agent"),
+                report.get("text"),
+            )
         )
-    parts.append(f"<pre>{html.escape(str(record.final_output))}</pre>")
+    parts.append(_html("<pre>{}</pre>", record.final_output))
     return "\n".join(parts)
 
 
@@ -255,7 +290,8 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
     """An HTML page per question with every method side by side, attempt by attempt.
 
     ``questions`` selects ``dataset/question_id`` keys; otherwise the ``limit`` questions on
-    which the methods disagree most (spread of correct attempts) come first.
+    which the methods disagree most (spread of correct attempts) come first. Every text from the
+    records is HTML-escaped (``_html``).
     """
     by_question: dict[tuple[str, str], dict[str, list[EvalRecord]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -279,14 +315,13 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
             attempts = sorted(by_question[key].get(method, []), key=lambda r: r.attempt)
             correct = sum(r.score for r in attempts)
             cells.append(
-                f"<td><h4>{html.escape(method)}: {correct:g}/{len(attempts)} correct</h4>"
+                _html("<td><h4>{}: {}/{} correct</h4>", method, f"{correct:g}", len(attempts))
                 + "\n".join(_attempt_html(r) for r in attempts)
                 + "</td>"
             )
         sections.append(
-            f"<h3>{html.escape(key[0])}/{html.escape(key[1])}: {html.escape(first.question)}</h3>"
-            f"<p>gold: {html.escape(' | '.join(first.golden_answers))}</p>"
-            f"<table><tr>{''.join(cells)}</tr></table>"
+            _html("<h3>{}/{}: {}</h3><p>gold: {}</p>", *key, first.question, " | ".join(first.golden_answers))
+            + f"<table><tr>{''.join(cells)}</tr></table>"
         )
     style = (
         "body{font-family:sans-serif} td{vertical-align:top;border:1px solid #ccc;padding:6px;width:"

@@ -17,7 +17,6 @@ which the next run drops before appending. One process writes an output file at 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from benchmarks.eval.manifest import ManifestEntry
 from benchmarks.eval.records import RecordError, from_workflow, record_line
 from envs.datasets import Question
 from maopd.base.atomic import write_text_atomically, writing
+from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
 from maopd.base.lock import exclusive
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
@@ -55,21 +55,13 @@ def finished_keys(path: Path, method: str) -> set[tuple[str, str, int]]:
     """(dataset, question_id, attempt) already recorded for ``method``; drops a partial last line."""
     if not path.exists():
         return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with path.open("r+b") as handle:
-            handle.truncate(cut)
-        data = data[:cut]
+    drop_torn_last_line(path)
     done = set()
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for where, row in iter_json_lines(path, RecordError, "record file"):
         try:
-            row = json.loads(line)
             key = (row["dataset"], str(row["question_id"]), int(row["attempt"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise RecordError(f"{path}:{number}: not a record; refusing to append to this file") from None
+        except (KeyError, TypeError, ValueError):
+            raise RecordError(f"{where}: not a record; refusing to append to this file") from None
         if row.get("method") == method:
             done.add(key)
     return done
@@ -84,13 +76,10 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
     """Refuse to add to ``method``'s records in ``out_path`` under settings other than the ones that
     made them (``RecordError`` naming each difference); record ``made_with`` for a new method."""
     path = settings_file(out_path)
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{path}: unreadable ({exc}); restore it, or write to another --out") from None
+    recorded = read_json_file(path, RecordError, "settings file") if path.is_file() else {}
     if not isinstance(recorded, dict):
         raise RecordError(f"{path}: holds no mapping of methods to settings; restore it, or write to another --out")
-    wanted = json.loads(json.dumps(dict(made_with)))  # as the file reads back
+    wanted = parse_json(json_text(dict(made_with), str(path)), str(path), RecordError)  # as the file reads back
     if method in recorded:
         saved = recorded[method] if isinstance(recorded[method], dict) else {}
         differences = [
@@ -109,7 +98,7 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
             f"{out_path} holds records of method {method!r} but {path} does not say what made them, so they "
             "cannot be resumed; write to another --out or --method"
         )
-    write_text_atomically(path, json.dumps({**recorded, method: wanted}, indent=1, sort_keys=True) + "\n")
+    write_text_atomically(path, json_text({**recorded, method: wanted}, str(path), indent=1, sort_keys=True) + "\n")
 
 
 def _append(path: Path, lines: Sequence[str]) -> None:

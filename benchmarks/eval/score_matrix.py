@@ -22,6 +22,7 @@ from benchmarks.eval.metrics import arrange
 from benchmarks.eval.records import EvalRecord
 from maopd.base.atomic import write_text_atomically
 from maopd.base.errors import UserError
+from maopd.base.json_files import read_json_file
 
 FORMAT = "maopd score matrix"
 VERSION = 1
@@ -164,11 +165,9 @@ def read_matrix(path: str | Path) -> ScoreMatrix:
     """Read a file ``write_matrix`` wrote; a malformed one is a one-line error naming it."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScoreMatrixError(f"{path}: cannot read the score matrix ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ScoreMatrixError(f"{path}: not a JSON score matrix ({exc}); {WRITTEN_BY}") from None
+        data = read_json_file(path, ScoreMatrixError, "score matrix")
+    except ScoreMatrixError as exc:
+        raise ScoreMatrixError(f"{exc}; {WRITTEN_BY}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ScoreMatrixError(f'{path}: not a score matrix (no "format": {json.dumps(FORMAT)}); {WRITTEN_BY}')
     if data.get("version") != VERSION:

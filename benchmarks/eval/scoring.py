@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
 from benchmarks.eval.records import EvalRecord
 from benchmarks.eval.report import TABLES_FILE, build_tables, plot_cost_accuracy, write_tables, write_viewer
 from benchmarks.eval.summary import summarize
+from maopd.base.json_files import write_json
 
 SUMMARY_FILE, PLOT_FILE, VIEWER_FILE = "summary.json", "cost_accuracy.png", "viewer.html"
 # what ``score_records`` writes under fixed names (the tables' CSVs are named after the tables)
@@ -28,7 +28,7 @@ def score_records(
     print the tables; return the summary."""
     summary = summarize(records, comparisons, draws, seed)
     out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_json(out / SUMMARY_FILE, summary, indent=2)
     tables = build_tables(summary)
     markdown = write_tables(tables, out)
     print("\n".join(t.markdown() for t in tables.values()))

@@ -8,7 +8,7 @@ from pathlib import Path
 import bm25s
 
 from envs.retrieval.base import Passage
-from envs.retrieval.corpus import Corpus
+from envs.retrieval.corpus import Corpus, CorpusError
 
 
 def bm25_text(title: str, text: str) -> str:
@@ -29,6 +29,11 @@ class BM25Retriever:
             tokens = bm25s.tokenize(
                 [bm25_text(doc.title, doc.text) for doc in corpus.documents], stopwords="en", show_progress=False
             )
+            if not tokens.vocab:  # bm25s cannot index a corpus without a word
+                raise CorpusError(
+                    "the corpus has no word to index (every document is empty, punctuation or English "
+                    "stopwords); give documents with text"
+                )
             index = bm25s.BM25(k1=k1, b=b)
             index.index(tokens, show_progress=False)
         self._index = index

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from envs.retrieval.base import Passage, Retriever
+from maopd.base.config import ConfigError
 
 
 class CachedRetriever:
@@ -29,11 +30,17 @@ class CachedRetriever:
         self._db = None
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), check_same_thread=False)
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS results (retriever TEXT, corpus TEXT, query TEXT, k INTEGER, "
-                "passages TEXT, PRIMARY KEY (retriever, corpus, query, k))"
-            )
+            try:
+                self._db = sqlite3.connect(str(path), check_same_thread=False)
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS results (retriever TEXT, corpus TEXT, query TEXT, k INTEGER, "
+                    "passages TEXT, PRIMARY KEY (retriever, corpus, query, k))"
+                )
+            except sqlite3.DatabaseError as exc:  # a directory, a file of another kind, one not writable
+                raise ConfigError(
+                    f"cache_path: {path} cannot hold the retrieval cache ({exc}); give a new file path "
+                    "or an existing cache file"
+                ) from None
 
     def _key(self, query: str, k: int) -> tuple:
         return (self.name, self.fingerprint, query, k)

@@ -7,8 +7,10 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from maopd.base.errors import UserError
+from maopd.base.json_files import iter_json_lines
 
 
 class CorpusError(UserError, ValueError):
@@ -37,11 +39,8 @@ def split_contents(contents: str) -> tuple[str, str]:
     return "", contents
 
 
-def parse_corpus_line(line: str, where: str) -> Document:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{where}: invalid JSON ({exc.msg})") from None
+def document_from_row(row: Any, where: str) -> Document:
+    """The document a corpus line's JSON holds; ``CorpusError`` names ``where`` and the field."""
     if not isinstance(row, dict):
         raise CorpusError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if "id" not in row:
@@ -61,21 +60,8 @@ def parse_corpus_line(line: str, where: str) -> Document:
 
 def iter_corpus(path: str | Path) -> Iterator[Document]:
     """Stream documents; raises ``CorpusError`` naming ``path:line`` on the first bad line."""
-    path = Path(path)
-    if path.is_dir():
-        raise CorpusError(f'corpus file {path} is a directory; give a JSONL file, one {{"id", "contents"}} per line')
-    if not path.is_file():
-        raise CorpusError(f"corpus file {path} does not exist")
-    with path.open(encoding="utf-8") as handle:
-        number = 0
-        try:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield parse_corpus_line(line, f"{path}:{number}")
-        except UnicodeDecodeError:
-            raise CorpusError(
-                f'{path}:{number + 1}: not UTF-8 text; a corpus is a JSONL file, one {{"id", "contents"}} per line'
-            ) from None
+    for where, row in iter_json_lines(path, CorpusError, "corpus file"):
+        yield document_from_row(row, where)
 
 
 class Corpus:

@@ -1,7 +1,11 @@
 """Dense retrieval: encoder embeddings in a faiss index, searched by inner product.
 
 An index directory holds ``index.faiss``, ``docids.json`` (faiss row -> corpus id) and
-``meta.json`` (encoder, prefixes, index type, corpus fingerprint). Index types:
+``meta.json`` (encoder, prefixes, index type, corpus fingerprint). An index is searched only with
+the encoder and prefixes it records: queries encoded otherwise than the passages would retrieve
+by a different geometry without any error, so ``DenseRetriever.load`` refuses another encoder, other
+prefixes or another dimension (``DenseIndexMismatch``), and without an encoder it loads the
+recorded one. Index types:
 
 - ``flat``: exact inner product (what Search-R1 ships as ``e5_Flat.index``);
 - ``hnsw``: graph index, approximate, fast on large corpora, no training;
@@ -18,7 +22,8 @@ import numpy as np
 
 from envs.retrieval.base import Passage
 from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.encoder import TextEncoder
+from envs.retrieval.encoder import TextEncoder, prefixes_for
+from maopd.base.errors import UserError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 IVFPQ_MIN_VECTORS = 1000
@@ -32,6 +37,31 @@ class DenseIndexMeta:
     dim: int
     corpus_fingerprint: str
     count: int
+
+
+class DenseIndexMismatch(UserError, ValueError):
+    """A dense index was to be searched with another encoder, other prefixes or another dimension
+    than it was built with; the message names each difference and the settings to use."""
+
+
+def check_encoder(directory: str | Path, meta: DenseIndexMeta, encoder: TextEncoder) -> None:
+    """Raise ``DenseIndexMismatch`` unless ``encoder`` encodes queries as the index's passages were."""
+    recorded = prefixes_for(meta.encoder, meta.prefix_style)
+    differences = []
+    if encoder.name != meta.encoder:
+        differences.append(f"encoder {meta.encoder!r}, not {encoder.name!r}")
+    if (encoder.query_prefix, encoder.passage_prefix) != recorded:
+        differences.append(
+            f"prefix_style {meta.prefix_style!r} (prefixes {recorded}), not {encoder.prefix_style!r} "
+            f"(prefixes {(encoder.query_prefix, encoder.passage_prefix)})"
+        )
+    if encoder.dim != meta.dim:
+        differences.append(f"{meta.dim}-dimensional vectors, not {encoder.dim}")
+    if differences:
+        raise DenseIndexMismatch(
+            f"dense index {directory} was built with {'; '.join(differences)}: set encoder: {meta.encoder} and "
+            f"prefix_style: {meta.prefix_style} to search it as it was built, or rebuild the index"
+        )
 
 
 def passage_text(doc: Document) -> str:
@@ -106,7 +136,9 @@ class DenseRetriever:
                 f"dense index {directory} was built for corpus {meta.corpus_fingerprint}, "
                 f"but the corpus given has fingerprint {corpus.fingerprint}"
             )
-        encoder = encoder or TextEncoder(meta.encoder, prefix_style=meta.prefix_style)
+        if encoder is None:
+            encoder = TextEncoder(meta.encoder, prefix_style=meta.prefix_style)
+        check_encoder(directory, meta, encoder)
         return cls(encoder, index, doc_ids, corpus, meta)
 
     def search(self, queries: list[str], k: int) -> list[list[Passage]]:

@@ -32,7 +32,7 @@ class RetrieverConfig:
     retries: int = checked(2, ge=0)
     cache: bool = False
     cache_path: str = ""  # SQLite file: the cache survives restarts and is shared by processes
-    cache_max_entries: int = 100_000
+    cache_max_entries: int = checked(100_000, ge=1)  # results kept in memory (LRU)
 
     def __post_init__(self) -> None:
         check_fields(self)

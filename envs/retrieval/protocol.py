@@ -9,6 +9,8 @@ document ``{"id", "contents"}``. ``contents`` is ``"Title"\\ntext`` as in the co
 
 from __future__ import annotations
 
+import math
+
 from envs.retrieval.base import Passage
 from envs.retrieval.corpus import Document, split_contents
 
@@ -28,19 +30,51 @@ class ProtocolError(ValueError):
 
 
 def decode_results(payload: object, expected_rows: int) -> list[list[Passage]]:
-    """Parse a ``/retrieve`` response, with or without scores (missing scores become rank-based)."""
+    """Parse a ``/retrieve`` response, with or without scores (missing scores become rank-based).
+
+    Anything else is a ``ProtocolError`` saying what is wrong: a row that is not a list, an item
+    that is not a document, a field of the wrong type, or a score that is not a finite number
+    (a NaN score would reach the records and every sum over them)."""
     rows = payload.get("result") if isinstance(payload, dict) else payload
     if not isinstance(rows, list) or len(rows) != expected_rows:
-        raise ProtocolError(f"expected 'result' with {expected_rows} lists, got {str(payload)[:200]!r}")
+        raise ProtocolError(f"expected 'result' with {expected_rows} lists, got {_preview(payload)}")
+    for row in rows:
+        if not isinstance(row, list):
+            raise ProtocolError(f"expected a list of documents per query, got {_preview(row)}")
     return [[_decode_item(item, rank) for rank, item in enumerate(row)] for row in rows]
+
+
+def _preview(value: object) -> str:
+    return repr(str(value)[:200])
 
 
 def _decode_item(item: object, rank: int) -> Passage:
     if not isinstance(item, dict):
-        raise ProtocolError(f"expected a document object, got {str(item)[:200]!r}")
-    document, score = (item["document"], float(item.get("score", -rank))) if "document" in item else (item, -rank)
+        raise ProtocolError(f"expected a document object, got {_preview(item)}")
+    document, score = (item["document"], item.get("score", -rank)) if "document" in item else (item, -rank)
+    if not isinstance(document, dict):
+        raise ProtocolError(f"expected a document object, got {_preview(document)}")
+    if not math.isfinite(_number(score)):
+        raise ProtocolError(f"a score must be a finite number, got {_preview(score)}")
+    doc_id = document.get("id", "")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+        raise ProtocolError(f"a document id must be text or an integer, got {_preview(doc_id)}")
+    fields = ("contents",) if "contents" in document else ("title", "text")
+    for name in fields:
+        if not isinstance(document.get(name, ""), str):
+            raise ProtocolError(f"a document's {name!r} must be text, got {_preview(document.get(name))}")
     if "contents" in document:
-        title, text = split_contents(str(document["contents"]))
+        title, text = split_contents(document["contents"])
     else:
-        title, text = str(document.get("title", "")), str(document.get("text", ""))
-    return Passage(str(document.get("id", "")), title, text, float(score))
+        title, text = document.get("title", ""), document.get("text", "")
+    return Passage(str(doc_id), title, text, _number(score))
+
+
+def _number(value: object) -> float:
+    """``value`` as a float; NaN for what is not a number, inf for an integer too large for one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf

@@ -30,7 +30,7 @@ from envs.retrieval.corpus import Corpus
 from envs.synthwiki.grammar import Chain, Comparison
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
 from envs.synthwiki.popularity import band, popularity_ranks
-from maopd.base.config import check_fields, probability
+from maopd.base.config import check_fields, probability, seed_field
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ClosedBookConfig:
     popular: float = probability(0.9)
     middle: float = probability(0.6)
     long_tail: float = probability(0.0)
-    seed: int = 0
+    seed: int = seed_field()
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -28,6 +28,8 @@ from envs.synthwiki.corpus import iter_documents
 from envs.synthwiki.generator import SPLITS, SUBGRAPHS, Entity, GraphSize, generate_graph
 from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.atomic import build_directory_atomically
+from maopd.base.config import ConfigError
+from maopd.base.json_files import write_json
 
 # Bump when generated content changes, so that stale caches are rebuilt.
 FORMAT_VERSION = 3
@@ -63,7 +65,7 @@ SIZES = {
 
 def _preset(size: str) -> SizePreset:
     if size not in SIZES:
-        raise ValueError(f"size: unknown preset {size!r}; expected one of {sorted(SIZES)}")
+        raise ConfigError(f"world size: unknown preset {size!r}; expected one of {sorted(SIZES)}")
     return SIZES[size]
 
 
@@ -79,7 +81,7 @@ class World:
         self.corpus.write_jsonl(out / "corpus.jsonl")
         for split, questions in self.splits.items():
             _write_questions(questions, out / f"{split}.jsonl")
-        _write_json(self.manifest, out / "world.json")
+        write_json(out / "world.json", self.manifest, sort_keys=True, ensure_ascii=False, indent=1)
         return out
 
     @classmethod
@@ -92,10 +94,6 @@ class World:
         corpus = load_corpus(directory / "corpus.jsonl")
         splits = {split: load_questions(directory / f"{split}.jsonl") for split in SPLITS}
         return cls(corpus, splits, manifest)
-
-
-def _write_json(data: Any, path: Path) -> None:
-    path.write_text(json.dumps(data, sort_keys=True, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
 def _write_questions(questions: list[Question], path: Path) -> None:
@@ -171,7 +169,7 @@ def write_world(
             handle.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
     for split, questions in splits.items():
         _write_questions(questions, out / f"{split}.jsonl")
-    _write_json(manifest, out / "world.json")
+    write_json(out / "world.json", manifest, sort_keys=True, ensure_ascii=False, indent=1)
     return out
 
 

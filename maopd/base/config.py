@@ -15,6 +15,8 @@ import dataclasses
 import functools
 import math
 import numbers
+import re
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -24,12 +26,26 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from maopd.base.errors import UserError
+from maopd.base.secrets import redact_strings
 
 T = TypeVar("T")
 
 
 class ConfigError(UserError, ValueError):
     """A config value is missing, unknown or of the wrong type. The message names the field."""
+
+
+SHOWN_CHARS = 120
+_SHOWN = reprlib.Repr()  # reprs only the first items and characters of what it is given: bounded work
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 3, SHOWN_CHARS, 40, SHOWN_CHARS
+_SHOWN.maxtuple = _SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxset = 6
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to at most ``SHOWN_CHARS`` characters, for an error message: a config
+    value can be as long as its file, and a message echoing it whole would be unreadable."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +125,14 @@ def probability(default: float, **metadata: Any) -> Any:
     return checked(default, ge=0, le=1, what="a probability", metadata=metadata or None)
 
 
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
+
+
+def seed_field(default: int = 0, **metadata: Any) -> Any:
+    """A field holding a random seed: ``checked`` in [0, ``MAX_SEED``]."""
+    return checked(default, ge=0, le=MAX_SEED, what="a seed", metadata=metadata or None)
+
+
 def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
     """A field declared as ``cls``'s field ``name`` is: its constraint, and its default unless
     ``default`` is given. A setting several configs carry is so defined once, in ``cls``."""
@@ -134,9 +158,9 @@ def check_fields(config: Any) -> None:
         value = getattr(config, spec.name)
         integer = hints[spec.name] is int or hints[spec.name] == int | None
         if integer and value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-            raise ConfigError(f"{spec.name}: must be an integer, got {value!r}")
+            raise ConfigError(f"{spec.name}: must be an integer, got {shown(value)}")
         if not constraint.accepts(value):
-            raise ConfigError(f"{spec.name}: {constraint.describe()}, got {value!r}")
+            raise ConfigError(f"{spec.name}: {constraint.describe()}, got {shown(value)}")
 
 
 def _coerce(value: Any, annotation: Any, path: str) -> Any:
@@ -155,55 +179,49 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
                 return _coerce(value, option, path)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: no type in {annotation} accepts {value!r}")
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: no type in {annotation} accepts {shown(value)}")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{path}: {value!r} is not one of {list(args)}")
+            raise ConfigError(f"{path}: {shown(value)} is not one of {list(args)}")
         return value
     if dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping for {annotation.__name__}, got {value!r}")
+            raise ConfigError(f"{path}: expected a mapping for {annotation.__name__}, got {shown(value)}")
         return from_dict(annotation, value, path)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
+            raise ConfigError(f"{path}: expected a list, got {shown(value)}")
         item_type = args[0] if args else Any
         items = [_coerce(v, item_type, f"{path}[{i}]") for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{path}: expected a mapping, got {shown(value)}")
         key_type, value_type = args if args else (Any, Any)
         return {_coerce(k, key_type, path): _coerce(v, value_type, f"{path}.{k}") for k, v in value.items()}
     if annotation is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true/false, got {value!r}")
+            raise ConfigError(f"{path}: expected true/false, got {shown(value)}")
         return value
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(f"{path}: expected an integer, got {shown(value)}")
         return value
     if annotation is float:
-        if isinstance(value, str):
-            # YAML 1.1 reads 1e-6 (no dot) as a string; accept any text Python parses as a float.
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{path}: expected a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
+            raise ConfigError(f"{path}: expected a number, got {shown(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{path}: expected a finite number, got {shown(value)}")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(f"{path}: expected a string, got {shown(value)}")
         return value
     if annotation is Path:
         if not isinstance(value, (str, Path)):
-            raise ConfigError(f"{path}: expected a path, got {value!r}")
+            raise ConfigError(f"{path}: expected a path, got {shown(value)}")
         return Path(value)
     return value
 
@@ -253,7 +271,7 @@ def check_partial(cls: type, data: Any, path: str) -> dict[str, Any]:
     Cross-field and range checks need the whole config: build it (``from_dict``) for those.
     """
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {data!r}")
+        raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {shown(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     checked: dict[str, Any] = {}
@@ -313,6 +331,12 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(config)
 
 
+def to_record(config: Any) -> dict[str, Any]:
+    """The config as saved, logged or compared with a saved one: ``to_dict`` with every secret
+    redacted (``maopd.base.secrets``), so that a URL's credentials never reach a file or a log."""
+    return redact_strings(to_dict(config))
+
+
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     """Set ``a.b.c`` in nested ``data`` in place, copying (or creating) the mappings on the way."""
     *parents, last = key.split(".")
@@ -325,27 +349,104 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars) to nested ``data``."""
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML, as a config file's are) to nested ``data``."""
     data = dict(data)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value")
+            raise ConfigError(f"override {shown(item)} is not of the form key=value")
         key, raw = item.split("=", 1)
-        set_dotted(data, key, yaml.safe_load(raw))
+        set_dotted(data, key, parse_yaml(raw, f"override {shown(item)}"))
     return data
+
+
+# The YAML every config file, override and run record is read with: YAML 1.2's core schema, so
+# that `010` is 10 and `1:30` a string (YAML 1.1, PyYAML's default, reads them as 8 and 90, and
+# `1e-6` as a string), without aliases, which let a few hundred bytes expand to gigabytes.
+MAX_YAML_DEPTH = 64  # nesting levels; a config needs a handful, a recursive parse of deeper input would overflow
+_YAML_RULES = (  # (tag, pattern, first characters): YAML 1.2.2, section 10.3.2
+    ("null", r"~|null|Null|NULL|", "~nN"),
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    (
+        "float",
+        r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
+        "-+.0123456789",
+    ),
+)
+_YAML_SPECIAL_FLOATS = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
+
+
+class _RefusedYAML(yaml.MarkedYAMLError):
+    """Valid YAML that a config may not hold (an alias, nesting past ``MAX_YAML_DEPTH``, a huge integer)."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    yaml_implicit_resolvers: dict = {}
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _RefusedYAML(None, None, "an alias (*name) is not accepted; write the value out", event.start_mark)
+        if self.depth >= MAX_YAML_DEPTH:
+            raise _RefusedYAML(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", event.start_mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_number(self, node: yaml.ScalarNode) -> int | float:
+        text = self.construct_scalar(node)
+        try:
+            if node.tag.endswith(":int"):
+                base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+                return int(text[2:] if base != 10 else text, base)
+            special = _YAML_SPECIAL_FLOATS.get(text.lower())
+            return float(text) if special is None else special
+        except ValueError:  # an explicit !!int or !!float tag on other text, or over Python's 4300 digits
+            problem = f"{shown(text)} is not a number YAML reads, or has over 4300 digits"
+            raise _RefusedYAML(None, None, problem, node.start_mark) from None
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """Quotes every string that ``_ConfigLoader`` (or a YAML 1.1 reader) would read as another type."""
+
+
+for _tag, _pattern, _first in _YAML_RULES:
+    for _class in (_ConfigLoader, _ConfigDumper):
+        _class.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), list(_first))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile("^$"), [""])
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_number)
+_ConfigLoader.add_constructor("tag:yaml.org,2002:float", _ConfigLoader.construct_number)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The data of YAML ``text`` under the config rules above; ``ConfigError`` names ``source``
+    (``config file runs/x.yaml``, ``override 'steps=5'``), what is wrong and where."""
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, _RefusedYAML):
+            raise ConfigError(f"{source}: {problem}{where}") from None
+        raise ConfigError(f"{source} is not valid YAML ({problem}{where}); fix its syntax") from None
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML that ``parse_yaml`` reads back as the same data."""
+    return yaml.dump(data, Dumper=_ConfigDumper, sort_keys=False)
 
 
 def parse_yaml_file(path: Path) -> Any:
     """The YAML in ``path``; malformed YAML or a binary file is a ``ConfigError`` naming the file and line."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text; give a YAML file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML ({problem}{where}); fix its syntax") from None
+    return parse_yaml(text, f"config file {path}")
 
 
 def read_yaml_mapping(path: str | Path | None) -> dict[str, Any]:
@@ -371,4 +472,4 @@ def load_yaml(cls: type[T], path: str | Path | None = None, overrides: list[str]
 
 
 def save_yaml(config: Any, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    Path(path).write_text(dump_yaml(to_record(config)), encoding="utf-8")

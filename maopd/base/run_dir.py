@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from maopd.base.config import ConfigError, config_diff, from_dict, save_yaml, to_dict
+from maopd.base.config import ConfigError, config_diff, dump_yaml, from_dict, parse_yaml, save_yaml, to_record
 from maopd.base.errors import UserError
 from maopd.base.lock import exclusive
 
@@ -58,9 +56,11 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UnreadableRecordError(path, f"unreadable ({' '.join(str(exc).split())})") from None
+        data = parse_yaml(path.read_text(encoding="utf-8"), f"config record {path}")
+    except UnicodeDecodeError:
+        raise UnreadableRecordError(path, "unreadable: not UTF-8 text") from None
+    except ConfigError as exc:
+        raise UnreadableRecordError(path, f"unreadable: {exc}") from None
     if not isinstance(data, dict):
         raise UnreadableRecordError(path, "holds no mapping of settings")
     return data
@@ -73,8 +73,9 @@ def holds_anything(directory: str | Path) -> bool:
 
 
 def as_plain(config: Any) -> dict[str, Any]:
-    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on)."""
-    return yaml.safe_load(yaml.safe_dump(to_dict(config)))
+    """``config`` as a record reads back: YAML's plain types (lists for tuples, and so on), secrets
+    redacted, so that a resume compares what was saved with what would be saved."""
+    return parse_yaml(dump_yaml(to_record(config)), "a config")
 
 
 def read_as_current(config_type: type, saved: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from envs.policy import SamplingSettings
 from envs.workflows import WORKFLOWS
-from maopd.cli import bounded_int, positive_int
+from maopd.cli import bounded_int, positive_int, seed_int
 
 
 def register(subparsers) -> None:
@@ -51,7 +51,7 @@ def register(subparsers) -> None:
         metavar="PATH[:FORMAT]",
         help="training questions whose normalized text must not appear in the manifest",
     )
-    manifest.add_argument("--seed", type=int, default=None, help="sampling seed (default 20260728)")
+    manifest.add_argument("--seed", type=seed_int, default=None, help="sampling seed (default 20260728)")
     manifest.add_argument("--out", required=True, help="manifest JSONL; the removal report goes to OUT.report.json")
     manifest.set_defaults(func=_reporting_errors(_manifest))
 
@@ -124,7 +124,7 @@ def register(subparsers) -> None:
     )
     run.add_argument("--attempts", type=positive_int, default=4)
     run.add_argument("--batch-size", type=positive_int, default=8)
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=seed_int, default=0)
     run.add_argument(
         "--out",
         required=True,
@@ -144,7 +144,7 @@ def register(subparsers) -> None:
     )
     score.add_argument("--out", default="eval_report", help="directory for summary.json, tables, plot, viewer")
     score.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
-    score.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
+    score.add_argument("--seed", type=seed_int, default=None, help="bootstrap seed (default 20260912)")
     score.add_argument("--viewer-questions", type=int, default=50, help="questions in the trajectory viewer")
     score.set_defaults(func=_reporting_errors(_score))
 
@@ -171,7 +171,7 @@ def register(subparsers) -> None:
         "--gates-failed", action="store_true", help="a precondition of the test failed: every verdict is 'not tested'"
     )
     matrix.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
-    matrix.add_argument("--seed", type=int, default=None, help="bootstrap seed (default 20260912)")
+    matrix.add_argument("--seed", type=seed_int, default=None, help="bootstrap seed (default 20260912)")
     matrix.add_argument("--out", help="also write every figure, unrounded, to this JSON file")
     matrix.set_defaults(func=_reporting_errors(_matrix))
 
@@ -376,7 +376,6 @@ def _score(args) -> int:
 
 
 def _matrix(args) -> int:
-    import json
 
     from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
     from benchmarks.eval.score_matrix import read_matrix
@@ -413,9 +412,10 @@ def _matrix(args) -> int:
         print("| " + " | ".join(cells + ([result["verdict"]] if verdicts else [])) + " |")
     if args.out:
         from maopd.base.atomic import write_text_atomically
+        from maopd.base.json_files import json_text
 
         protocol = {"bootstrap_draws": draws, "bootstrap_seed": seed, "confidence": CONFIDENCE}
         document = {"matrix": args.matrix, "protocol": protocol, "results": results}
-        write_text_atomically(Path(args.out), json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        write_text_atomically(Path(args.out), json_text(document, args.out, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")
     return 0

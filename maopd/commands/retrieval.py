@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import socket
 import sys
 
 from maopd.base.errors import UserError
+from maopd.base.network import is_loopback_host
 from maopd.cli import bounded_int, positive_int
 
 
@@ -130,7 +130,7 @@ def _serve(args) -> int:
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    if not _is_loopback(args.host):
+    if not is_loopback_host(args.host):
         print(
             f"WARNING: --host {args.host} makes the server reachable from other machines; it has no "
             "authentication. Use 127.0.0.1 unless the network is trusted.",
@@ -142,15 +142,6 @@ def _serve(args) -> int:
     )
     uvicorn.Server(uvicorn_config(create_app(retriever, limits), limits)).run(sockets=[sock])
     return 0
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _query(args) -> int:

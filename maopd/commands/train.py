@@ -8,6 +8,7 @@ from pathlib import Path
 
 from maopd.base.errors import UserError
 from maopd.base.paths import refuse_overwriting_inputs
+from maopd.cli import seed_int
 
 SEEDS_HELP = (
     "the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "
@@ -141,7 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="one stage: refuse to continue a run that has checkpoints; the pipeline: start over "
         "the stages (and what depends on them) that its run directory holds under another config",
     )
-    train.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
+    train.add_argument("--seeds", type=seed_int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     train.set_defaults(func=_train)
 
     experiment = subparsers.add_parser(
@@ -156,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="start over the stages (and what depends on them) made under another config",
     )
-    experiment.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help=SEEDS_HELP)
+    experiment.add_argument("--seeds", type=seed_int, nargs="+", metavar="SEED", help=SEEDS_HELP)
     experiment.set_defaults(func=_experiment)
 
     plot = subparsers.add_parser("plot", help="draw a run's learning curves to PNG, one per stage")

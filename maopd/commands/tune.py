@@ -9,7 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from maopd.cli import bounded_int
+from maopd.base.json_files import write_json
+from maopd.cli import bounded_int, seed_int
 
 
 def register(subparsers) -> None:
@@ -42,7 +43,7 @@ def register(subparsers) -> None:
     beta.add_argument("--run-dir", required=True, help="a main-job run directory whose Stage I is done")
     beta.add_argument("--preset", default="default")
     beta.add_argument("--batches", type=bounded_int(1), default=6)
-    beta.add_argument("--seed", type=int, default=0)
+    beta.add_argument("--seed", type=seed_int, default=0)
     beta.add_argument("--out", help="also write the figures here (JSON)")
     beta.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="pipeline overrides, e.g. stage2.rollout.batch_size=8"
@@ -104,7 +105,7 @@ def _judge(args) -> int:
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_json(args.out, result, indent=1)
     return 0
 
 
@@ -122,7 +123,7 @@ def _eval(args) -> int:
     result = dev_eval(load_preset(args.preset, overrides), systems, comparisons, Path(args.out))
 
     result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
-    (Path(args.out) / "dev_eval.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json(Path(args.out) / "dev_eval.json", result, indent=1)
     print(json.dumps(result["systems"], indent=1))
     return 0
 
@@ -144,7 +145,7 @@ def _beta(args) -> int:
     print(json.dumps({k: v for k, v in result.items() if k != "batches"}, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_json(args.out, result, indent=1)
     return 0
 
 
@@ -177,7 +178,7 @@ def _gates(args) -> int:
         f"- **Machine**: {result['machine']}\n- **Seconds per part**: {result['seconds']}\n"
         f"- **Verdict**: {result['verdict']}\n\n"
     )
-    (out / "gates.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_json(out / "gates.json", result, indent=1)
     (out / "gates.md").write_text(head + table + "\n", encoding="utf-8")
     print(table)
     print(f"verdict: {result['verdict']}; written to {out / 'gates.json'} and {out / 'gates.md'}")

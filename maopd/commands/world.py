@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from envs.workflows import WORKFLOWS
+from maopd.cli import bounded_float, positive_int, seed_int
 
 
 def register(subparsers) -> None:
@@ -12,19 +13,21 @@ def register(subparsers) -> None:
     build = commands.add_parser(
         "build", help="write a SynthWiki world (corpus + train/dev/test questions) to a directory"
     )
-    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--seed", type=seed_int, default=0)
     build.add_argument("--size", default="small", help="size preset: tiny, small or large")
     build.add_argument("--out", required=True, help="output directory")
     build.set_defaults(func=_build)
 
     demos = commands.add_parser("demos", help="write demonstrations (one chat per model call) of a scripted team")
-    demos.add_argument("--seed", type=int, default=0)
+    demos.add_argument("--seed", type=seed_int, default=0)
     demos.add_argument("--size", default="small")
     demos.add_argument("--split", default="train", choices=["train", "dev", "test"])
     demos.add_argument("--workflow", default="hierarchical", choices=WORKFLOWS)
     demos.add_argument("--team", default="expert", choices=["expert", "noisy"])
-    demos.add_argument("--noise", type=float, default=0.1, help="every noisy-team knob, for --team noisy")
-    demos.add_argument("--limit", type=int, default=None, help="use the first LIMIT questions of the split")
+    demos.add_argument(
+        "--noise", type=bounded_float(0, 1), default=0.1, help="every noisy-team knob (a probability), for --team noisy"
+    )
+    demos.add_argument("--limit", type=positive_int, default=None, help="use the first LIMIT questions of the split")
     demos.add_argument("--all", action="store_true", help="keep failed episodes too (default: successes only)")
     demos.add_argument("--out", required=True, help="output JSONL file")
     demos.set_defaults(func=_demos)

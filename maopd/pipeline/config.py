@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from envs.policy import SamplingSettings
-from maopd.base.config import ConfigError, check_fields, check_partial, checked, field_like, load_yaml, set_dotted
+from maopd.base.config import (
+    ConfigError,
+    check_fields,
+    check_partial,
+    checked,
+    field_like,
+    load_yaml,
+    seed_field,
+    set_dotted,
+)
 from training.base_model import SFTConfig
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -54,7 +63,7 @@ class EvalConfig:
     top_p: float = field_like(SamplingSettings, "top_p")
     max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
     batch_size: int = checked(32, ge=1)
-    seed: int = 0
+    seed: int = seed_field()
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -69,7 +78,7 @@ class PipelineConfig:
     the config is built. π_0, the Teacher, the seed and the run
     directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
-    seed: int = 0
+    seed: int = seed_field()
     run_dir: str = "runs/main"
     base_model: SFTConfig = field(default_factory=SFTConfig)
     stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares

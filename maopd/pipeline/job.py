@@ -25,14 +25,14 @@ is refused. The config and seed are saved in
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import to_dict
+from maopd.base.config import to_record
+from maopd.base.json_files import write_json
 from maopd.base.run_dir import owning, start_over, write_record
 from maopd.pipeline.config import (
     SINGLE_AGENT_BASE,
@@ -181,7 +181,7 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
         plot_run(stage_run)
     timings["total"] = time.perf_counter() - started
     report = {
-        "config": to_dict(config),
+        "config": to_record(config),
         "seconds": timings,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "base_model": str(base_model),
@@ -190,7 +190,7 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
         "single_run": str(single_run),
         "eval": str(run_dir / "eval"),
     }
-    (run_dir / "pipeline.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(run_dir / "pipeline.json", report, indent=2)
     print(format_timings(timings, report["machine"]))
     print(f"pipeline finished in {timings['total'] / 60:.1f} min; results in {run_dir}")
     return summary

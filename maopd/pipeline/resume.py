@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import config_diff, to_dict
+from maopd.base.config import config_diff, to_record
 from maopd.base.run_dir import Conflicts, UnreadableRecordError, changes_since, holds_anything, read_record
 from maopd.pipeline.config import PipelineConfig, ptx_data_path, stage_config, stage_dir
 
@@ -54,7 +54,7 @@ def check_run_dir(config: PipelineConfig, base_model: Path, fresh: bool = False)
         upstream = (stage == "stage2" and stage1 in conflicts.stale) or ptx in conflicts.stale
         conflicts.add(directory, [f"{directory.name}.{line}" for line in changed], upstream)
     if (run_dir / "eval" / "records.jsonl").is_file():
-        new = to_dict(config)
+        new = to_record(config)
         changed = []
         for section in ("eval", "base_model"):
             if isinstance(saved.get(section), dict):

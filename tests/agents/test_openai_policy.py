@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agents.openai_policy import (
+    InsecureKeyError,
     OpenAIPolicy,
     OpenAIPolicyConfig,
     OpenAIPolicyError,
@@ -19,6 +20,8 @@ from agents.openai_policy import (
 )
 from envs.policy import AgentTurn
 from envs.prompts import system_message, task_message
+from maopd.base.errors import UserError
+from tests.raw_http import RawServer, http_answer, trickle
 
 SECRET = "sk-test-5ecret-never-shown"
 
@@ -228,3 +231,102 @@ def test_config_errors_name_the_field(field, value):
 )
 def test_restore_stop_tag(text, finish, stop_reason, expected):
     assert restore_stop_tag(text, finish, stop_reason, ["</search>", "</report>"]) == expected
+
+
+# --------------------------------------------------------------------------- servers that misbehave
+
+ONE_CHOICE = {"choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}]}
+
+
+def raw_config(server: RawServer, **overrides) -> OpenAIPolicyConfig:
+    settings = {"api_key_env": "MAOPD_TEST_KEY", "max_retries": 0, "backoff_s": 0.0, **overrides}
+    return OpenAIPolicyConfig(base_url=f"{server.url}/v1", model="m", **settings)
+
+
+@pytest.mark.timeout(60)
+def test_the_timeout_is_a_deadline_for_the_whole_request():
+    """A server that sends its answer a byte every 0.05 s: no single read waits long, the whole
+    answer takes seconds, and the 1 s deadline ends it."""
+    answer = http_answer({**ONE_CHOICE, "padding": "x" * 200})
+    with RawServer(lambda request: trickle(answer), pause_s=0.05, seconds=30) as server:
+        start = time.perf_counter()
+        with pytest.raises(OpenAIPolicyError, match=r"/v1/chat/completions failed after 1 attempts.*1 s deadline"):
+            OpenAIPolicy(raw_config(server, timeout_s=1.0)).act([turn("x")])
+        assert time.perf_counter() - start < 3
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "until-close"])
+def test_an_answer_over_the_size_limit_is_refused(announced):
+    big = {"choices": [{"index": 0, "message": {"content": "x" * 5000}, "finish_reason": "stop"}]}
+    with RawServer(lambda request: [http_answer(big, length=announced)]) as server:
+        with pytest.raises(OpenAIPolicyError, match=r"127\.0\.0\.1.*1000-byte limit"):
+            OpenAIPolicy(raw_config(server, max_response_bytes=1000)).act([turn("x")])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [ONE_CHOICE],
+        None,
+        "a string",
+        {"choices": "x"},
+        {"choices": [1]},
+        {"choices": [{"message": "text"}]},
+        {"choices": [{"message": {"content": 5}}]},
+        {"choices": [{"message": {"content": ["a", "b"]}}]},
+        {"choices": [{"message": {"content": {"text": "a"}}}]},
+        {"choices": [{"index": "0", "message": {"content": "a"}}]},
+        {"choices": [{"message": {"content": "a"}, "finish_reason": ["stop"]}]},
+        b"not json",
+        b"[" * 100_000,
+    ],
+)
+def test_a_malformed_answer_is_a_one_line_error_naming_the_url(body):
+    with RawServer(lambda request: [http_answer(body)]) as server:
+        with pytest.raises(OpenAIPolicyError) as error:
+            OpenAIPolicy(raw_config(server)).act([turn("x")])
+    message = str(error.value)
+    assert isinstance(error.value, UserError) and "\n" not in message
+    assert message.startswith(f"{server.url}/v1/chat/completions ")
+
+
+def test_null_content_and_a_malformed_usage_are_read_as_empty_and_unknown():
+    body = {"choices": [{"message": {"content": None}, "finish_reason": "stop"}], "usage": [1], "model": {"x": 1}}
+    with RawServer(lambda request: [http_answer(body)]) as server:
+        [output] = OpenAIPolicy(raw_config(server)).act([turn("x")])
+    assert output.texts == [""] and output.input_tokens is None and output.extra["model"] == "m"
+
+
+def test_a_dead_server_is_a_one_line_user_error():
+    with RawServer(lambda request: []) as server:
+        url = server.url
+    with pytest.raises(OpenAIPolicyError) as error:
+        OpenAIPolicy(raw_config(server, max_retries=1)).act([turn("x")])
+    assert isinstance(error.value, UserError) and "\n" not in str(error.value)
+    assert str(error.value).startswith(f"{url}/v1/chat/completions failed after 2 attempts")
+
+
+@pytest.mark.parametrize("escape", ["dash", "every character"])
+def test_a_key_echoed_json_escaped_is_redacted(monkeypatch, caplog, escape):
+    monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
+    if escape == "dash":
+        echoed = SECRET.replace("-", "\\u002d")
+    else:
+        echoed = "".join(f"\\u{ord(c):04x}" for c in SECRET)
+    body = '{"error": "invalid key: %s"}' % echoed
+    with RawServer(lambda request: [http_answer(body, status=503)]) as server:
+        with caplog.at_level(logging.DEBUG), pytest.raises(OpenAIPolicyError) as error:
+            OpenAIPolicy(raw_config(server, max_retries=1)).act([turn("x")])
+    assert "invalid key" in str(error.value)
+    for text in (str(error.value), caplog.text):
+        assert echoed not in text and "5ecret" not in text and "never" not in text, text
+
+
+@pytest.mark.parametrize("host", ["evil.localhost", "localhost.", "127.0.0.1.nip.io", "localhost.example.com"])
+def test_a_host_name_that_dns_resolves_is_not_loopback(monkeypatch, host):
+    """Only an address (127.0.0.0/8, ::1) or the name localhost itself is this machine."""
+    monkeypatch.setenv("MAOPD_TEST_KEY", SECRET)
+    config = OpenAIPolicyConfig(base_url=f"http://{host}:8000/v1", model="m", api_key_env="MAOPD_TEST_KEY")
+    assert config.plain_http_to_remote
+    with pytest.raises(InsecureKeyError, match="allow_insecure_key"):
+        OpenAIPolicy(config)

@@ -191,3 +191,56 @@ def test_a_stored_score_is_recomputed_from_the_output(tmp_path):
     }
     path.write_text(json.dumps(row) + "\n")
     assert next(iter_records(path)).score == 0.0
+
+
+GOOD_RECORD = {
+    "method": "m",
+    "dataset": "d",
+    "question_id": "q",
+    "attempt": 0,
+    "golden_answers": ["a"],
+    "final_output": "<answer>a</answer>",
+}
+
+
+@pytest.mark.parametrize("raw", ["1" + "0" * 400, "1e308", "-1", "NaN", "Infinity", "9007199254740993"])
+def test_a_counter_outside_0_to_2_53_is_refused_naming_the_field(tmp_path, raw):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(GOOD_RECORD)[:-1] + f', "input_tokens": {raw}}}\n')
+    with pytest.raises(RecordError, match=r"r.jsonl:1: field 'input_tokens' must be a number in \[0, 2\*\*53\]") as e:
+        list(iter_records(path))
+    assert len(str(e.value)) < 200
+
+
+@pytest.mark.parametrize(
+    "trajectory, field",
+    [
+        ([], "trajectory"),
+        ({"subtasks": 5}, "trajectory.subtasks"),
+        ({"reports": [1]}, "trajectory.reports"),
+        ({"searches": [{"passages": 3}]}, r"trajectory.searches\[0\].passages"),
+    ],
+)
+def test_a_malformed_trajectory_is_refused_naming_the_field(tmp_path, trajectory, field):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(dict(GOOD_RECORD, trajectory=trajectory)) + "\n")
+    with pytest.raises(RecordError, match=rf"r.jsonl:1: field '{field}"):
+        list(iter_records(path))
+
+
+def _manifest(path, rows):
+    path.write_text("".join(json.dumps({"dataset": "d", "question": "Who?", **row}) + "\n" for row in rows))
+    return path
+
+
+def test_a_manifest_repeating_a_question_id_is_refused(tmp_path):
+    rows = [{"id": "q1", "golden_answers": ["a"]}, {"id": "q1", "golden_answers": ["b"]}]
+    path = _manifest(tmp_path / "m.jsonl", rows)
+    with pytest.raises(DatasetError, match=r"m.jsonl:2: question 'q1' of dataset 'd' repeats line 1"):
+        load_manifest(path)
+
+
+def test_a_question_without_golden_answers_is_refused(tmp_path):
+    path = _manifest(tmp_path / "m.jsonl", [{"id": "q1", "golden_answers": []}])
+    with pytest.raises(DatasetError, match=r"m.jsonl:1: field 'golden_answers' must be a non-empty list of strings"):
+        load_manifest(path)

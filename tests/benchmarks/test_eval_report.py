@@ -1,10 +1,13 @@
 """``maopd eval score`` on methods with different attempt counts: each method keeps its own k."""
 
 import json
+import re
+from html.parser import HTMLParser
 
 import pytest
 
-from benchmarks.eval.report import build_tables
+from benchmarks.eval.records import record_from_dict
+from benchmarks.eval.report import build_tables, write_tables, write_viewer
 from benchmarks.eval.scoring import score_records
 from benchmarks.eval.summary import summarize
 from tests.benchmarks.test_eval_metrics import make_records
@@ -47,3 +50,63 @@ def test_one_shared_k_keeps_the_concrete_names():
     tables = build_tables(summary)
     assert tables["main"].headers == ["method", "d", "macro"] and "avg@2" in tables["main"].title
     assert tables["paired"].headers[2:5] == ["avg@2", "pass@2", "2/2"]
+
+
+PAYLOAD = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+VIEWER_TAGS = {"meta", "title", "style", "h3", "h4", "p", "b", "i", "table", "tr", "td", "div", "code", "pre"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+
+
+def _hostile_records(trajectory: dict | None = None) -> list:
+    """Records whose every text field, trajectory entries included, holds markup."""
+    trajectory = trajectory or {
+        "subtasks": [{"wave": PAYLOAD, "agent": PAYLOAD, "task": PAYLOAD}],
+        "searches": [{"agent": PAYLOAD, "query": PAYLOAD, "passages": PAYLOAD}],
+        "reports": [{"number": PAYLOAD, "agent": PAYLOAD, "text": PAYLOAD}],
+    }
+    rows = [
+        {
+            "method": method,
+            "dataset": f"d{PAYLOAD}|x",
+            "question_id": PAYLOAD,
+            "question": PAYLOAD,
+            "attempt": attempt,
+            "golden_answers": [PAYLOAD],
+            "final_output": f"<answer>{PAYLOAD}</answer>",
+            "trajectory": trajectory,
+        }
+        for method in (f"a|b{PAYLOAD}", "plain")
+        for attempt in range(2)
+    ]
+    return [record_from_dict(row, f"line {n}") for n, row in enumerate(rows, start=1)]
+
+
+def test_the_viewer_escapes_every_text_of_a_record(tmp_path):
+    path = write_viewer(_hostile_records(), tmp_path / "viewer.html")
+    parser = _Tags()
+    parser.feed(path.read_text(encoding="utf-8"))
+    assert parser.tags <= VIEWER_TAGS, parser.tags - VIEWER_TAGS
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in path.read_text(encoding="utf-8")
+
+
+def test_tables_md_keeps_names_inside_their_cells(tmp_path):
+    summary = summarize(_hostile_records(), [(f"a|b{PAYLOAD}", "plain")], draws=10)
+    markdown = write_tables(build_tables(summary), tmp_path).read_text(encoding="utf-8")
+    assert "<script" not in markdown and "<img" not in markdown
+    for block in markdown.split("### ")[1:]:
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        cells = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
+        assert len(cells) == 1, block  # every row has as many cells as the header
+
+
+def test_the_viewer_skips_trajectory_entries_that_are_not_objects(tmp_path):
+    records = _hostile_records({"subtasks": [1, "x", None], "searches": "x", "reports": {"number": 1}})
+    assert "<pre>" in write_viewer(records, tmp_path / "viewer.html").read_text(encoding="utf-8")

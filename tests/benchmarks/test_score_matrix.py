@@ -99,9 +99,9 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path, edit, message):
 
 def test_a_file_that_is_not_json_or_missing_is_one_line(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(ScoreMatrixError, match="not a JSON score matrix"):
+    with pytest.raises(ScoreMatrixError, match="broken.json: invalid JSON .*seed report writes"):
         read_matrix(tmp_path / "broken.json")
-    with pytest.raises(ScoreMatrixError, match="cannot read"):
+    with pytest.raises(ScoreMatrixError, match="absent.json does not exist"):
         read_matrix(tmp_path / "absent.json")
 
 

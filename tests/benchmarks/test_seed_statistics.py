@@ -185,7 +185,7 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys, arguments, 
 def test_the_command_names_a_file_that_is_no_matrix(tmp_path, capsys):
     (tmp_path / "one.jsonl").write_text('{"method": "A"}\n')
     (tmp_path / "two.jsonl").write_text('{"method": "A"}\n{"method": "B"}\n')
-    for name, message in (("one.jsonl", "not a score matrix"), ("two.jsonl", "not a JSON score matrix")):
+    for name, message in (("one.jsonl", "not a score matrix"), ("two.jsonl", "invalid JSON")):
         assert main(["eval", "matrix", str(tmp_path / name)]) == 2
         error = capsys.readouterr().err
         assert f"{name}: {message}" in error and "seed report writes" in error and error.count("\n") == 1

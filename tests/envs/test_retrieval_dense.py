@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from envs.retrieval.corpus import Corpus, CorpusError, Document
-from envs.retrieval.dense import DenseRetriever, make_faiss_index
+from envs.retrieval.dense import (
+    DenseIndexMeta,
+    DenseIndexMismatch,
+    DenseRetriever,
+    make_faiss_index,
+    save_dense_index,
+)
 from envs.retrieval.encoder import TextEncoder, minilm_path, prefixes_for
 from envs.retrieval.index_build import build_dense_index
+from maopd.base.errors import UserError
 
 DOCS = [
     Document("paris", "Paris", "Paris is the capital and largest city of France."),
@@ -175,3 +182,40 @@ def test_index_build_names_the_bad_corpus_line(tmp_path):
     corpus_path.write_text(json.dumps(DOCS[0].to_json()) + "\n{not json\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"corpus\.jsonl:2"):
         build_dense_index(corpus_path, tmp_path / "idx", "minilm")
+
+
+class _RecordedEncoder:
+    """What ``DenseRetriever.load`` checks of an encoder, without loading a model."""
+
+    def __init__(self, name: str, prefix_style: str, dim: int = 8):
+        self.name, self.prefix_style, self.dim = name, prefix_style, dim
+        self.query_prefix, self.passage_prefix = prefixes_for(name, prefix_style)
+
+
+def _saved_index(directory, encoder: str, prefix_style: str):
+    corpus = Corpus(DOCS)
+    vectors = np.random.default_rng(0).standard_normal((len(DOCS), 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    meta = DenseIndexMeta(encoder, prefix_style, "flat", 8, corpus.fingerprint, len(DOCS))
+    save_dense_index(directory, make_faiss_index(vectors, "flat"), [d.id for d in DOCS], meta)
+    return corpus
+
+
+@pytest.mark.parametrize(
+    "encoder,prefix_style,dim,named",
+    [
+        ("/models/e5-base-v2", "none", 8, "prefix_style 'e5'"),
+        ("/models/other", "e5", 8, "encoder '/models/e5-base-v2', not '/models/other'"),
+        ("/models/e5-base-v2", "e5", 16, "8-dimensional vectors, not 16"),
+    ],
+)
+def test_an_index_is_searched_only_with_the_encoder_and_prefixes_it_records(
+    tmp_path, encoder, prefix_style, dim, named
+):
+    corpus = _saved_index(tmp_path / "idx", "/models/e5-base-v2", "e5")
+    # "auto" gives E5's prefixes for this name: the same encoding as recorded
+    DenseRetriever.load(tmp_path / "idx", corpus, _RecordedEncoder("/models/e5-base-v2", "auto"))
+    with pytest.raises(DenseIndexMismatch, match=named) as refusal:
+        DenseRetriever.load(tmp_path / "idx", corpus, _RecordedEncoder(encoder, prefix_style, dim))
+    assert "set encoder: /models/e5-base-v2 and prefix_style: e5" in str(refusal.value)
+    assert isinstance(refusal.value, UserError)

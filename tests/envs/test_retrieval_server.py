@@ -102,7 +102,7 @@ def test_invalid_json_is_a_400(server):
 def test_client_surfaces_4xx_without_retrying(server):
     client = HTTPRetriever(server.url, timeout_s=10, retries=3, backoff_s=5)
     start = time.perf_counter()
-    with pytest.raises(RetrievalServerError, match="rejected the request.*topk"):
+    with pytest.raises(RetrievalServerError, match="failed with HTTP 422.*topk"):
         client.search(["a"], 50)
     assert time.perf_counter() - start < 4
 

@@ -223,3 +223,10 @@ def test_world_graph_is_the_graph_the_corpus_was_built_from(tiny):
     for question in tiny.splits["dev"]:
         for step in (step for wave in question.metadata["decomposition"] for step in wave):
             assert entities[int(step["passage"])].split == "dev"
+
+
+def test_an_unknown_world_size_is_one_user_error():
+    from maopd.base.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^world size: unknown preset 'bogus'; expected one of \['large'"):
+        load_default_world(0, "bogus")

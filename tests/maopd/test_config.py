@@ -9,9 +9,12 @@ from maopd.base.config import (
     apply_overrides,
     check_fields,
     checked,
+    dump_yaml,
     field_like,
     from_dict,
     load_yaml,
+    parse_yaml,
+    parse_yaml_file,
     probability,
     to_dict,
 )
@@ -111,3 +114,78 @@ def test_field_like_keeps_the_constraint_and_takes_the_default_unless_given():
     assert (Borrower().count, Borrower().rate) == (1, 1.0)
     with pytest.raises(ConfigError, match="rate: must be in"):
         Borrower(rate=1.5)
+
+
+def _alias_bomb() -> str:
+    """Under 500 bytes of YAML whose aliases expand to 9**10 strings under ``variants:``."""
+    text = "variants:\n - - &a0 [full,full,full,full,full,full,full,full,full]\n"
+    for level in range(1, 10):
+        text += f"   - &a{level} [" + ",".join([f"*a{level - 1}"] * 9) + "]\n"
+    return text
+
+
+def test_aliases_are_refused_before_any_expansion(tmp_path):
+    from maopd.pipeline.config import load_preset
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb())
+    assert path.stat().st_size < 600
+    with pytest.raises(ConfigError, match=r"^config file .*bomb.yaml: an alias \(\*name\) is not accepted.* line 3"):
+        load_preset(str(path))
+    with pytest.raises(ConfigError, match=r"^override 'variants=\*a': an alias"):
+        apply_overrides({}, ["variants=*a"])
+
+
+def test_nesting_past_the_bound_is_refused(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("steps: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="nested more than 64 levels deep"):
+        load_yaml(Outer, path)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("010", 10),  # YAML 1.1: octal 8
+        ("0o10", 8),
+        ("0x10", 16),
+        ("1e-6", 1e-6),  # YAML 1.1: a string
+        ("1:30", "1:30"),  # YAML 1.1: sexagesimal 90
+        ("1_000", "1_000"),  # YAML 1.1: 1000
+        ("yes", "yes"),  # YAML 1.1: true
+        ("2024-01-01", "2024-01-01"),  # YAML 1.1: a date
+        ("True", True),
+        ("~", None),
+        ("-.inf", -float("inf")),
+    ],
+)
+def test_files_and_overrides_follow_yaml_1_2_number_rules(tmp_path, text, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"value: {text}\n")
+    assert parse_yaml_file(path) == {"value": value}
+    assert apply_overrides({}, [f"value={text}"]) == {"value": value}
+
+
+def test_override_steps_010_is_ten_and_1_30_is_refused():
+    assert load_yaml(Outer, None, ["steps=010"]).steps == 10
+    with pytest.raises(ConfigError, match="^steps: expected an integer, got '1:30'$"):
+        load_yaml(Outer, None, ["steps=1:30"])
+
+
+def test_an_integer_python_cannot_read_is_one_line():
+    with pytest.raises(ConfigError, match="^override .*: '1111.*' is not a number YAML reads, or has over 4300 digits"):
+        apply_overrides({}, ["steps=" + "1" * 5000])
+
+
+def test_error_messages_cut_long_values():
+    with pytest.raises(ConfigError) as caught:
+        from_dict(Outer, {"steps": ["x" * 10_000] * 10_000})
+    assert len(str(caught.value)) < 300
+    with pytest.raises(ConfigError) as caught:
+        Ranged(split="y" * 100_000)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("value", ["1e5", "0o17", "010", "yes", "1:30", "null", "", 1e-6, float("inf"), True, None, 7])
+def test_dumped_yaml_reads_back_the_same(value):
+    assert parse_yaml(dump_yaml({"value": value}), "dumped") == {"value": value}

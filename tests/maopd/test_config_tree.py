@@ -47,7 +47,7 @@ BAD_OVERRIDES = [
     ("stage1.steps=abc", "stage1.steps: expected an integer"),
     ("stage1.stepz=1", "stage1.stepz: unknown key"),
     ("stage2.rollout.batchsize=2", "stage2.rollout.batchsize: unknown key"),
-    ("stage1.optim.lr=nan", "stage1.optim.lr: expected a finite number"),
+    ("stage1.optim.lr=.nan", "stage1.optim.lr: expected a finite number"),
     ("stage2.optim.lr=.inf", "stage2.optim.lr: expected a finite number"),
     ("stage1.optim.lr=0", "stage1.optim.lr: must be > 0"),
     ("stage1.rollout.batch_size=0", "stage1.rollout.batch_size: must be >= 1"),
@@ -69,7 +69,14 @@ BAD_OVERRIDES = [
     ("eval.top_p=0", "eval.top_p: must be in"),
     ("eval.attempts=0", "eval.attempts: must be >= 1"),
     ("base_model.noise=2", "base_model.noise: must be a probability"),
-    ("base_model.lr=nan", "base_model.lr: expected a finite number"),
+    ("base_model.lr=.nan", "base_model.lr: expected a finite number"),
+    ("stage1.optim.betas=[2, 3]", r"stage1.optim.betas: must be two numbers in \[0, 1\)"),
+    ("stage1.optim.betas=[0.9]", r"stage1.optim.betas: must be two numbers in \[0, 1\)"),
+    ("stage2.ppo.role_loss_weights={searcher: -1}", "stage2.ppo.role_loss_weights.searcher: must be >= 0"),
+    ("seed=-1", r"^seed: must be a seed in \[0, 4294967295\], got -1$"),
+    ("seed=4294967296", r"^seed: must be a seed in \[0, 4294967295\]"),
+    ("eval.seed=-4", r"^eval.seed: must be a seed"),
+    ("stage1.steps=1:30", "stage1.steps: expected an integer, got '1:30'"),  # YAML 1.1 read 1:30 as 90
     ("run_dir=''", "run_dir: is empty"),
 ]
 
@@ -98,7 +105,7 @@ def test_every_key_the_pipeline_sets_is_refused_in_a_stage_section():
     "argv, message",
     [
         (["stage1.steps=abc"], "stage1.steps: expected an integer"),
-        (["stage1.optim.lr=nan"], "stage1.optim.lr: expected a finite number"),
+        (["stage1.optim.lr=.nan"], "stage1.optim.lr: expected a finite number"),
         (["variants=[../../escape]"], "variants[0]"),
         (["stage1.model.path=/some/model"], "stage1.model.path: set by the pipeline"),
     ],
@@ -121,7 +128,7 @@ def test_an_empty_preset_and_an_empty_run_dir_are_refused(tmp_path, capsys, monk
     assert "run_dir: is empty" in capsys.readouterr().err
     assert main(["train", "--config", str(CONFIGS / "tiny_cpu_stage1.yaml"), "--run-dir", ""]) == 2
     assert "run_dir: is empty" in capsys.readouterr().err
-    assert main(["train", "--config", str(CONFIGS / "tiny_cpu_stage1.yaml"), "optim.lr=nan"]) == 2
+    assert main(["train", "--config", str(CONFIGS / "tiny_cpu_stage1.yaml"), "optim.lr=.nan"]) == 2
     assert "optim.lr: expected a finite number" in capsys.readouterr().err
     assert main(["train", "--preset", "smoke", "--resume", "--run-dir", str(tmp_path / "run")]) == 2
     assert "--resume applies to one stage" in capsys.readouterr().err

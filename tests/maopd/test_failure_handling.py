@@ -32,7 +32,7 @@ from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
 from envs.policy import AgentTurn
 from envs.prompts import system_message, task_message
-from envs.retrieval.http_client import redact_url
+from maopd.base.secrets import redact_url
 from tests.checkpoints import save_test_checkpoint
 from training import checkpoint as ckpt
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
@@ -527,4 +527,5 @@ def test_the_server_binds_before_announcing_and_warns_on_a_public_host(tmp_path,
         busy.close()
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
     assert "serving" not in capsys.readouterr().out
-    assert not retrieval._is_loopback("0.0.0.0") and retrieval._is_loopback("127.0.0.1")
+    # the warning's test of the host (maopd.base.network, covered by tests/maopd/test_redaction.py)
+    assert not retrieval.is_loopback_host("0.0.0.0") and retrieval.is_loopback_host("127.0.0.1")

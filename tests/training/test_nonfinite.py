@@ -53,7 +53,7 @@ def _saved(run_dir, message):
     assert f"saved for inspection in {path}" in message
     assert "last good checkpoint is" in message and message.rstrip(".").endswith("step_1")
     summary = json.loads(path.with_suffix(".json").read_text())
-    saved = torch.load(path, weights_only=False)
+    saved = torch.load(path, weights_only=True)
     assert saved["step"] == summary["step"] == 2
     assert saved["error"] == summary["error"] and summary["error"] in message
     tensors = saved["tensors"]

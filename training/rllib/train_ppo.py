@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from envs.option.wrapper import option_env, play_options
+from maopd.base.json_files import write_json
 from training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
         "args": {k: str(v) for k, v in vars(args).items()},
         "curve": curve,
     }
-    (args.out / "curve.json").write_text(json.dumps(summary, indent=2))
+    write_json(args.out / "curve.json", summary, indent=2)
     plot(
         curve,
         args.out / "curve.png",
