@@ -9,10 +9,10 @@ Errors: a problem with what the user gave (a config value, a file, a run directo
 address) is one line, ``maopd <command>: <message>``, and exit status 2, never a stack trace.
 ``main`` turns ``UserError`` (``maopd.base.errors``, the root of every user-facing error: those
 commands raise, ``ConfigError``, malformed YAML included, the project's file-format errors) and the
-OS errors of a path (missing, not a directory, a directory, exists, permission denied) into that
-line. Any other exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the trace of
-user errors too. The line goes through ``maopd.base.secrets.redact``, as does the command line kept
-with results (``args.command_line``).
+OS errors of a path (missing, not a directory, a directory, exists, permission denied, a full disk)
+into that line. Any other exception is a bug and keeps its stack trace. ``MAOPD_DEBUG=1`` shows the
+trace of user errors too. The line goes through ``maopd.base.secrets.redact``, as does the command
+line kept with results (``args.command_line``).
 An OS error of a path says what is wrong with which path and what to do (``path_error_message``).
 Usage errors (an unknown option, a number out of range) are one line too, with exit status 2.
 """
@@ -47,7 +47,11 @@ USER_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.ENAMETOOLONG)
 
 
 def is_user_error(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in USER_ERRNOS and exc.filename is not None:
+    if (
+        isinstance(exc, OSError)
+        and exc.errno in USER_ERRNOS
+        and (exc.filename is not None or exc.errno == errno.ENOSPC)
+    ):
         return True
     return isinstance(exc, (UserError, *USER_OS_ERRORS))
 
@@ -55,6 +59,8 @@ def is_user_error(exc: BaseException) -> bool:
 def path_error_message(exc: OSError) -> str:
     """One line for an OS error of a path: the path, what is wrong with it, what to do."""
     path = exc.filename
+    if path is None and exc.errno == errno.ENOSPC:  # a write outside ``maopd.base.atomic.writing``
+        return "no space left on a device (the failed write did not say which file); free some space"
     if path is None:  # raised by the project with its own message
         return " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, FileExistsError):  # every mkdir of the project passes exist_ok=True
@@ -75,7 +81,9 @@ def path_error_message(exc: OSError) -> str:
     if exc.errno == errno.EROFS:
         return f"{path}: read-only file system; choose a writable location"
     if exc.errno == errno.ENOSPC:
-        return f"{path}: no space left on the device; free some space or choose another location"
+        from maopd.base.atomic import no_space_message
+
+        return no_space_message(path)
     return f"{path}: {exc.strerror or exc}"
 
 

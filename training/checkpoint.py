@@ -18,13 +18,17 @@ afterwards. A crash at any point leaves the previous checkpoint and pointer inta
 stray ``step_N.staging-<pid>-*`` directory that the next save removes, whichever step it saves).
 
 Files can still be damaged after the fact (a full disk, a filesystem that reorders writes across a
-power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure before
-returning it (``checkpoint_problem``) and falls back to the newest intact one, logging a warning
-that names the damaged checkpoint and what is wrong with it.
+power cut, a hand copy). ``latest_checkpoint`` therefore checks a checkpoint's structure and its
+trainer state, field by field, before returning it (``checkpoint_problem``) and falls back to the
+newest intact one, logging a warning that names the damaged checkpoint and what is wrong with it.
+A save that fails for lack of space names the file and the space left (``NoSpaceError``) and
+leaves the previous checkpoint and pointer in place.
 
 Every path read from a run directory is contained in it (``maopd.base.paths.resolve_inside``): a
 ``latest`` pointer naming ``../other_run/...`` or an absolute path is treated as damage (warned
-about and skipped), never followed. Nothing in a checkpoint is unpickled: trainer state is JSON plus
+about and skipped), never followed. Nothing is written or deleted through a symbolic link: a save
+refuses a ``checkpoints`` directory that is one or holds one
+(``maopd.base.run_dir.refuse_symlinks``). Nothing in a checkpoint is unpickled: trainer state is JSON plus
 a list of tensors that ``torch.load`` reads with ``weights_only=True``. A checkpoint in another
 format (a pickled ``trainer_state.pt`` alone) is reported as damaged ("trainer_state.json is
 missing"); such a run must be re-run.
@@ -38,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -49,9 +54,9 @@ import numpy as np
 import torch
 
 from agents.model_files import weights_problem
-from maopd.base.atomic import build_directory_atomically, remove_stale_staging, write_text_atomically
+from maopd.base.atomic import build_directory_atomically, remove_stale_staging, write_text_atomically, writing
 from maopd.base.paths import PathOutsideRunError, resolve_inside
-from maopd.base.run_dir import CONFIG_FILE, write_record
+from maopd.base.run_dir import CONFIG_FILE, refuse_symlinks, write_record
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -84,11 +89,19 @@ def capture_rng_state() -> dict[str, Any]:
     return state
 
 
+def _python_rng(saved: Any) -> tuple:
+    version, internal, gauss = saved
+    return version, tuple(internal), gauss
+
+
+def _numpy_rng(saved: Any) -> tuple:
+    kind, keys, position, has_gauss, cached = saved
+    return kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached
+
+
 def restore_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, position, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
+    random.setstate(_python_rng(state["python"]))
+    np.random.set_state(_numpy_rng(state["numpy"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -120,12 +133,19 @@ def _encode(value: Any, tensors: list[torch.Tensor]) -> Any:
     raise TypeError(f"trainer state: cannot store a {type(value).__name__} (JSON data and tensors only)")
 
 
+class TrainerStateError(ValueError):
+    """A trainer state that cannot resume a run; the message names the field and what is wrong."""
+
+
 def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
     if isinstance(value, list):
         return [_decode(v, tensors) for v in value]
     if isinstance(value, dict):
         if set(value) == {_TENSOR}:
-            return tensors[value[_TENSOR]]
+            index = value[_TENSOR]
+            if not _is_int(index) or not 0 <= index < len(tensors):
+                raise TrainerStateError(f"tensor {index!r} is not one of the {len(tensors)} in {TRAINER_STATE}")
+            return tensors[index]
         if set(value) == {_TUPLE}:
             return tuple(_decode(v, tensors) for v in value[_TUPLE])
         if set(value) == {_ITEMS}:
@@ -134,12 +154,83 @@ def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
     return value
 
 
-def save_trainer_state(state: dict[str, Any], directory: Path) -> None:
-    """``state`` as ``trainer_state.json`` (structure) plus ``trainer_state.pt`` (a list of tensors)."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rng_problem(rng: Any) -> str | None:
+    """What keeps ``rng`` from being restored, tried on fresh generators; None when nothing does."""
+    if not isinstance(rng, dict):
+        return "not a mapping"
+    for name, restore in (
+        ("python", lambda saved: random.Random().setstate(_python_rng(saved))),
+        ("numpy", lambda saved: np.random.RandomState().set_state(_numpy_rng(saved))),
+        ("torch", lambda saved: torch.Generator().set_state(saved)),
+    ):
+        if name not in rng:
+            return f"{name} is missing"
+        try:
+            restore(rng[name])
+        except Exception as exc:  # a fresh generator, so any failure is the saved state's
+            return f"{name}: {' '.join(str(exc).split()) or type(exc).__name__}"
+    cuda = rng.get("cuda", [])
+    if not isinstance(cuda, list) or not all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
+        return "cuda: not a list of byte tensors"
+    return None
+
+
+def _optimizer_problem(optimizer: Any) -> str | None:
+    """What makes ``optimizer`` no optimizer state dict (torch's layout, parameters by index or by
+    name under FSDP); None when it is one."""
+    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("state"), dict):
+        return "state: not a mapping"
+    groups = optimizer.get("param_groups")
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups
+    ):
+        return "param_groups: not a list of groups with their params"
+    params = [p for group in groups for p in group["params"]]
+    if not all(_is_int(p) or isinstance(p, str) for p in params):
+        return "param_groups: a parameter is neither an index nor a name"
+    unknown = set(optimizer["state"]) - set(params)
+    if unknown:
+        return f"state: parameters {sorted(map(str, unknown))[:3]} are in no param group"
+    return None
+
+
+def trainer_state_problem(state: Any, step: int | None) -> str | None:
+    """What keeps a decoded trainer state from resuming the run at ``step`` (None: any step), field
+    by field; None when it can."""
+    if not isinstance(state, dict):
+        return "not a mapping"
+    for name in ("step", "optimizer", "loader", "rng"):
+        if name not in state:
+            return f"{name} is missing"
+    if not _is_int(state["step"]) or state["step"] < 0:
+        return f"step: {state['step']!r} is not a step number"
+    if step is not None and state["step"] != step:
+        return f"step: {state['step']} in the checkpoint of step {step}"
+    loader = state["loader"]
+    if not isinstance(loader, dict):
+        return "loader: not a mapping"
+    for name in ("epoch", "position", "seed"):
+        if not _is_int(loader.get(name)) or (name != "seed" and loader[name] < 0):
+            return f"loader.{name}: {loader.get(name)!r} is not a count"
+    for name, problem in (("optimizer", _optimizer_problem(state["optimizer"])), ("rng", _rng_problem(state["rng"]))):
+        if problem is not None:
+            return f"{name}.{problem}"
+    return None
+
+
+def save_trainer_state(state: dict[str, Any], directory: Path, destination: Path) -> None:
+    """``state`` as ``trainer_state.json`` (structure) plus ``trainer_state.pt`` (a list of tensors),
+    written to ``directory``; a failed write names the file under ``destination``, where they go."""
     tensors: list[torch.Tensor] = []
     encoded = _encode(state, tensors)
-    torch.save(tensors, directory / TRAINER_STATE)
-    (directory / TRAINER_STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
+    with writing(destination / TRAINER_STATE):
+        torch.save(tensors, directory / TRAINER_STATE)
+    with writing(destination / TRAINER_STATE_JSON):
+        (directory / TRAINER_STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
 
 
 def _crash_point(step: int, phase: str) -> None:
@@ -159,18 +250,22 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_{step}`` atomically, point ``latest`` at it, prune old ones."""
     root = checkpoint_root(run_dir)
+    refuse_symlinks(run_dir, root)  # what the save replaces and prunes must be the run's own
     remove_stale_staging(root, "step_*")  # a crash's leftover of any step, not only this one
+    destination = root / f"step_{step}"
 
     def build(staging: Path) -> None:
-        model.save_pretrained(staging / MODEL)
-        tokenizer.save_pretrained(staging / MODEL)
+        with writing(destination / MODEL):
+            model.save_pretrained(staging / MODEL)
+            tokenizer.save_pretrained(staging / MODEL)
         _crash_point(step, "model")
-        save_trainer_state(trainer_state, staging)
-        write_record(config, staging)
+        save_trainer_state(trainer_state, staging, destination)
+        with writing(destination / CONFIG_FILE):
+            write_record(config, staging)
         _crash_point(step, "state")
 
     # without a done file, saving the same step again (e.g. algo.save after a periodic save) replaces it
-    final = build_directory_atomically(root / f"step_{step}", build)
+    final = build_directory_atomically(destination, build)
     _crash_point(step, "moved")
     write_text_atomically(root / LATEST, final.name + "\n")
     _crash_point(step, "pointer")
@@ -213,8 +308,10 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     """What makes a checkpoint unusable, or None when it is intact.
 
     Checks structure, cheaply: every file is present, ``model/config.json`` parses, each
-    safetensors file is as long as its header says, and ``trainer_state.pt`` is a readable
-    archive with a pickle in it. It does not checksum tensor bytes.
+    safetensors file is as long as its header says, ``trainer_state.pt`` is a readable archive
+    with a pickle in it, and the trainer state holds every field a resume restores, each of its
+    kind (``trainer_state_problem``; the tensors are mapped, not read). It does not checksum
+    tensor bytes.
     """
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
@@ -242,9 +339,11 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     except (zipfile.BadZipFile, OSError) as exc:
         return f"{TRAINER_STATE}: unreadable ({exc})"
     try:
-        json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return f"{TRAINER_STATE_JSON}: unreadable ({exc})"
+        load_trainer_state(checkpoint, mmap=True)
+    except TrainerStateError as exc:
+        return str(exc)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:
+        return f"{TRAINER_STATE}: unreadable ({' '.join(str(exc).split())})"
     return None
 
 
@@ -281,15 +380,31 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return None
 
 
-def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
-    """The state ``save_trainer_state`` wrote; nothing is unpickled (``weights_only=True``)."""
+def load_trainer_state(checkpoint: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """The state ``save_trainer_state`` wrote, checked field by field (``TrainerStateError``
+    names what is wrong); nothing is unpickled (``weights_only=True``). ``mmap`` maps the tensors
+    instead of reading them (a check that looks at their kinds only)."""
     checkpoint = Path(checkpoint)
-    tensors = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True)
+    tensors = torch.load(checkpoint / TRAINER_STATE, map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(tensors, list):
-        raise TypeError(
-            f"{checkpoint / TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? re-run the stage)"
+        raise TrainerStateError(
+            f"{TRAINER_STATE}: not a list of tensors (a checkpoint of an older format? re-run the stage)"
         )
-    return _decode(json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8")), tensors)
+    try:
+        encoded = json.loads((checkpoint / TRAINER_STATE_JSON).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TrainerStateError(f"{TRAINER_STATE_JSON}: unreadable ({exc})") from None
+    try:
+        state = _decode(encoded, tensors)
+    except TrainerStateError as exc:
+        raise TrainerStateError(f"{TRAINER_STATE_JSON}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # a malformed tuple or item list
+        raise TrainerStateError(f"{TRAINER_STATE_JSON}: malformed ({exc})") from None
+    named = checkpoint.name.removeprefix("step_")
+    problem = trainer_state_problem(state, int(named) if named.isdigit() else None)
+    if problem is not None:
+        raise TrainerStateError(f"{TRAINER_STATE_JSON}: {problem}")
+    return state
 
 
 def resolve_model_dir(path: str | Path) -> Path:

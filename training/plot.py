@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.actions import ROLES
+from maopd.base.run_dir import refuse_symlinks
 from training.run_logging import METRICS_FILE, read_metrics
 
 # (title, y-axis label with its unit, [(metric key, legend label)])
@@ -90,7 +91,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     rows = [row for row in read_metrics(run_dir) if "error" not in row]
     if not rows:
         raise FileNotFoundError(f"{run_dir}: no metrics to plot (metrics.jsonl is missing or empty)")
-    out = Path(out) if out is not None else run_dir / "plots" / "learning_curves.png"
+    if out is None:  # in the run directory: written only where the run's own entries lead
+        out = run_dir / "plots" / "learning_curves.png"
+        refuse_symlinks(run_dir, out)
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     panels = []
     for title, ylabel, series in PANELS:

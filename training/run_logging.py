@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from maopd.base.atomic import write_text_atomically
+from maopd.base.atomic import write_text_atomically, writing
 from maopd.base.errors import UserError
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text
 
@@ -98,7 +98,7 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **metrics}
-        with open(self.metrics_path, "a", encoding="utf-8") as handle:
+        with writing(self.metrics_path), open(self.metrics_path, "a", encoding="utf-8") as handle:
             handle.write(json_text(row, str(self.metrics_path)) + "\n")
         scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         if self.tb is not None:
@@ -112,7 +112,8 @@ class MetricsLogger:
         directory = self.run_dir / "samples"
         directory.mkdir(exist_ok=True)
         path = directory / f"step_{step}.jsonl"
-        path.write_text("".join(json_text(r, str(path), default=str) + "\n" for r in records), encoding="utf-8")
+        with writing(path):
+            path.write_text("".join(json_text(r, str(path), default=str) + "\n" for r in records), encoding="utf-8")
         if self.keep_samples:
             by_step = sorted(directory.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_")))
             for old in by_step[: -self.keep_samples]:

@@ -22,6 +22,7 @@ and every variant are the same code; ``training.config`` says how they differ.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import time
@@ -41,7 +42,7 @@ from envs.datasets import Question
 from envs.search_env import SearchEnv
 from envs.workflows import env_module
 from maopd.base.config import ConfigError, to_record
-from maopd.base.run_dir import check_resume, write_record
+from maopd.base.run_dir import check_resume, owning, write_record
 from training import distributed
 from training.advantages import PPOBatch, team_token_advantages
 from training.checkpoint import (
@@ -539,14 +540,19 @@ def train_stage(config: TrainConfig, resume: bool | None = None, check_config: b
     (``maopd.base.run_dir.check_resume``): ``None`` resumes from its latest checkpoint when there
     is one, ``True`` requires one, ``False`` refuses to overwrite a run that has checkpoints;
     ``check_config=False`` is for a caller that compared the configs itself (the pipeline, which
-    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files.
+    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files, and
+    holds the run directory while it does (``maopd.base.run_dir.owning``).
     """
     main = distributed.DistributedContext.from_env().is_main
+    with owning(config.run_dir) if main else contextlib.nullcontext():  # only rank 0 writes
+        return _train_held(config, resume, check_config, main)
+
+
+def _train_held(config: TrainConfig, resume: bool | None, check_config: bool, main: bool) -> Path:
     run_dir = Path(config.run_dir)
     checkpoint = latest_checkpoint(run_dir)
     check_resume(config, checkpoint, resume, check_config)
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
         write_record(config, run_dir)
     trainer = Trainer(config, checkpoint)
     if main:

@@ -105,14 +105,19 @@ def build_manifest(
     return Manifest(entries, report)
 
 
+def report_path(path: str | Path) -> Path:
+    """Where ``write_manifest`` writes the removal report of the manifest at ``path``."""
+    return Path(f"{path}.report.json")
+
+
 def write_manifest(manifest: Manifest, path: str | Path) -> str:
-    """Write the manifest JSONL and ``<path>.report.json``; returns the manifest file's SHA-256."""
+    """Write the manifest JSONL and its report (``report_path``); returns the manifest file's SHA-256."""
     path = Path(path)
     text = "".join(json_text(e.to_dict(), str(path), ensure_ascii=False) + "\n" for e in manifest.entries)
     path.write_text(text, encoding="utf-8")
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     report = dict(manifest.report, manifest_sha256=digest)
-    write_json(f"{path}.report.json", report, indent=2, ensure_ascii=False)
+    write_json(report_path(path), report, indent=2, ensure_ascii=False)
     return digest
 
 

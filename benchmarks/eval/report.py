@@ -161,12 +161,15 @@ def build_tables(summary: dict) -> dict[str, Table]:
     return tables
 
 
+TABLES_FILE = "tables.md"
+
+
 def write_tables(tables: dict[str, Table], out_dir: Path) -> Path:
     """Write ``tables.md`` and one CSV per table; returns the Markdown path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
         table.write_csv(out_dir / f"{name}.csv")
-    path = out_dir / "tables.md"
+    path = out_dir / TABLES_FILE
     path.write_text("\n".join(t.markdown() for t in tables.values()), encoding="utf-8")
     return path
 

@@ -7,9 +7,13 @@ from pathlib import Path
 
 from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
 from benchmarks.eval.records import EvalRecord
-from benchmarks.eval.report import build_tables, plot_cost_accuracy, write_tables, write_viewer
+from benchmarks.eval.report import TABLES_FILE, build_tables, plot_cost_accuracy, write_tables, write_viewer
 from benchmarks.eval.summary import summarize
 from maopd.base.json_files import write_json
+
+SUMMARY_FILE, PLOT_FILE, VIEWER_FILE = "summary.json", "cost_accuracy.png", "viewer.html"
+# what ``score_records`` writes under fixed names (the tables' CSVs are named after the tables)
+OUTPUT_FILES = (SUMMARY_FILE, TABLES_FILE, PLOT_FILE, VIEWER_FILE)
 
 
 def score_records(
@@ -24,11 +28,11 @@ def score_records(
     print the tables; return the summary."""
     summary = summarize(records, comparisons, draws, seed)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "summary.json", summary, indent=2)
+    write_json(out / SUMMARY_FILE, summary, indent=2)
     tables = build_tables(summary)
     markdown = write_tables(tables, out)
     print("\n".join(t.markdown() for t in tables.values()))
-    plot = plot_cost_accuracy(summary, out / "cost_accuracy.png")
-    viewer = write_viewer(records, out / "viewer.html", limit=viewer_questions)
-    print(f"wrote {out / 'summary.json'}, {markdown}, {plot or '(no cost counters: no plot)'}, {viewer}")
+    plot = plot_cost_accuracy(summary, out / PLOT_FILE)
+    viewer = write_viewer(records, out / VIEWER_FILE, limit=viewer_questions)
+    print(f"wrote {out / SUMMARY_FILE}, {markdown}, {plot or '(no cost counters: no plot)'}, {viewer}")
     return summary

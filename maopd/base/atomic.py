@@ -3,30 +3,81 @@
 * ``write_file_atomically`` / ``write_text_atomically``: a file written to a temporary file beside
   it, synced, then renamed over it.
 * ``build_directory_atomically``: a directory built in a staging directory beside it, then renamed
-  into place (a cache entry, a checkpoint).
+  into place (a cache entry, a checkpoint). One process builds a cache entry at a time; another
+  that needs it waits for it (``maopd.base.lock``).
+* ``writing``: a write that fails for lack of space names its file and the space left.
 
 Kept free of torch so that light modules (``training.run_logging``) can use it.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from maopd.base.errors import UserError
+from maopd.base.lock import exclusive
+
+# how a failed write shows when it is not an OSError: torch.save's serializer ("unexpected pos",
+# "file write failed") and safetensors' writer (the OS message inside its own error)
+_FAILED_WRITE = re.compile(r"unexpected pos|file write failed|No space left on device|Disk quota exceeded")
+
+
+class NoSpaceError(UserError):
+    """A write failed for lack of space; the message names the file and the space left on its device."""
+
+
+def free_space(path: str | os.PathLike) -> int:
+    """Bytes free on the device that holds ``path`` (or its nearest existing parent)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def no_space_message(path: str | os.PathLike, reason: str = "no space left on the device") -> str:
+    free = free_space(path) / 2**20
+    return f"{path}: {reason} ({free:.1f} MiB free there); free some space or choose another location"
+
+
+@contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Turn the block's failure to write ``path`` for lack of space (ENOSPC or a full quota, which
+    often name no file, or a library's short write) into ``NoSpaceError`` naming ``path``."""
+    try:
+        yield
+    except NoSpaceError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            reason = "no space left on the device"
+        elif _FAILED_WRITE.search(str(exc)):
+            reason = f"the write failed ({' '.join(str(exc).split())})"
+        else:
+            raise
+        raise NoSpaceError(no_space_message(path, reason)) from exc
 
 
 def write_file_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """``path`` as ``write(handle)`` fills it, whole or not at all: written to a temporary file, synced,
-    then renamed."""
+    then renamed. A failed write leaves ``path`` as it was and no temporary file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with writing(path), open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -41,27 +92,34 @@ def build_directory_atomically(
     """``directory``, built by ``build(staging)`` in a staging directory beside it, then renamed.
 
     With ``done_file`` (a cache entry), a directory that already holds it is returned as is, and
-    when two builders race the loser's copy is dropped and the winner's kept. Without it (a
-    checkpoint saved again), an existing ``directory`` is replaced. The rename is atomic, so a
-    reader never sees half a directory. Staging directories of builders that died (SIGKILL, power
-    cut) are removed by the next build.
+    one process builds it at a time (the lock ``<directory>.lock`` beside it): another that needs
+    it meanwhile waits, then takes the finished entry. Without it (a checkpoint saved again, by the
+    process that holds the run directory), an existing ``directory`` is replaced. The rename is
+    atomic, so a reader never sees half a directory. Staging directories of builders that died
+    (SIGKILL, power cut) are removed by the next build.
     """
     directory = Path(directory)
-    if done_file is not None and (directory / done_file).is_file():
+    if done_file is None:
+        return _build(directory, build)
+    if (directory / done_file).is_file():
         return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(directory.with_name(f"{directory.name}.lock"), f"cache entry {directory}", wait=True):
+        if (directory / done_file).is_file():  # built by the process waited for
+            return directory
+        return _build(directory, build)
+
+
+def _build(directory: Path, build: Callable[[Path], object]) -> Path:
     directory.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(directory.parent, glob.escape(directory.name))
     # the pid in the name tells a later build whether this builder is still alive
     staging = Path(tempfile.mkdtemp(prefix=f"{directory.name}.staging-{os.getpid()}-", dir=directory.parent))
     try:
         build(staging)
-        if done_file is None and directory.exists():
+        if directory.exists():
             shutil.rmtree(directory)
-        try:
-            staging.rename(directory)
-        except OSError:
-            if done_file is None or not (directory / done_file).is_file():
-                raise
+        staging.rename(directory)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

@@ -1,16 +1,18 @@
-"""Paths the project writes: kept inside the run directory.
+"""Paths the project writes: kept inside the run directory, and never over a command's own inputs.
 
 A run directory is data, possibly someone else's: a path it holds (the ``checkpoints/latest``
 pointer, a ``step_N`` symlink) must not lead a run to read or load anything outside it. Every path
 read from a run directory goes through ``resolve_inside`` (``training.checkpoint``); the paths a run
 writes are built by the code from ``run_dir`` and checked names (stages, variants), never taken
 from a config. Only an explicit ``allow_outside=True`` (a flag the user typed, never a config
-value) lifts the check.
+value) lifts the check. A command checks its output paths against its input paths before it writes
+(``refuse_overwriting_inputs``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from maopd.base.errors import UserError
@@ -43,3 +45,38 @@ def resolve_inside(
             "use a path inside the run directory, or allow writing outside it explicitly"
         )
     return resolved
+
+
+class OverwritesInputError(UserError, ValueError):
+    """A command would write over one of its own inputs; the message names both."""
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)  # hard links and symlinks too
+    return a.resolve() == b.resolve()
+
+
+def refuse_overwriting_inputs(
+    inputs: Iterable[tuple[str, str | os.PathLike | None]],
+    outputs: Iterable[tuple[str, str | os.PathLike | None]],
+    filled: Iterable[tuple[str, str | os.PathLike | None]] = (),
+) -> None:
+    """Raise ``OverwritesInputError`` when one of a command's ``outputs`` (name, file) is one of its
+    ``inputs`` (name, file), or an input lies in one of the directories it ``filled`` with files
+    of its own naming. Names are the options that gave the paths; None paths are skipped."""
+    given = [(name, Path(path)) for name, path in inputs if path is not None]
+    for out_name, out in ((n, Path(p)) for n, p in outputs if p is not None):
+        for in_name, source in given:
+            if _same(out, source):
+                raise OverwritesInputError(
+                    f"{out_name} {out} is {in_name} {source}: the command would write over its own input; "
+                    f"choose another {out_name}"
+                )
+    for out_name, directory in ((n, Path(p)) for n, p in filled if p is not None):
+        for in_name, source in given:
+            if source.resolve().is_relative_to(directory.resolve()):
+                raise OverwritesInputError(
+                    f"{in_name} {source} lies in {out_name} {directory}, which the command fills with files of "
+                    f"its own: give {out_name} a directory of its own"
+                )

@@ -2,24 +2,33 @@
 
 A directory belongs to the config that made it. A run directory records that config as YAML
 (``config.yaml`` for a stage and in each of its checkpoints, ``pipeline.yaml`` for the main job);
-a run may use the directory when it records no config yet, or the same config up to the keys a
-resume may change. Any other difference is refused before any work, naming every differing key
+a run may use the directory when it holds nothing yet, or records the same config up to the keys a
+resume may change. Any other difference, and a directory that holds files but no readable record
+of the config that made them, is refused before any work, naming every differing key
 (``key: old -> new``), unless the caller starts the changed parts over (``--fresh``). A cache entry
 (π_0) carries its config's key in its name instead, so finding it answers the question.
 
-Locking a run directory against a second writer belongs here too.
+A run owns its directory while it writes (``owning``): one process at a time holds it
+(``maopd.base.lock``), and every entry below it is the run's own, not a symbolic link to something
+elsewhere, so that no write or delete of the run leaves it. The directory itself may be a link.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from maopd.base.config import ConfigError, config_diff, dump_yaml, from_dict, parse_yaml, save_yaml, to_record
+from maopd.base.errors import UserError
+from maopd.base.lock import exclusive
 
 CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
 
 # What a stage run may change when it resumes: where it is, how long it runs, how it reports, and
 # how many processes share it (a step is the same on 1 rank or on FSDP ranks, to float rounding).
@@ -31,13 +40,36 @@ def write_record(config: Any, directory: str | Path, name: str = CONFIG_FILE) ->
     save_yaml(config, Path(directory) / name)
 
 
+class UnreadableRecordError(ConfigError):
+    """A config record that exists but cannot be read: what it recorded is unknown, which is not
+    "nothing recorded"."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+
+
 def read_record(path: str | Path) -> dict[str, Any] | None:
-    """The config a record file holds; None when there is no file or it holds no mapping."""
+    """The config a record file holds; None when there is no file. A file that holds no YAML
+    mapping raises ``UnreadableRecordError``."""
     path = Path(path)
     if not path.is_file():
         return None
-    data = parse_yaml(path.read_text(encoding="utf-8"), f"config record {path}")
-    return data if isinstance(data, dict) else None
+    try:
+        data = parse_yaml(path.read_text(encoding="utf-8"), f"config record {path}")
+    except UnicodeDecodeError:
+        raise UnreadableRecordError(path, "unreadable: not UTF-8 text") from None
+    except ConfigError as exc:
+        raise UnreadableRecordError(path, f"unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise UnreadableRecordError(path, "holds no mapping of settings")
+    return data
+
+
+def holds_anything(directory: str | Path) -> bool:
+    """Whether ``directory`` holds an entry of a run (its lock file is none)."""
+    directory = Path(directory)
+    return directory.is_dir() and any(entry.name != LOCK_FILE for entry in directory.iterdir())
 
 
 def as_plain(config: Any) -> dict[str, Any]:
@@ -75,10 +107,15 @@ def changes_since(
     ``relocated`` = (old root, new root), the record's paths under the old root are read as under
     the new one: the run directory was copied there."""
     saved = Path(directory) / CONFIG_FILE
-    if not saved.is_file():
-        return []
-    made = read_record(saved)
-    made = read_as_current(type(config), made) if made is not None else {}
+    try:
+        made = read_record(saved)
+    except UnreadableRecordError as exc:
+        return [f"{CONFIG_FILE}: {exc.reason}, so what {directory} holds cannot be checked against this config"]
+    if made is None:
+        if not holds_anything(directory):
+            return []
+        return [f"{CONFIG_FILE}: missing, so what {directory} holds cannot be checked against this config"]
+    made = read_as_current(type(config), made)
     if relocated is not None:
         made = moved(made, *relocated)
     return config_diff(made, as_plain(config), ignore)
@@ -129,6 +166,73 @@ class Conflicts:
                 f"--run-dir, or pass --fresh to start the changed stages (and what depends on them) over"
             )
         return self.stale if fresh else []
+
+
+class SymlinkInRunError(UserError):
+    """An entry of a run directory is a symbolic link: a write or delete through it would leave the run."""
+
+
+def refuse_symlinks(run_dir: str | Path, inside: str | Path | None = None) -> None:
+    """Raise ``SymlinkInRunError`` naming the first symbolic link on the way from ``run_dir`` to
+    ``inside`` (a path under it; default the run directory itself) or anywhere below ``inside``.
+    ``run_dir`` itself may be a link; nothing is followed."""
+    root = Path(run_dir)
+    target = root if inside is None else Path(inside)
+    path = root
+    for part in target.relative_to(root).parts:
+        path = path / part
+        if path.is_symlink():
+            _refuse_link(root, path)
+    if target.is_dir():
+        pending = [target]
+        while pending:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        _refuse_link(root, Path(entry.path))
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+
+
+def _refuse_link(root: Path, link: Path) -> None:
+    raise SymlinkInRunError(
+        f"{link} is a symbolic link (to {os.readlink(link)}) inside the run directory {root}; a run writes "
+        "and deletes only its own files: replace the link with a copy of what it points to, or remove it"
+    )
+
+
+@contextmanager
+def owning(*directories: str | Path) -> Iterator[None]:
+    """Hold ``directories`` (a run directory, and the run directories of its parts) for this process
+    while the block runs: each is created, its entries are checked not to be symbolic links
+    (``refuse_symlinks``), and its lock is taken (``LockedError`` naming the pid of another holder)
+    and handed down to the processes this one starts. A directory created here that still holds
+    nothing at the end is removed."""
+    with ExitStack() as stack:
+        for directory in map(Path, directories):
+            if not directory.exists():
+                stack.callback(_remove_if_empty, directory)
+            directory.mkdir(parents=True, exist_ok=True)  # a file there: FileExistsError, named by maopd
+            refuse_symlinks(directory)
+            stack.enter_context(exclusive(directory / LOCK_FILE, f"run directory {directory}", hand_down=True))
+        yield
+
+
+def _remove_if_empty(directory: Path) -> None:
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+
+
+def start_over(path: str | Path) -> None:
+    """Delete ``path`` for a fresh start; a directory keeps its lock file, which its holder holds."""
+    path = Path(path)
+    if not path.is_dir():
+        path.unlink()
+        return
+    for entry in path.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def cache_entry(name: str, done_file: str, *roots: Path) -> Path:

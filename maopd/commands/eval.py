@@ -118,11 +118,18 @@ def register(subparsers) -> None:
     )
     run.add_argument("--temperature", type=float, default=SamplingSettings.temperature)
     run.add_argument("--top-p", type=float, default=SamplingSettings.top_p)
-    run.add_argument("--method", help="method name in the records (default: <policy>-<workflow>)")
+    run.add_argument(
+        "--method",
+        help="method name in the records (default: <policy>-<workflow>; <model>-<workflow> for --policy checkpoint)",
+    )
     run.add_argument("--attempts", type=positive_int, default=4)
     run.add_argument("--batch-size", type=positive_int, default=8)
     run.add_argument("--seed", type=seed_int, default=0)
-    run.add_argument("--out", required=True, help="records JSONL; appended to and resumed")
+    run.add_argument(
+        "--out",
+        required=True,
+        help="records JSONL; appended to and resumed under the same settings only (recorded in OUT.settings.json)",
+    )
     run.set_defaults(func=_reporting_errors(_run))
 
     score = commands.add_parser("score", help="tables, plot and JSON summary from scored records")
@@ -194,7 +201,9 @@ def _split_spec(spec: str, default_format: str = "flashrag") -> tuple[str, str]:
 def _convert(args) -> int:
     from benchmarks.eval.converters import convert, pool_corpus
     from envs.datasets import write_questions
+    from maopd.base.paths import refuse_overwriting_inputs
 
+    refuse_overwriting_inputs([("input", args.input)], [("output", args.output), ("--corpus", args.corpus)])
     examples = convert(args.input, args.format)
     write_questions([e.question for e in examples], args.output)
     print(f"wrote {len(examples)} questions to {args.output}")
@@ -207,8 +216,11 @@ def _convert(args) -> int:
 
 def _corpus(args) -> int:
     from benchmarks.eval.converters import convert, pool_corpus
+    from maopd.base.paths import refuse_overwriting_inputs
 
-    examples = [e for spec in args.inputs for e in convert(*_split_spec(spec))]
+    specs = [_split_spec(spec) for spec in args.inputs]
+    refuse_overwriting_inputs([("input", path) for path, _ in specs], [("--out", args.out)])
+    examples = [e for spec in specs for e in convert(*spec)]
     corpus = pool_corpus(examples)
     corpus.write_jsonl(args.out)
     print(f"wrote {len(corpus)} paragraphs from {len(examples)} questions to {args.out}")
@@ -217,21 +229,28 @@ def _corpus(args) -> int:
 
 def _manifest(args) -> int:
     from benchmarks.eval.converters import convert
-    from benchmarks.eval.manifest import MANIFEST_SEED, PAPER_COUNTS, build_manifest, write_manifest
+    from benchmarks.eval.manifest import MANIFEST_SEED, PAPER_COUNTS, build_manifest, report_path, write_manifest
+    from maopd.base.paths import refuse_overwriting_inputs
 
-    pools = {}
+    datasets = {}
     for spec in args.dataset:
         name, sep, rest = spec.partition("=")
         if not sep:
             raise ValueError(f"--dataset {spec!r}: expected NAME=PATH[:FORMAT]")
-        pools[name] = [e.question for e in convert(*_split_spec(rest))]
+        datasets[name] = _split_spec(rest)
+    trainings = [_split_spec(spec) for spec in args.training]
+    refuse_overwriting_inputs(
+        [("--dataset", path) for path, _ in datasets.values()] + [("--training", path) for path, _ in trainings],
+        [("--out", args.out), ("--out's report", report_path(args.out))],
+    )
+    pools = {name: [e.question for e in convert(*spec)] for name, spec in datasets.items()}
     counts = {name: min(PAPER_COUNTS.get(name, len(pool)), len(pool)) for name, pool in pools.items()}
     for spec in args.count:
         name, sep, value = spec.partition("=")
         if not sep or not value.isdigit() or name not in pools:
             raise ValueError(f"--count {spec!r}: expected NAME=N for one of {sorted(pools)}")
         counts[name] = int(value)
-    training = [e.question.question for spec in args.training for e in convert(*_split_spec(spec))]
+    training = [e.question.question for spec in trainings for e in convert(*spec)]
     manifest = build_manifest(pools, counts, MANIFEST_SEED if args.seed is None else args.seed, training)
     digest = write_manifest(manifest, args.out)
     report = manifest.report
@@ -244,10 +263,15 @@ def _manifest(args) -> int:
 
 def _run(args) -> int:
     from benchmarks.eval.manifest import load_manifest
-    from benchmarks.eval.runner import EvalSettings, run_attempts
+    from benchmarks.eval.runner import EvalSettings, run_attempts, settings_file
     from benchmarks.eval.solvers import checkpoint_solver, debugging_policy, team_solver
     from envs.retrieval.corpus import load_corpus
+    from maopd.base.paths import refuse_overwriting_inputs
 
+    refuse_overwriting_inputs(
+        [("--manifest", args.manifest), ("--corpus", args.corpus), ("--retriever-config", args.retriever_config)],
+        [("--out", args.out), ("--out's settings", settings_file(Path(args.out)))],
+    )
     manifest = load_manifest(args.manifest)
     questions = [e.question for e in manifest]
     corpus = load_corpus(args.corpus) if args.corpus else None
@@ -289,23 +313,61 @@ def _run(args) -> int:
     else:
         solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions, **env_options)
     settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
-    ran = run_attempts(solve, manifest, args.out, args.method or f"{args.policy}-{args.workflow}", settings)
+    played_by = args.policy if args.policy != "checkpoint" else args.model
+    ran = run_attempts(
+        solve, manifest, args.out, args.method or f"{played_by}-{args.workflow}", settings, _made_with(args)
+    )
     print(f"ran {ran} workflows; records in {args.out}")
     return 0
+
+
+def _made_with(args) -> dict:
+    """What makes ``eval run``'s records what they are, besides the seed: a resume must give the same."""
+    made_with = {
+        "policy": args.policy,
+        "workflow": args.workflow,
+        "corpus": _absolute(args.corpus),
+        "retriever_config": _absolute(args.retriever_config),
+        "retriever_set": args.retriever_set,
+    }
+    if args.policy == "checkpoint":
+        from training.model_loading import model_source
+
+        model = args.model if args.backend == "openai" else str(model_source(args.model))
+        made_with |= {
+            "model": _absolute(model) if Path(model).exists() else model,  # a run directory: its checkpoint
+            "backend": args.backend,
+            "base_url": args.base_url,
+            "dtype": args.dtype,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "max_new_tokens": args.max_new_tokens,
+            "max_input_tokens": args.max_input_tokens,
+        }
+    return made_with
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).resolve())
 
 
 def _score(args) -> int:
     from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
     from benchmarks.eval.records import RecordError, load_records
-    from benchmarks.eval.scoring import score_records
+    from benchmarks.eval.scoring import OUTPUT_FILES, score_records
+    from maopd.base.paths import refuse_overwriting_inputs
 
+    out = Path(args.out)
+    refuse_overwriting_inputs(
+        [("records", path) for path in args.records], [(f"--out's {name}", out / name) for name in OUTPUT_FILES]
+    )
     records = load_records(args.records)
     if not records:
         raise RecordError(f"no records in {', '.join(args.records)}")
     score_records(
         records,
         [tuple(pair) for pair in args.compare],
-        Path(args.out),
+        out,
         BOOTSTRAP_DRAWS if args.draws is None else args.draws,
         BOOTSTRAP_SEED if args.seed is None else args.seed,
         args.viewer_questions,
@@ -323,6 +385,9 @@ def _matrix(args) -> int:
         raise ValueError("--expect: a direction needs pairs; add --compare A B")
     if args.gates_failed and not args.expect:
         raise ValueError("--gates-failed: only verdicts are 'not tested'; add --expect higher|lower")
+    from maopd.base.paths import refuse_overwriting_inputs
+
+    refuse_overwriting_inputs([("matrix", args.matrix)], [("--out", args.out)])
     matrix = read_matrix(args.matrix)
     draws = BOOTSTRAP_DRAWS if args.draws is None else args.draws
     seed = BOOTSTRAP_SEED if args.seed is None else args.seed

@@ -81,7 +81,9 @@ def _load_retriever(args):
 
 def _index_build(args) -> int:
     from envs.retrieval.index_build import build_bm25_index, build_dense_index
+    from maopd.base.paths import refuse_overwriting_inputs
 
+    refuse_overwriting_inputs([("--corpus", args.corpus)], [], filled=[("--out", args.out)])
     if args.kind == "bm25":
         report = build_bm25_index(args.corpus, args.out)
     elif args.kind in ("pyserini", "lucene"):

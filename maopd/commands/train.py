@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from maopd.base.errors import UserError
+from maopd.base.paths import refuse_overwriting_inputs
 from maopd.cli import seed_int
 
 SEEDS_HELP = (
@@ -21,6 +23,7 @@ def _in_file(path: str, exc: Exception, label: str = "") -> str:
 
 def _train(args: argparse.Namespace) -> int:
     from maopd.base.config import ConfigError
+    from maopd.base.run_dir import CONFIG_FILE
     from training.config import load_config
     from training.trainer import TrainingStopped, train_stage
 
@@ -41,6 +44,9 @@ def _train(args: argparse.Namespace) -> int:
             config = dataclasses.replace(config, run_dir=args.run_dir)  # checked again, like the file's
     except ConfigError as exc:  # a config the command cannot run: one line, exit status 2, nothing written
         raise UserError(_in_file(args.config, exc)) from None
+    refuse_overwriting_inputs(
+        [("--config", args.config)], [("the run's config record", Path(config.run_dir) / CONFIG_FILE)]
+    )
     resume = True if args.resume else (False if args.fresh else None)
     try:
         run_dir = train_stage(config, resume=resume)
@@ -61,6 +67,7 @@ def _pipeline(
     from maopd.base.config import ConfigError
     from maopd.pipeline.config import load_experiment
     from maopd.pipeline.job import run_pipeline
+    from maopd.pipeline.resume import PIPELINE_RECORD
     from maopd.pipeline.seeds import run_seeds
     from training.trainer import TrainingStopped
 
@@ -70,6 +77,8 @@ def _pipeline(
             config = dataclasses.replace(config, run_dir=run_dir)  # checked again, like the file's
     except ConfigError as exc:
         raise UserError(_in_file(preset, exc, "preset ")) from None
+    record = Path(config.run_dir) / PIPELINE_RECORD
+    refuse_overwriting_inputs([("preset", preset if Path(preset).is_file() else None)], [("the run's record", record)])
     if seeds:
         try:
             run_seeds(config, seeds, fresh=fresh)
@@ -88,7 +97,11 @@ def _experiment(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from training.plot import plot_runs
+    from training.plot import plot_runs, stage_dirs
+    from training.run_logging import METRICS_FILE
+
+    metrics = [("the metrics", stage / METRICS_FILE) for stage in stage_dirs(args.run_dir)]
+    refuse_overwriting_inputs(metrics, [("--out", args.out)])
 
     try:
         paths = plot_runs(args.run_dir, args.out)

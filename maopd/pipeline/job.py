@@ -16,7 +16,9 @@
 
 Every step resumes: π_0 is cached, stages resume from their checkpoints, evaluation skips finished
 records; what the run directory holds is checked against the config first
-(``maopd.pipeline.resume.check_run_dir``). The config and seed are saved in
+(``maopd.pipeline.resume.check_run_dir``). The job holds its run directory and every stage's
+directory for the whole run (``maopd.base.run_dir.owning``), so a second job or stage run on them
+is refused. The config and seed are saved in
 ``<run_dir>/pipeline.yaml``, timings and the machine in ``<run_dir>/pipeline.json``.
 ``maopd.pipeline.seeds`` runs the job once per training seed.
 """
@@ -25,14 +27,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from maopd.base.config import to_record
 from maopd.base.json_files import write_json
-from maopd.base.run_dir import write_record
+from maopd.base.run_dir import owning, start_over, write_record
 from maopd.pipeline.config import (
     SINGLE_AGENT_BASE,
     SINGLE_AGENT_RL,
@@ -42,6 +43,7 @@ from maopd.pipeline.config import (
     needs_ptx_data,
     ptx_data_path,
     stage_config,
+    stage_dir,
     stage_settings,
 )
 from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
@@ -82,7 +84,14 @@ def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path
         workflow, str(model_dir), None, [e.question for e in manifest], ev.temperature, ev.top_p, ev.max_new_tokens
     )
     settings = EvalSettings(attempts=ev.attempts, batch_size=ev.batch_size, seed=ev.seed)
-    run_attempts(solve, manifest, records, method, settings)
+    # the model is the method's own (and its path moves with a copied run directory)
+    made_with = {
+        "workflow": workflow,
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "max_new_tokens": ev.max_new_tokens,
+    }
+    run_attempts(solve, manifest, records, method, settings, made_with)
 
 
 def format_timings(timings: dict[str, float], machine: dict) -> str:
@@ -107,6 +116,12 @@ def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
 
 
 def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
+    """The job in ``config.run_dir``, which it holds with its stages' directories while it runs."""
+    with owning(config.run_dir, *(stage_dir(config, stage, variant) for stage, variant in config.stage_runs())):
+        return _run_held(config, fresh)
+
+
+def _run_held(config: PipelineConfig, fresh: bool) -> dict:
     from benchmarks.eval.records import load_records
     from benchmarks.eval.scoring import score_records
     from training.base_model import base_model_dir, load_or_build_base_model
@@ -118,8 +133,7 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
     run_dir = Path(config.run_dir)
     for path in check_run_dir(config, base_model_dir(config.base_model), fresh):  # before any work
         print(f"--fresh: starting over without {path}")
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
+        start_over(path)
     write_record(config, run_dir, PIPELINE_RECORD)
     timings: dict[str, float] = {}
     started = time.perf_counter()

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from maopd.base.config import ConfigError, save_yaml
-from maopd.base.run_dir import write_record
+from maopd.base.run_dir import owning, write_record
 from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, PipelineConfig
 from maopd.pipeline.job import pipeline_comparisons
 from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
@@ -19,7 +19,16 @@ def seed_dir(config: PipelineConfig, seed: int) -> Path:
 def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> dict:
     """The job once per training seed, all seeds at once with one torch thread each (one process
     per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``), then the report pooled over
-    them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job."""
+    them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job. The
+    run directory and the seeds' directories are held for the whole run; the seeds' processes
+    work under that hold (``maopd.base.lock``)."""
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
+    with owning(config.run_dir, *(seed_dir(config, seed) for seed in seeds)):
+        return _run_held(config, seeds, fresh)
+
+
+def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
     import subprocess
     import sys
     from dataclasses import replace
@@ -27,8 +36,6 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     from benchmarks.seed_report import write_report
     from training.base_model import base_model_dir
 
-    if len(set(seeds)) != len(seeds) or not seeds:
-        raise ConfigError(f"--seeds: give distinct seeds, got {seeds}")
     # each seed also samples its evaluation with its own seed: the base model's workflows, which no
     # training seed changes, are then new samples in every seed rather than copies
     configs = {
@@ -43,7 +50,6 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     for seed_config in configs.values():  # every seed's directory is checked before any work
         check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
     run_dir = Path(config.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     write_record(config, run_dir, PIPELINE_RECORD)
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     logs = {seed: run_dir / f"seed_{seed}.log" for seed in seeds}

@@ -70,20 +70,11 @@ def test_a_missing_hub_id_offline_is_a_one_line_error(tmp_path):
 
 
 def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
-    from training import checkpoint as ckpt
-    from training.config import build_config
+    from tests.checkpoints import save_test_checkpoint
     from training.model_loading import model_source
 
     model, tokenizer = tiny
-    step = ckpt.save_checkpoint(
-        tmp_path,
-        3,
-        model,
-        tokenizer,
-        {"step": 3, "rng": ckpt.capture_rng_state()},
-        build_config({"stage": "stage1"}),
-        2,
-    )
+    step = save_test_checkpoint(tmp_path, 3, model, tokenizer, keep_last=2)
     for source in (tmp_path, step, step / "model"):
         assert model_source(source) == step / "model"
         loaded, _ = load_model(model_source(str(source)))

@@ -12,7 +12,7 @@ from agents.tiny_model import build_tiny_lm
 from benchmarks.eval import solvers
 from benchmarks.eval.manifest import ManifestEntry, question_hash
 from benchmarks.eval.records import load_records
-from benchmarks.eval.runner import EvalSettings
+from benchmarks.eval.runner import EvalSettings, settings_file
 from envs.synthwiki import load_default_world
 from maopd.cli import main
 
@@ -25,19 +25,10 @@ def world():
 @pytest.fixture
 def run_dir(tmp_path, world):
     """A run directory as training writes it (checkpoints/step_N/model + trainer state)."""
-    from training import checkpoint as ckpt
-    from training.config import build_config
+    from tests.checkpoints import save_test_checkpoint
 
     model, tokenizer = build_tiny_lm([q.question for q in world.splits["test"][:50]], vocab_size=600)
-    ckpt.save_checkpoint(
-        tmp_path / "run",
-        2,
-        model,
-        tokenizer,
-        {"step": 2, "rng": ckpt.capture_rng_state()},
-        build_config({"stage": "stage1"}),
-        2,
-    )
+    save_test_checkpoint(tmp_path / "run", 2, model, tokenizer, keep_last=2)
     return tmp_path / "run"
 
 
@@ -104,6 +95,10 @@ def test_checkpoint_run_takes_device_dtype_tokens_retriever_and_a_run_dir(
     assert [c.kind for c in built] == ["bm25"]
     records = load_records([out])
     assert len(records) == 2
+    # the default method names the model, so another model's run never resumes this one's records
+    assert {record.method for record in records} == {f"{run_dir}-cascade"}
+    made_with = json.loads(settings_file(out).read_text())[f"{run_dir}-cascade"]
+    assert made_with["model"] == str((run_dir / "checkpoints" / "step_2" / "model").resolve())
     for record in records:  # 3 new tokens per call at most, for at most 3 agents in each of ≤ 20 steps
         assert 0 < record.counters["output_tokens"] <= 3 * 3 * 20
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.eval.manifest import ManifestEntry, question_hash
-from benchmarks.eval.records import load_records
-from benchmarks.eval.runner import EvalSettings, attempt_seed, run_attempts
+from benchmarks.eval.records import RecordError, load_records
+from benchmarks.eval.runner import EvalSettings, attempt_seed, run_attempts, settings_file
 from envs.datasets import Question
 from maopd.cli import main
 
@@ -180,3 +180,71 @@ def test_cli_reports_bad_records_without_a_traceback(tmp_path, capsys):
     bad.write_text('{"method": "m"}\n')
     assert main(["eval", "score", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert re.fullmatch(r"maopd eval score: .*bad.jsonl:1: missing field.*\n", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"seed": 1}, "seed: 0 -> 1"),
+        ({"made_with": {"temperature": 0.9, "corpus": "/c.jsonl"}}, "temperature: 0.6 -> 0.9"),
+        ({"made_with": {"temperature": 0.6, "corpus": "/other.jsonl"}}, "corpus: '/c.jsonl' -> '/other.jsonl'"),
+    ],
+    ids=["seed", "temperature", "corpus"],
+)
+def test_a_resume_under_other_settings_is_refused_naming_them(tmp_path, change, named):
+    out = tmp_path / "records.jsonl"
+    made_with = {"temperature": 0.6, "corpus": "/c.jsonl"}
+    assert run_attempts(EchoSolver(), manifest(3), out, "m", EvalSettings(attempts=1), made_with) == 3
+    settings = EvalSettings(attempts=2, seed=change.get("seed", 0))
+    with pytest.raises(RecordError, match=f"records of method 'm' were made with other settings \\({named}"):
+        run_attempts(EchoSolver(), manifest(3), out, "m", settings, change.get("made_with", made_with))
+    # more attempts under the same settings resume; another method is another run
+    assert run_attempts(EchoSolver(), manifest(3), out, "m", EvalSettings(attempts=2), made_with) == 3
+    assert run_attempts(EchoSolver(), manifest(3), out, "n", settings, change.get("made_with", made_with)) == 6
+
+
+def test_records_whose_settings_are_unknown_are_not_resumed(tmp_path):
+    out = tmp_path / "records.jsonl"
+    run_attempts(EchoSolver(), manifest(2), out, "m", EvalSettings(attempts=1))
+    settings_file(out).unlink()
+    with pytest.raises(RecordError, match="does not say what made them"):
+        run_attempts(EchoSolver(), manifest(2), out, "m", EvalSettings(attempts=2))
+
+
+@pytest.fixture
+def world_manifest(tmp_path):
+    from envs.synthwiki import load_default_world
+
+    path = tmp_path / "manifest.jsonl"
+    questions = load_default_world().splits["test"][:2]
+    path.write_text(
+        "".join(json.dumps(ManifestEntry("w", q, question_hash(q.question)).to_dict()) + "\n" for q in questions)
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_one_method_name_never_mixes_two_workflows(tmp_path, world_manifest, capsys):
+    out = tmp_path / "records.jsonl"
+    run = ["eval", "run", "--manifest", str(world_manifest), "--attempts", "1", "--method", "m", "--out", str(out)]
+    assert main([*run, "--workflow", "cascade"]) == 0
+    capsys.readouterr()
+    assert main([*run, "--workflow", "hierarchical"]) == 2
+    err = capsys.readouterr().err
+    assert "workflow: 'cascade' -> 'hierarchical'" in err and err.count("\n") == 1
+    assert {r.method for r in load_records([out])} == {"m"} and len(load_records([out])) == 2
+
+
+def test_eval_manifest_never_writes_over_its_own_dataset(tmp_path, capsys):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"q {i}?", "golden_answers": ["a"]}) + "\n" for i in range(5))
+    )
+    before = pool.read_text()
+    assert main(["eval", "manifest", "--dataset", f"d={pool}", "--count", "d=2", "--out", str(pool)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"maopd eval manifest: --out {pool} is --dataset {pool}: the command would write over its own input; "
+        "choose another --out\n"
+    )
+    assert pool.read_text() == before and not Path(f"{pool}.report.json").exists()

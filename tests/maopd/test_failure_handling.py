@@ -33,8 +33,8 @@ from agents.tokenizer import train_tokenizer
 from envs.policy import AgentTurn
 from envs.prompts import system_message, task_message
 from maopd.base.secrets import redact_url
+from tests.checkpoints import save_test_checkpoint
 from training import checkpoint as ckpt
-from training.config import build_config
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,9 +191,7 @@ def tiny():
 
 
 def _save(run_dir, step, tiny, state=None):
-    model, tokenizer = tiny
-    state = state or {"step": step, "rng": ckpt.capture_rng_state()}
-    return ckpt.save_checkpoint(run_dir, step, model, tokenizer, state, build_config({"stage": "stage1"}), 3)
+    return save_test_checkpoint(run_dir, step, *tiny, state=state)
 
 
 @pytest.mark.parametrize("pointer", ["../../other/checkpoints/step_7", "ABSOLUTE", "step_1/../../../other"])

@@ -1,10 +1,12 @@
-"""resolve_inside: config paths cannot make a run write outside its run directory."""
+"""resolve_inside: config paths cannot make a run write outside its run directory; no command writes
+over one of its own inputs."""
 
 import os
+from pathlib import Path
 
 import pytest
 
-from maopd.base.paths import PathOutsideRunError, resolve_inside
+from maopd.base.paths import OverwritesInputError, PathOutsideRunError, refuse_overwriting_inputs, resolve_inside
 
 
 @pytest.mark.parametrize("path", ["ckpt", "logs/run.jsonl", "./a/../b", "a/b/../../c"])
@@ -41,3 +43,25 @@ def test_empty_and_nul_paths_are_refused_even_when_allowed(tmp_path, path, messa
 
 def test_the_run_directory_itself_is_inside(tmp_path):
     assert resolve_inside(tmp_path, ".") == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("spelling", ["same", "relative", "symlink", "hard link"])
+def test_an_output_that_is_an_input_is_refused_however_it_is_spelled(tmp_path, monkeypatch, spelling):
+    source = tmp_path / "pool.jsonl"
+    source.write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    out = {"same": source, "relative": Path("pool.jsonl"), "symlink": tmp_path / "link", "hard link": tmp_path / "hard"}
+    if spelling == "symlink":
+        out[spelling].symlink_to(source)
+    if spelling == "hard link":
+        os.link(source, out[spelling])
+    with pytest.raises(OverwritesInputError, match=f"--out {out[spelling]} is --dataset {source}"):
+        refuse_overwriting_inputs([("--dataset", source)], [("--out", out[spelling])])
+    refuse_overwriting_inputs([("--dataset", source)], [("--out", tmp_path / "other.jsonl"), ("--corpus", None)])
+
+
+def test_an_input_inside_a_directory_the_command_fills_is_refused(tmp_path):
+    corpus = tmp_path / "index" / "corpus.jsonl"
+    with pytest.raises(OverwritesInputError, match="--corpus .* lies in --out"):
+        refuse_overwriting_inputs([("--corpus", corpus)], [], filled=[("--out", tmp_path / "index")])
+    refuse_overwriting_inputs([("--corpus", corpus)], [], filled=[("--out", tmp_path / "elsewhere")])

@@ -163,3 +163,58 @@ def test_smoke_pipeline_end_to_end(tmp_path):
         == 0
     )
     assert json.loads(calibration.read_text())["paper_beta"] == 0.01
+
+
+def _stage1_trained_under(config, record: str | None) -> None:
+    """``<run_dir>/stage1`` with a checkpoint, and ``record`` as its config.yaml (None: none)."""
+    stage1 = Path(config.run_dir) / "stage1"
+    (stage1 / "checkpoints" / "step_2").mkdir(parents=True)
+    (stage1 / "metrics.jsonl").write_text('{"step": 1}\n')
+    if record is not None:
+        (stage1 / "config.yaml").write_text(record)
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        (None, "config.yaml: missing"),
+        ("optim: [lr: 1\n", "config.yaml: unreadable"),
+        ("- a list\n", "config.yaml: holds no mapping"),
+    ],
+    ids=["deleted", "not YAML", "not a mapping"],
+)
+def test_a_stage_whose_config_record_is_gone_never_passes_the_check(tmp_path, record, reason):
+    from maopd.pipeline.resume import check_run_dir
+
+    config = load_preset("smoke", [f"run_dir={tmp_path}", "stage1.optim.lr=0.5"])
+    _stage1_trained_under(config, record)
+    with pytest.raises(ConfigError, match=f"stage1.{reason}.*cannot be checked against this config"):
+        check_run_dir(config, tmp_path / "pi0")
+    assert check_run_dir(config, tmp_path / "pi0", fresh=True) == [tmp_path / "stage1"]
+
+
+@pytest.mark.parametrize(
+    "pipeline_record",
+    ["eval: 5\nbase_model: {}\n", "run_dir: [\n", "base_model: {}\n"],
+    ids=["damaged", "not YAML", "no eval"],
+)
+def test_evaluation_records_whose_settings_the_pipeline_record_lacks_are_a_conflict(tmp_path, pipeline_record):
+    from maopd.pipeline.resume import check_run_dir
+
+    config = load_preset("smoke", [f"run_dir={tmp_path}"])
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "records.jsonl").write_text("")
+    (tmp_path / "pipeline.yaml").write_text(pipeline_record)
+    with pytest.raises(ConfigError, match="eval: not recorded in .*pipeline.yaml, so the evaluation cannot be checked"):
+        check_run_dir(config, tmp_path / "pi0")
+    assert check_run_dir(config, tmp_path / "pi0", fresh=True) == [tmp_path / "eval"]
+
+
+def test_a_stage_directory_that_holds_only_its_lock_is_not_trained_yet(tmp_path):
+    from maopd.base.run_dir import LOCK_FILE
+    from maopd.pipeline.resume import check_run_dir
+
+    config = load_preset("smoke", [f"run_dir={tmp_path}"])
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage1" / LOCK_FILE).write_text("12345\n")  # left by a killed job
+    assert check_run_dir(config, tmp_path / "pi0") == []

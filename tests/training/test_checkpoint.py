@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 
 import pytest
 import torch
@@ -10,8 +12,10 @@ from transformers import AutoModelForCausalLM
 
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
+from maopd.base.atomic import NoSpaceError
+from maopd.base.run_dir import SymlinkInRunError
+from tests.checkpoints import save_test_checkpoint
 from training import checkpoint as ckpt
-from training.config import build_config
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +25,7 @@ def tiny():
 
 
 def _save(run_dir, step, tiny, keep_last=2):
-    model, tokenizer = tiny
-    state = {"step": step, "rng": ckpt.capture_rng_state()}
-    return ckpt.save_checkpoint(run_dir, step, model, tokenizer, state, build_config({"stage": "stage1"}), keep_last)
+    return save_test_checkpoint(run_dir, step, *tiny, keep_last=keep_last)
 
 
 def test_checkpoint_holds_a_transformers_loadable_model_and_the_trainer_state(tmp_path, tiny):
@@ -86,3 +88,50 @@ def test_rng_state_round_trips(tmp_path, tiny):
 def test_missing_model_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a model directory"):
         ckpt.resolve_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 6912 vs 6803"),  # torch.save
+        OSError(errno.ENOSPC, "No space left on device"),  # a write() with no file name
+    ],
+    ids=["torch short write", "ENOSPC without a file name"],
+)
+@pytest.mark.parametrize("step", [1, 2], ids=["same step again", "next step"])
+def test_a_full_disk_names_the_file_and_the_free_space_and_keeps_the_last_checkpoint(
+    tmp_path, tiny, monkeypatch, failure, step
+):
+    good = _save(tmp_path, 1, tiny)
+
+    def full(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(ckpt.torch, "save", full)
+    with pytest.raises(NoSpaceError) as error:
+        _save(tmp_path, step, tiny)
+    monkeypatch.undo()
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'checkpoints' / f'step_{step}' / 'trainer_state.pt'}: ")
+    assert re.search(r"\(\d+\.\d MiB free there\)", message) and "\n" not in message
+    assert ckpt.latest_checkpoint(tmp_path) == good and ckpt.checkpoint_problem(good) is None
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_1"]
+
+
+def test_a_save_never_writes_or_deletes_through_a_symlink(tmp_path, tiny):
+    elsewhere = tmp_path / "elsewhere"
+    for step in range(1, 6):  # someone else's checkpoints, which pruning must not reach
+        (elsewhere / f"step_{step}").mkdir(parents=True)
+        (elsewhere / f"step_{step}" / "trainer_state.pt").write_text("theirs")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(SymlinkInRunError, match=f"{run / 'checkpoints'} is a symbolic link"):
+        _save(run, 1, tiny)
+    (run / "checkpoints").unlink()
+    _save(run, 1, tiny)
+    (run / "checkpoints" / "step_2").symlink_to(elsewhere / "step_2", target_is_directory=True)
+    with pytest.raises(SymlinkInRunError, match="step_2 is a symbolic link"):
+        _save(run, 2, tiny)
+    assert sorted(p.name for p in elsewhere.iterdir()) == [f"step_{step}" for step in range(1, 6)]
+    assert (elsewhere / "step_2" / "trainer_state.pt").read_text() == "theirs"

@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
+from tests.checkpoints import save_test_checkpoint
 from training import checkpoint as ckpt
-from training.config import build_config
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,16 +53,46 @@ def tiny():
 
 
 def _save(run_dir, step, tiny):
-    model, tokenizer = tiny
-    state = {"step": step, "rng": ckpt.capture_rng_state()}
-    return ckpt.save_checkpoint(run_dir, step, model, tokenizer, state, build_config({"stage": "stage1"}), 3)
+    return save_test_checkpoint(run_dir, step, *tiny)
 
 
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def _edit_state(checkpoint: Path, edit) -> None:
+    """Rewrite ``trainer_state.json`` as valid JSON that ``edit(state)`` makes wrong."""
+    path = checkpoint / "trainer_state.json"
+    state = json.loads(path.read_text())
+    edit(state)
+    path.write_text(json.dumps(state))
+
+
 DAMAGE = {
+    "trainer state emptied": (
+        lambda c: (c / "trainer_state.json").write_text("{}"),
+        "trainer_state.json: step is missing",
+    ),
+    "trainer state step not a number": (
+        lambda c: _edit_state(c, lambda s: s.update(step="four")),
+        "trainer_state.json: step: 'four' is not a step number",
+    ),
+    "trainer state tensor out of range": (
+        lambda c: _edit_state(c, lambda s: s["rng"].update(torch={"__tensor__": 99999})),
+        "trainer_state.json: tensor 99999 is not one of the .* in trainer_state.pt",
+    ),
+    "trainer state loader damaged": (
+        lambda c: _edit_state(c, lambda s: s["loader"].update(position=-1)),
+        "trainer_state.json: loader.position: -1 is not a count",
+    ),
+    "trainer state of another step": (
+        lambda c: _edit_state(c, lambda s: s.update(step=1)),
+        "trainer_state.json: step: 1 in the checkpoint of step 2",
+    ),
+    "trainer state rng damaged": (
+        lambda c: _edit_state(c, lambda s: s["rng"].update(numpy=["MT19937", [1, 2], 0, 0, 0.0])),
+        "trainer_state.json: rng.numpy: ",
+    ),
     "truncated weights": (lambda c: _truncate(c / "model" / "model.safetensors"), "model.safetensors: .* bytes"),
     "weights header garbage": (
         lambda c: (c / "model" / "model.safetensors").write_bytes(b"\xff" * 64),
@@ -214,6 +244,36 @@ def test_sigkill_inside_a_checkpoint_write_then_restart_equals_the_uninterrupted
     assert ckpt.latest_checkpoint(run_dir).name == SURVIVOR[phase]
     half_written = list((run_dir / "checkpoints").glob("*.staging-*"))
     assert [p.name.split("-")[0] for p in half_written] == (["step_2.staging"] if phase in ("model", "state") else [])
+    assert _train(run_dir) == 0
+    _assert_matches(run_dir, reference[0])
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_save_is_one_line_and_the_restart_equals_the_uninterrupted_run(
+    tmp_path, reference, monkeypatch, capsys
+):
+    from maopd.cli import main
+
+    run_dir = tmp_path / "run"
+    saves = []
+    real_save = torch.save
+
+    def fills_the_disk(*args, **kwargs):  # the second checkpoint's trainer state does not fit
+        saves.append(args[1])
+        if len(saves) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 6912 vs 6803")
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", fills_the_disk)
+    config = str(REPO / "configs" / "tiny_cpu_stage1.yaml")
+    assert main(["train", "--config", config, f"run_dir={run_dir}", *OVERRIDES]) == 2
+    monkeypatch.undo()
+    err = capsys.readouterr().err.splitlines()[-1]
+    named = run_dir / "checkpoints" / "step_2" / "trainer_state.pt"
+    failed = r"the write failed \(.*unexpected pos.*\) \(\d+\.\d MiB free there\)"
+    assert re.fullmatch(rf"maopd train: {re.escape(str(named))}: {failed}; .*", err)
+    assert ckpt.latest_checkpoint(run_dir).name == "step_1"
+    assert not list((run_dir / "checkpoints").glob("*.staging-*"))
     assert _train(run_dir) == 0
     _assert_matches(run_dir, reference[0])
 
