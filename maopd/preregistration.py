@@ -276,6 +276,11 @@ def claim_status(claim: Claim, rows: list[dict[str, str]]) -> str:
 def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> dict[str, Any]:
     """The pre-registration as a JSON-ready dict (module docstring)."""
     components = testbed_components(plan)
+    if gates.get("config_key") != components["pi0"]["key"]:
+        raise ConfigError(
+            f"the gates were measured on π_0 {gates.get('config_key')}, the default preset's is "
+            f"{components['pi0']['key']}: run maopd tune gates on the preset's π_0"
+        )
     return {
         "testbed_hash": testbed_hash(components),
         "testbed": components,

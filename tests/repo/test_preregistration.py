@@ -81,10 +81,19 @@ def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypat
     monkeypatch.setattr(preregistration, "testbed_components", lambda plan: components)
     monkeypatch.setattr(preregistration, "band_shares", lambda: {"dev": {"all": dict.fromkeys(BANDS, 1 / 3)}})
     rows = [_row("judge", "not met"), _row("level", "met")]
-    record = preregistration.preregistration({"verdict": "not all met", "rows": rows, "command": "c"}, "abc1234")
+    gates = {"verdict": "not all met", "rows": rows, "command": "c", "config_key": "k"}
+    record = preregistration.preregistration(gates, "abc1234")
     text = preregistration.markdown(record)
     assert record["testbed_hash"] == preregistration.testbed_hash(components)
     for claim in record["claims"]:
         assert f"| {claim['name']} |" in text and claim["status"] in ("open", "not tested")
     assert {c["name"]: c["status"] for c in record["claims"]}["vs_prompted_critic"] == "not tested"
     assert all(command in text for command in PLAN.commands())
+
+
+def test_gates_of_another_model_than_the_presets_are_refused(monkeypatch):
+    from maopd.base.config import ConfigError
+
+    monkeypatch.setattr(preregistration, "testbed_components", lambda plan: {"pi0": {"key": "k"}})
+    with pytest.raises(ConfigError, match="measured on π_0 other"):
+        preregistration.preregistration({"rows": [], "config_key": "other"}, "abc1234")
