@@ -6,6 +6,7 @@ Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["searcher_0", "answerer"]``
 Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(5))
+State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
 Budget                 5 environment steps (``max_steps``)
 =====================  ==================================================================
 

@@ -6,6 +6,7 @@ Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["leader", "searcher_0", …, "searcher_{num_searchers-1}", "answerer"]``
 Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(5))
+State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
 Budget                 12 environment steps (``max_steps``), at most 5 delegation rounds (``max_rounds``)
 =====================  ==================================================================
 
