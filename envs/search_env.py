@@ -40,6 +40,7 @@ that fails its last step hands every report to the Answerer.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import time
 from collections.abc import Sequence
@@ -270,7 +271,8 @@ class SearchEnv(AECEnv):
         options = {spec.name for spec in fields(SearchEnvConfig)}
         unknown = sorted(set(overrides) - options - {"max_cycles"})
         if unknown:
-            known = [*options, "max_cycles", "config", "retriever", "corpus", "questions", "render_mode"]
+            named = inspect.signature(SearchEnv.__init__).parameters
+            known = [*options, "max_cycles", *(name for name in named if name not in ("self", "overrides"))]
             raise TypeError(
                 f"{type(self).__name__}() got an unknown argument {unknown[0]!r}{did_you_mean(unknown[0], known)}"
             )

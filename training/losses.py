@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 import torch
@@ -134,24 +134,25 @@ def check_plugin_output(
     line naming the plug-in rather than a size mismatch or a sampling error far downstream.
     """
 
-    def fail(problem: str) -> None:
+    def fail(problem: str) -> NoReturn:
         raise PluginOutputError(
             f"{kind} {name!r} returned {problem} for {what}; expected finite real numbers of shape {list(shape)}"
         )
 
-    if isinstance(values, torch.Tensor):
-        real = not (values.dtype.is_complex or values.dtype == torch.bool)
-    elif isinstance(values, np.ndarray):
-        real = values.dtype.kind in "fiu"
-    else:
+    if not isinstance(values, (torch.Tensor, np.ndarray)):
         fail(f"a {type(values).__name__}")
     if tuple(values.shape) != tuple(shape):
         fail(f"shape {list(values.shape)}")
-    if not real:
-        fail(f"dtype {values.dtype}")
-    bad = ~torch.isfinite(torch.as_tensor(values).detach())
+    if isinstance(values, torch.Tensor):
+        if values.dtype.is_complex or values.dtype == torch.bool:
+            fail(f"dtype {values.dtype}")
+        bad = ~torch.isfinite(values.detach())
+    else:
+        if values.dtype.kind not in "fiu":
+            fail(f"dtype {values.dtype}")
+        bad = torch.from_numpy(~np.isfinite(values))
     if mask is not None:
-        bad &= mask.bool()
+        bad &= mask.bool().to(bad.device)
     if bool(bad.any()):
         fail(f"{int(bad.sum())} non-finite value(s) (NaN or inf)")
 
