@@ -24,7 +24,7 @@ from typing import Any
 from envs.actions import action_contents, parse_subtasks
 from envs.option.single_role import SingleRoleEnv
 from envs.policy import AgentOutput, AgentTurn, RoleRouter
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
 from envs.synthwiki.grammar import parse_question, subquestion
 from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
 
@@ -39,7 +39,7 @@ class _Role:
 
 class ExpertLeader(_Role):
     def decide(self, turn: AgentTurn) -> str:
-        question = strip_label(turn.task, "Question:")
+        question = turn.task
         plan = parse_question(question)
         knowledge = Knowledge(text for message in user_texts(turn, "Reports:") for _, _, text in parse_reports(message))
         delegated = {task for content in action_contents(turn.messages, "delegate") for task in parse_subtasks(content)}
@@ -78,7 +78,7 @@ def answer_text(question: str, knowledge: Knowledge) -> str:
 
 class ExpertSearcher(_Role):
     def decide(self, turn: AgentTurn) -> str:
-        query, resolved = next_search(turn, strip_label(turn.task, "Task:"))
+        query, resolved = next_search(turn, turn.task)
         if query is not None and "search" in turn.allowed:
             return f"<search>{query}</search>"
         text = " ".join(step.sentence() for step in resolved) or NO_FACTS
@@ -88,12 +88,12 @@ class ExpertSearcher(_Role):
 class ExpertAnswerer(_Role):
     def decide(self, turn: AgentTurn) -> str:
         body = turn.messages[-1]["content"]
-        return answer_text(strip_label(body, "Question:"), Knowledge(text for _, _, text in parse_reports(body)))
+        return answer_text(turn.task, Knowledge(text for _, _, text in parse_reports(body)))
 
 
 class ExpertSolver(_Role):
     def decide(self, turn: AgentTurn) -> str:
-        question = strip_label(turn.task, "Question:")
+        question = turn.task
         query, _ = next_search(turn, question)
         if query is not None and "search" in turn.allowed:
             return f"<search>{query}</search>"

@@ -31,7 +31,7 @@ from agents.expert_team import (
 )
 from envs.actions import action_contents
 from envs.policy import AgentOutput, AgentTurn
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label
+from envs.prompts import NO_FACTS, parse_reports, passage_texts
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
 from envs.synthwiki.knowledge import Knowledge, Step, resolve
@@ -141,7 +141,7 @@ class NoisyTeam:
     def _searcher(self, turn: AgentTurn) -> str:
         mistake = self._call_mistake(turn)
         searched = action_contents(turn.messages, "search")
-        task = strip_label(turn.task, "Task:")
+        task = turn.task
         if mistake == "skip_search":
             return f"<report>{NO_FACTS}</report>"
         if mistake == "memory_report" and (known := self._known(task)):
@@ -195,7 +195,7 @@ class NoisyTeam:
 
     def _solver(self, turn: AgentTurn) -> str:
         mistake = self._call_mistake(turn)
-        question = strip_label(turn.task, "Question:")
+        question = turn.task
         searched = action_contents(turn.messages, "search")
         if mistake == "skip_search":
             return answer_text(question, Knowledge())

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from envs.policy import AgentOutput, AgentTurn, RoleRouter
-from envs.prompts import NO_FACTS, parse_passages, parse_reports, strip_label, user_texts
+from envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
 
 STOPWORDS = frozenset(
     "a an the of in on at to for by with from is was are were be been which what who whom where when "
@@ -77,7 +77,7 @@ class ScriptedLeader:
     def decide(self, turn: AgentTurn) -> str:
         has_reports = any(m["role"] == "user" and m["content"].startswith("Reports:") for m in turn.messages)
         if "delegate" in turn.allowed and not has_reports:
-            question = strip_label(turn.task, "Question:")
+            question = turn.task
             return f"<delegate>\n{question}\n</delegate>"
         return "<select>all</select>"
 
@@ -93,7 +93,7 @@ class ScriptedSearcher:
         return [AgentOutput([self.decide(turn)]) for turn in turns]
 
     def decide(self, turn: AgentTurn) -> str:
-        task = strip_label(turn.task, "Task:")
+        task = turn.task
         search = search_once(turn, task)
         if search:
             return search
@@ -107,7 +107,7 @@ class ScriptedAnswerer:
 
     def decide(self, turn: AgentTurn) -> str:
         body = turn.messages[-1]["content"]
-        question = strip_label(body, "Question:")
+        question = turn.task
         passages = [("", text) for _, _, text in parse_reports(body)]
         fact = best_sentence(question, passages) or ""
         return f"<answer>{novel_span(question, fact)}</answer>"
@@ -121,7 +121,7 @@ class ScriptedSolver:
         return [AgentOutput([self.decide(turn)]) for turn in turns]
 
     def decide(self, turn: AgentTurn) -> str:
-        question = strip_label(turn.task, "Question:")
+        question = turn.task
         search = search_once(turn, question)
         if search:
             return search

@@ -23,7 +23,7 @@ Parsing rules (documented in docs/environments.md and tested):
   Answerer is exactly the paper's "last ``<answer>`` tag" rule. Tags are case-sensitive.
 * A search needs a non-empty query; a report, a delegation and a selection need non-empty content.
   An answer may be empty (it then scores 0 but is not a format failure).
-* A tag of a kind the role may not use *now* (see the environment's ``action_kinds`` mask) is a
+* A tag of a kind the role may not use *now* (see the environment's ``action_mask``) is a
   format failure.
 
 The parser only ever reads a policy's own output. Text the environment inserts (passages,

@@ -5,7 +5,8 @@ Import                 ``from envs import cascade_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["searcher_0", "answerer"]``
-Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(5))
+State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
 Budget                 5 environment steps (``max_steps``)
 =====================  ==================================================================
 
@@ -18,7 +19,7 @@ Budget rule: the Searcher may act in steps 1 … ``max_steps``-1; if it has not 
 the episode ends without an Answerer call (``counters["no_answer"]``, the paper's failure). The
 Answerer acts in the step after the report, at the latest in step ``max_steps``; the episode
 ends after it. With ``force_finish=True`` the Searcher may only report in step ``max_steps``-1
-(its observation says so and ``action_kinds`` masks ``search``), and a Searcher that has not
+(its observation says so and ``action_mask`` masks ``search``), and a Searcher that has not
 reported then gets the forced report ``(no report)`` and a format failure.
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
@@ -26,7 +27,7 @@ R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j
 a format failure -1 (see ``envs.rewards``). The finished workflow record (envs/records.py; it holds
 a wall-clock duration, so it is kept out of ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
 
-``observation_space(agent).contains`` holds for any Unicode history. ``action_kinds`` orders
+``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,14 @@ class Question:
         }
 
     @classmethod
+    def from_user(cls, row: Any) -> Question:
+        """A question given in code (``reset(options={"question": ...})``, ``env(questions=[...])``):
+        as ``from_dict``, but a missing ``id`` is derived from the question text."""
+        if isinstance(row, dict) and "id" not in row and isinstance(row.get("question"), str):
+            row = {**row, "id": derived_id(row["question"])}
+        return cls.from_dict(row)
+
+    @classmethod
     def from_dict(cls, row: Any, where: str = "question") -> Question:
         if not isinstance(row, dict):
             raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
@@ -49,6 +58,11 @@ class Question:
         if not isinstance(metadata, dict):
             raise DatasetError(f"{where}: field 'metadata' must be an object")
         return cls(str(row["id"]), row["question"], tuple(answers), metadata)
+
+
+def derived_id(text: str) -> str:
+    """A stable id for a question given without one: ``q-`` and 12 hex digits of its text's SHA-256."""
+    return "q-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def iter_questions(path: str | Path) -> Iterator[Question]:

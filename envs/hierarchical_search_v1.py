@@ -5,7 +5,8 @@ Import                 ``from envs import hierarchical_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["leader", "searcher_0", …, "searcher_{num_searchers-1}", "answerer"]``
-Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(5))
+State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
 Budget                 12 environment steps (``max_steps``), at most 5 delegation rounds (``max_rounds``)
 =====================  ==================================================================
 
@@ -19,7 +20,7 @@ waves) and either delegates another wave or writes ``<select>numbers</select>`` 
 Budget rule (B = ``max_steps``): the last two steps are reserved for the Leader's selection and
 the Answerer.
 * The Leader may delegate in step s only while s ≤ B-3 and fewer than ``max_rounds`` waves ran;
-  otherwise ``action_kinds`` allows only ``select``.
+  otherwise ``action_mask`` allows only ``select``.
 * Searchers may act until step B-2; a call without a report then ends with none.
 * A Leader format failure costs it the step and it gets feedback; a Leader that fails its last
   step ends the episode without an Answerer call (``counters["no_answer"]``, the paper's failure).
@@ -149,6 +150,11 @@ class raw_env(SearchEnv):
                 self._log("  forced finish: all reports go to the Answerer")
             else:
                 leader.messages.append(prompts.feedback_message(parsed.error or "", self._leader_allowed(step + 1)))
+
+    def _instructions(self, agent: str) -> str:
+        if agent == "leader":
+            return prompts.team_instructions(self.config.num_searchers, self.config.max_rounds)
+        return ""
 
     def _leader_reward(self, r_em: float) -> float:
         return R.leader_reward(r_em, self.counters.tool_steps, self.leader.format_failed)

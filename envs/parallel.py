@@ -5,6 +5,11 @@ these workflows only the scheduled agents act (the Leader, or the Searchers of a
 Answerer). Here ``step(actions)`` feeds the scheduled agents their actions in order and ignores
 the others; a scheduled agent missing from ``actions`` acts with an empty output (a recorded
 format failure). All agents stay in ``agents`` until the episode ends.
+
+Rewards follow PettingZoo's parallel convention: every live agent has an entry after every step,
+the reward it received in that step. These workflows pay only at the end, so the entries are 0.0
+until the last step, a waiting agent's included; ``infos[agent]["acting"]`` says whether an agent
+acts in the coming step, so a waiting agent's 0.0 is never mistaken for an earned 0.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from pettingzoo import ParallelEnv
 
+from envs.policy import AgentTurn
 from envs.search_env import SearchEnv
 
 
@@ -24,6 +30,7 @@ class SearchParallelEnv(ParallelEnv):
         self.render_mode = aec_env.render_mode
         self.possible_agents = list(aec_env.possible_agents)
         self.agents: list[str] = []
+        self.state_space = aec_env.state_space
 
     def observation_space(self, agent: str):
         return self.aec_env.observation_space(agent)
@@ -60,6 +67,18 @@ class SearchParallelEnv(ParallelEnv):
                 env.step(None)
         self.agents = list(env.agents)
         return observations, rewards, terminations, truncations, infos
+
+    def acting_agents(self) -> list[str]:
+        """The agents whose actions the next ``step`` uses, in order (empty once done)."""
+        return self.aec_env.acting_agents()
+
+    def turn(self, agent: str) -> AgentTurn:
+        """What a ``Policy`` needs to act for ``agent`` in the next step."""
+        return self.aec_env.turn(agent)
+
+    def state(self) -> dict[str, Any]:
+        """The global state, a member of ``state_space`` (see ``SearchEnv.state``)."""
+        return self.aec_env.state()
 
     def render(self):
         return self.aec_env.render()

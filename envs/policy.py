@@ -5,8 +5,9 @@ Every policy (scripted, misbehaving, HF transformers, vLLM, OpenAI-compatible) i
 with ``RoleRouter``, for example an LLM Searcher under a scripted Leader.
 
 An ``AgentTurn`` is exactly what the environment gives the acting agent: its role prompt and chat
-history (``messages``), the action kinds allowed now, and how many answer candidates to produce.
-``env.turn(agent)`` builds one from the environment's observation.
+history (``messages``), the action kinds allowed now, how many answer candidates to produce, and,
+as separate fields for policies that are not models, the bare task and the instructions given
+with it. ``env.turn(agent)`` builds one.
 """
 
 from __future__ import annotations
@@ -38,17 +39,19 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class AgentTurn:
+    """One pending turn. ``messages`` is exactly what the model reads; ``task`` is the bare
+    question or subtask of the call (no ``Question:``/``Task:`` label, tag look-alikes escaped as
+    in ``messages``) and ``instructions`` what the environment's first message adds to it (the
+    Leader's team size and wave limit; '' for the other roles)."""
+
     agent: str
     role: str
     messages: tuple[dict[str, str], ...]
     allowed: tuple[str, ...]
     num_candidates: int = 1
     call_id: str = ""
-
-    @property
-    def task(self) -> str:
-        """The first user message: the question (or subtask) this call works on."""
-        return next((m["content"] for m in self.messages if m["role"] == "user"), "")
+    task: str = ""
+    instructions: str = ""
 
 
 MAX_TOKEN_COUNT = 2**53  # exact in a float: every JSON reader gets the same number

@@ -103,13 +103,15 @@ def solver_question_message(question: str) -> dict[str, str]:
     return {"role": "user", "content": f"Question: {neutralize_tags(question)}"}
 
 
+def team_instructions(num_searchers: int, max_rounds: int) -> str:
+    """The Leader's first message after its question (``AgentTurn.instructions``)."""
+    return f"You have {num_searchers} Searchers per wave and at most {max_rounds} waves."
+
+
 def question_message(question: str, num_searchers: int, max_rounds: int) -> dict[str, str]:
     return {
         "role": "user",
-        "content": (
-            f"Question: {neutralize_tags(question)}\n"
-            f"You have {num_searchers} Searchers per wave and at most {max_rounds} waves."
-        ),
+        "content": f"Question: {neutralize_tags(question)}\n{team_instructions(num_searchers, max_rounds)}",
     }
 
 

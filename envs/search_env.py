@@ -15,7 +15,7 @@ single agent's ReAct loop reuses the Searcher's: ``SearcherCall``, ``_take_turn`
 Bad input
 ---------
 An action that is not text, is over-long, has no complete tag of the role, has an empty
-query/report, or uses a kind the ``action_kinds`` mask forbids is a *format failure*: it is
+query/report, or uses a kind the ``action_mask`` forbids is a *format failure*: it is
 recorded in ``format_errors``, counted, gives the role a total reward of -1 (see envs/rewards.py),
 and the agent gets a feedback message. The episode continues under the budget rules of the
 workflow, so it always ends within ``max_steps`` environment steps.
@@ -40,6 +40,7 @@ that fails its last step hands every report to the Answerer.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import time
 from collections.abc import Sequence
@@ -54,14 +55,14 @@ from pettingzoo import AECEnv
 
 from envs import prompts
 from envs import rewards as R
-from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, parse_action, strict_answer
+from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, neutralize_tags, parse_action, strict_answer
 from envs.datasets import Question, load_questions
 from envs.policy import AgentOutput, AgentTurn, safe_token_count
 from envs.records import Counters
 from envs.retrieval.base import Retriever
 from envs.retrieval.corpus import Corpus, load_corpus
 from envs.retrieval.factory import RetrieverConfig, build_retriever
-from maopd.base.config import ConfigError, check_fields, checked
+from maopd.base.config import ConfigError, check_fields, checked, did_you_mean
 
 MAX_OBSERVATION_CHARS = 1_000_000
 # A question longer than this could push a message past MAX_OBSERVATION_CHARS (it is quoted in
@@ -73,7 +74,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnicodeText(spaces.Text):
-    """A ``Text`` space whose members may hold any Unicode character.
+    """A ``Text`` space whose members may hold any Unicode character, and whose printout says so.
 
     Gymnasium's ``Text`` only contains strings over its (alphanumeric) charset, but model
     histories hold arbitrary Unicode. Sampling still draws from the default charset.
@@ -81,6 +82,9 @@ class UnicodeText(spaces.Text):
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.min_length}, {self.max_length}, charset=any Unicode)"
 
 
 class ActionText(UnicodeText):
@@ -90,9 +94,10 @@ class ActionText(UnicodeText):
     ``sample()`` draws a well-formed action of one of the role's kinds with a few random
     lowercase words as content (``<delegate>`` one or two numbered subtasks, ``<select>all`` or
     a report number), so a random agent walks through the workflow instead of producing only
-    format failures. Sampled actions are syntactically legal, not good: a kind the current step
-    does not allow is still a format failure. With a ``mask`` or ``probability`` (Gymnasium's
-    per-character arguments) sampling falls back to ``Text``'s.
+    format failures. Sampled actions are syntactically legal, not good. ``sample(mask)`` with an
+    observation's ``action_mask`` (0/1 over ``ACTION_KINDS``) draws only kinds allowed now, and
+    the empty string (a waiting agent's action) when the mask allows none; with a tuple ``mask``
+    or a ``probability`` (Gymnasium's per-character arguments) sampling is ``Text``'s.
     """
 
     def __init__(self, max_length: int, kinds: Sequence[str], seed: int | None = None):
@@ -108,9 +113,12 @@ class ActionText(UnicodeText):
         )
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        if mask is not None or probability is not None or not self.kinds:
+        if isinstance(mask, tuple) or probability is not None:
             return super().sample(mask=mask, probability=probability)
-        kind = self.kinds[int(self.np_random.integers(len(self.kinds)))]
+        kinds = self.kinds if mask is None else tuple(k for k in self.kinds if kind_allowed(mask, k))
+        if not kinds:
+            return ""
+        kind = kinds[int(self.np_random.integers(len(kinds)))]
         if kind == "delegate":
             content = "\n".join(f"{i + 1}. {self._words(2, 5)}" for i in range(int(self.np_random.integers(1, 3))))
         elif kind == "select":
@@ -119,6 +127,28 @@ class ActionText(UnicodeText):
             content = self._words(1, 4)
         action = f"<{kind}>{content}</{kind}>"
         return action if len(action) <= self.max_length else super().sample()
+
+    def __repr__(self) -> str:
+        return f"ActionText({self.max_length}, kinds={self.kinds}, charset=any Unicode)"
+
+
+def kind_allowed(mask: Any, kind: str) -> bool:
+    """Whether an ``action_mask`` (0/1 over ``ACTION_KINDS``) allows ``kind``; ValueError for a
+    mask of another shape."""
+    mask = np.asarray(mask)
+    if mask.shape != (len(ACTION_KINDS),):
+        raise ValueError(f"an action mask has one 0/1 entry per kind of {ACTION_KINDS}, got shape {mask.shape}")
+    return bool(mask[ACTION_KINDS.index(kind)])
+
+
+class CandidateTexts(spaces.Tuple):
+    """The Answerer's ``num_candidates`` texts; ``sample(mask)`` takes the one ``action_mask`` of
+    its observation (a tuple of per-text masks, Gymnasium's form, works too)."""
+
+    def sample(self, mask: Any = None, probability: Any = None) -> tuple[str, ...]:
+        if mask is not None and not isinstance(mask, tuple):
+            mask = (mask,) * len(self.spaces)
+        return super().sample(mask=mask, probability=probability)
 
 
 @dataclass
@@ -238,9 +268,18 @@ class SearchEnv(AECEnv):
         **overrides: Any,
     ):
         super().__init__()
-        unknown = sorted(set(overrides) - {spec.name for spec in fields(SearchEnvConfig)})
+        options = {spec.name for spec in fields(SearchEnvConfig)}
+        unknown = sorted(set(overrides) - options - {"max_cycles"})
         if unknown:
-            raise TypeError(f"{type(self).__name__}() got an unknown argument {unknown[0]!r}")
+            named = inspect.signature(SearchEnv.__init__).parameters
+            known = [*options, "max_cycles", *(name for name in named if name not in ("self", "overrides"))]
+            raise TypeError(
+                f"{type(self).__name__}() got an unknown argument {unknown[0]!r}{did_you_mean(unknown[0], known)}"
+            )
+        if "max_cycles" in overrides:  # PettingZoo's name for the step budget
+            if "max_steps" in overrides:
+                raise ConfigError("max_cycles is PettingZoo's name for max_steps: pass one of them, not both")
+            overrides["max_steps"] = overrides.pop("max_cycles")
         # a copy: the caller's config is never changed, whether the overrides are accepted or not
         config = replace(config or SearchEnvConfig(), **overrides)
         config.validate(self.min_steps)
@@ -264,7 +303,7 @@ class SearchEnv(AECEnv):
                 questions = default_questions
             if corpus is None and retriever is None:
                 corpus = default_corpus
-        self.questions = [q if isinstance(q, Question) else Question.from_dict(q) for q in questions]
+        self.questions = [q if isinstance(q, Question) else Question.from_user(q) for q in questions]
         if not self.questions:
             raise ValueError("questions: the question set is empty")
         self.retriever = retriever if retriever is not None else shared_retriever(config.retriever, corpus)
@@ -273,11 +312,22 @@ class SearchEnv(AECEnv):
         self.agents = []
         self._action_space_cache = {agent: self._make_action_space(agent) for agent in self.possible_agents}
         message = spaces.Dict({"role": spaces.Text(16), "content": UnicodeText(MAX_OBSERVATION_CHARS, min_length=0)})
+        history = spaces.Sequence(message)
+        mask = spaces.MultiBinary(len(ACTION_KINDS))
+        # ``action_kinds`` is the earlier name of ``action_mask``, kept as an alias for one release
         self._observation_space = spaces.Dict(
+            {"role": spaces.Text(16), "messages": history, "action_mask": mask, "action_kinds": mask}
+        )
+        # What a centralised critic reads (``state()``): every agent's visible history and the counters.
+        counter = spaces.Discrete(self.max_steps + 1)
+        self.state_space = spaces.Dict(
             {
-                "role": spaces.Text(16),
-                "messages": spaces.Sequence(message),
-                "action_kinds": spaces.MultiBinary(len(ACTION_KINDS)),
+                "question": UnicodeText(MAX_OBSERVATION_CHARS),
+                "histories": spaces.Dict({agent: history for agent in self.possible_agents}),
+                "acting": spaces.MultiBinary(len(self.possible_agents)),
+                "env_step": counter,
+                "steps_left": counter,
+                "delegation_rounds": spaces.Discrete(config.max_rounds + 1),
             }
         )
 
@@ -288,7 +338,7 @@ class SearchEnv(AECEnv):
     def _make_action_space(self, agent: str) -> spaces.Space:
         text = ActionText(self.config.max_action_chars, ROLE_ACTION_KINDS[self.role_of(agent)])
         if agent == "answerer" and self.config.num_candidates > 1:
-            return spaces.Tuple([text] * self.config.num_candidates)
+            return CandidateTexts([text] * self.config.num_candidates)
         return text
 
     def observation_space(self, agent: str) -> spaces.Space:
@@ -308,7 +358,7 @@ class SearchEnv(AECEnv):
         options = options or {}
         if "question" in options:
             question = options["question"]
-            question = question if isinstance(question, Question) else Question.from_dict(question)
+            question = question if isinstance(question, Question) else Question.from_user(question)
             if len(question.question) > MAX_QUESTION_CHARS:
                 raise ConfigError(
                     f"options['question']: the question has {len(question.question):,} characters; "
@@ -416,16 +466,38 @@ class SearchEnv(AECEnv):
     def observe(self, agent: str) -> dict[str, Any]:
         self._check_agent(agent)
         allowed = self.allowed_actions(agent)
+        mask = np.array([kind in allowed for kind in ACTION_KINDS], dtype=np.int8)
         return {
             "role": self.role_of(agent),
-            "messages": tuple(dict(m) for m in self._messages(agent)),
-            "action_kinds": np.array([kind in allowed for kind in ACTION_KINDS], dtype=np.int8),
+            "messages": self._history(agent),
+            "action_mask": mask,
+            "action_kinds": mask.copy(),
+        }
+
+    def _history(self, agent: str) -> tuple[dict[str, str], ...]:
+        return tuple(dict(m) for m in self._messages(agent))
+
+    def state(self) -> dict[str, Any]:
+        """The global state, a member of ``state_space``: the question, every agent's visible
+        history, who acts now, and the budget and round counters."""
+        if not hasattr(self, "record"):
+            raise RuntimeError(f"{type(self).__name__}.state() before reset(): call reset() first")
+        acting = self.acting_agents()
+        return {
+            "question": self.question.question,
+            "histories": {agent: self._history(agent) for agent in self.possible_agents},
+            "acting": np.array([agent in acting for agent in self.possible_agents], dtype=np.int8),
+            "env_step": self.env_step,
+            "steps_left": self.max_steps - self.env_step,
+            "delegation_rounds": self.counters.delegation_rounds,
         }
 
     def _info(self, agent: str) -> dict[str, Any]:
         return {
             "role": self.role_of(agent),
             "call_id": self._call_id(agent),
+            # False for an agent that waits this step: its reward 0.0 then says nothing
+            "acting": agent in self.acting_agents(),
             "allowed_actions": self.allowed_actions(agent),
             "num_candidates": self.config.num_candidates if agent == "answerer" else 1,
             "env_step": self.env_step,
@@ -437,11 +509,25 @@ class SearchEnv(AECEnv):
         return AgentTurn(
             agent=agent,
             role=self.role_of(agent),
-            messages=tuple(dict(m) for m in self._messages(agent)),
+            messages=self._history(agent),
             allowed=self.allowed_actions(agent),
             num_candidates=self.config.num_candidates if agent == "answerer" else 1,
             call_id=self._call_id(agent),
+            task=self._task(agent),
+            instructions=self._instructions(agent),
         )
+
+    def _task(self, agent: str) -> str:
+        """The bare question or subtask ``agent``'s call works on, as its messages show it
+        (tag look-alikes escaped); '' for a Searcher slot never assigned."""
+        if self.role_of(agent) == "searcher":
+            call = self._searcher_call(agent)
+            return neutralize_tags(call.task) if call else ""
+        return neutralize_tags(self.question.question)
+
+    def _instructions(self, agent: str) -> str:
+        """What the environment's first message to ``agent`` says besides the task."""
+        return ""
 
     # ----- interpreting actions --------------------------------------------------------------
     def _texts(self, action: Any, count: int) -> tuple[list[str], int, int]:
@@ -503,8 +589,12 @@ class SearchEnv(AECEnv):
             return ("report",)
         return ROLE_ACTION_KINDS["searcher"]
 
+    def _searcher_call(self, agent: str) -> SearcherCall | None:
+        """The Searcher slot's current assignment, else its last one (None if it had none)."""
+        return self.active.get(agent) or next((c for c in reversed(self.searcher_calls) if c.agent == agent), None)
+
     def _searcher_messages(self, agent: str) -> list[dict[str, str]]:
-        call = self.active.get(agent) or next((c for c in reversed(self.searcher_calls) if c.agent == agent), None)
+        call = self._searcher_call(agent)
         if call is None:
             return [prompts.system_message("searcher")]
         last_turn = agent in self.acting_agents() and self._searcher_allowed(self.env_step + 1) == ("report",)

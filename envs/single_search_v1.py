@@ -5,7 +5,8 @@ Import                 ``from envs import single_search_v1``
 Actions                Text
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["solver"]``
-Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_kinds: MultiBinary(5))
+Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(5))
+State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
 Budget                 5 environment steps (``max_steps``)
 =====================  ==================================================================
 
@@ -19,7 +20,7 @@ which ends the episode. The budget is the cascade's: up to 4 searches, then an a
 Budget rule (B = ``max_steps``): the solver acts in steps 1 … B. With ``force_finish=False`` (the
 default, the paper's behaviour) it may search in step B too, and the workflow then ends without an
 answer (``counters["no_answer"] = 1``, ``candidates == []``). With ``force_finish=True`` step B
-allows only ``<answer>`` (its observation says so and ``action_kinds`` masks ``search``), and its
+allows only ``<answer>`` (its observation says so and ``action_mask`` masks ``search``), and its
 output is the candidate even when it fails the format. A format failure gets feedback and the
 episode continues under the budget, as a Searcher's does.
 
@@ -29,7 +30,7 @@ solver_reward``). The record (envs/records.py) keeps the team records' fields: t
 one candidate, ``rewards`` holds ``em`` and ``solver`` beside the team roles' empty entries, and
 ``calls`` holds one call of role ``solver``.
 
-``observation_space(agent).contains`` holds for any Unicode history. ``action_kinds`` orders
+``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
 """
 

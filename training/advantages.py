@@ -34,7 +34,15 @@ import torch
 
 from envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
 from maopd.base.config import ConfigError, check_fields, checked
-from training.losses import check_finite, check_role_ids, kl_estimate, lookup, masked_where, registry_decorator
+from training.losses import (
+    check_finite,
+    check_plugin_output,
+    check_role_ids,
+    kl_estimate,
+    lookup,
+    masked_where,
+    registry_decorator,
+)
 from training.token_scoring import TokenBatch
 
 GRPO_EPS = 1e-6
@@ -352,6 +360,9 @@ def team_token_advantages(
     searcher = get_searcher_estimator(signal)(
         SearcherInputs(role_ids, response_mask, old_logprobs, teacher_logprobs, sequence_advantages, config)
     )
+    searcher_tokens = searcher_token_mask(role_ids, response_mask)
+    shape = tuple(response_mask.shape)
+    check_plugin_output("searcher estimator", signal, "the Searcher tokens", searcher, shape, searcher_tokens)
     token_advantages = assign_token_advantages(role_ids, response_mask, sequence_advantages, searcher)
     check_finite("token advantages", token_advantages, role_ids=role_ids, mask=response_mask)
     if config.zero_rl:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
+import numpy as np
 import torch
 
 from envs.actions import ROLE_IDS, ROLES
 from maopd.base.config import ConfigError, check_fields, checked
+from maopd.base.errors import UserError
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
@@ -115,6 +117,44 @@ def lookup(registry: dict[str, Callable], kind: str, name: str) -> Callable:
     if name not in registry:
         raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(registry)}")
     return registry[name]
+
+
+class PluginOutputError(UserError, ValueError):
+    """A registered function (a credit-assignment method, a Searcher estimator) returned values
+    the update cannot use; the message names the function and what was wrong."""
+
+
+def check_plugin_output(
+    kind: str, name: str, what: str, values: Any, shape: tuple[int, ...], mask: torch.Tensor | None = None
+) -> None:
+    """``PluginOutputError`` unless ``values`` is an array or tensor of ``shape`` holding real
+    numbers, finite where ``mask`` is 1 (everywhere without one).
+
+    Checked where a plug-in's output enters the update, so that a wrong length or a NaN is one
+    line naming the plug-in rather than a size mismatch or a sampling error far downstream.
+    """
+
+    def fail(problem: str) -> NoReturn:
+        raise PluginOutputError(
+            f"{kind} {name!r} returned {problem} for {what}; expected finite real numbers of shape {list(shape)}"
+        )
+
+    if not isinstance(values, (torch.Tensor, np.ndarray)):
+        fail(f"a {type(values).__name__}")
+    if tuple(values.shape) != tuple(shape):
+        fail(f"shape {list(values.shape)}")
+    if isinstance(values, torch.Tensor):
+        if values.dtype.is_complex or values.dtype == torch.bool:
+            fail(f"dtype {values.dtype}")
+        bad = ~torch.isfinite(values.detach())
+    else:
+        if values.dtype.kind not in "fiu":
+            fail(f"dtype {values.dtype}")
+        bad = torch.from_numpy(~np.isfinite(values))
+    if mask is not None:
+        bad &= mask.bool().to(bad.device)
+    if bool(bad.any()):
+        fail(f"{int(bad.sum())} non-finite value(s) (NaN or inf)")
 
 
 KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from envs.actions import action_contents, parse_subtasks
 from envs.policy import AgentTurn
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, strip_label, user_texts
+from envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import (
     NAME,
@@ -129,7 +129,7 @@ def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 # ----- menus, one function per role, each reading only the role's text turn ------------------------
 def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
-    question = strip_label(turn.task, "Question:")
+    question = turn.task
     plan = parse_question(question)
     report_lines = [r for message in user_texts(turn, "Reports:") for r in parse_reports(message)]
     delegated = {task for content in action_contents(turn.messages, "delegate") for task in parse_subtasks(content)}
@@ -183,7 +183,7 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
 
 
 def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
-    task = strip_label(turn.task, "Task:")
+    task = turn.task
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
     passages = passage_texts(turn)
@@ -253,7 +253,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
 
 def answerer_menu(turn: AgentTurn) -> list[Option]:
     body = turn.messages[-1]["content"]
-    question = strip_label(body, "Question:")
+    question = turn.task
     plan = parse_question(question)
     knowledge = Knowledge(text for _, _, text in parse_reports(body))
     answer = (final_answer(plan, knowledge) if plan is not None else None) or UNKNOWN

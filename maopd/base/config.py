@@ -12,6 +12,7 @@ a setting that another config defines (its range, and its default unless another
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import numbers
@@ -19,7 +20,7 @@ import re
 import reprlib
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -224,6 +225,12 @@ def _coerce(value: Any, annotation: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a path, got {shown(value)}")
         return Path(value)
     return value
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the known name closest to a mistyped ``name``, else ''."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _unknown_key(cls: type, key: Any, path: str) -> ConfigError:

@@ -32,12 +32,12 @@ DISTRACTOR = Passage("3", "Dalen Morsk", "Dalen Morsk is a chef. Dalen Morsk was
 
 def leader_turn(*extra: dict) -> AgentTurn:
     messages = (prompts.system_message("leader"), prompts.question_message(QUESTION, 3, 5), *extra)
-    return AgentTurn("leader", "leader", messages, ("delegate", "select"))
+    return AgentTurn("leader", "leader", messages, ("delegate", "select"), task=QUESTION)
 
 
 def searcher_turn(task: str, *extra: dict, allowed=("search", "report")) -> AgentTurn:
     messages = (prompts.system_message("searcher"), prompts.task_message(task), *extra)
-    return AgentTurn("searcher_0", "searcher", messages, allowed, call_id="searcher_0@w1")
+    return AgentTurn("searcher_0", "searcher", messages, allowed, call_id="searcher_0@w1", task=task)
 
 
 def test_expert_leader_delegates_hop_by_hop_then_selects():
@@ -67,6 +67,7 @@ def test_expert_leader_delegates_a_comparison_in_one_wave():
             prompts.question_message("Who was born earlier, Dalen Marsk or Kira Vell?", 3, 5),
         ),
         ("delegate", "select"),
+        task="Who was born earlier, Dalen Marsk or Kira Vell?",
     )
     action = parse_action(ExpertLeader().decide(turn), "leader")
     assert action.subtasks == ("When was Dalen Marsk born?", "When was Kira Vell born?")
@@ -113,6 +114,7 @@ def test_expert_answerer_follows_the_chain_and_compares():
         "answerer",
         (prompts.system_message("answerer"), prompts.answerer_message(QUESTION, reports)),
         ("answer",),
+        task=QUESTION,
     )
     assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
     reports = [(1, "t", "Kelvar has a population of 1,200,000."), (2, "t", "Tarvel is home to 950,000 people.")]
@@ -124,6 +126,7 @@ def test_expert_answerer_follows_the_chain_and_compares():
             prompts.answerer_message("Which has more people, Tarvel or Kelvar?", reports),
         ),
         ("answer",),
+        task="Which has more people, Tarvel or Kelvar?",
     )
     assert ExpertAnswerer().decide(turn) == "<answer>Kelvar</answer>"
 

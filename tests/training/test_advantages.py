@@ -20,7 +20,7 @@ from training.advantages import (
     sequence_kl,
     team_token_advantages,
 )
-from training.losses import NonFiniteError
+from training.losses import NonFiniteError, PluginOutputError
 
 
 def test_grpo_binary_group_matches_hand_computation():
@@ -357,3 +357,29 @@ def test_team_inf_teacher_logprob_on_a_leader_token_raises_before_kl_shaping():
     with pytest.raises(NonFiniteError, match="teacher_logprobs") as info:
         team_token_advantages(**batch, leader_rewards=torch.zeros(1, 2), answerer_rewards=torch.zeros(1, 2, 2))
     assert info.value.roles == ("leader",)
+
+
+@pytest.mark.parametrize(
+    ("output", "problem"),
+    [
+        (lambda shape: torch.zeros(shape[0], shape[1] + 1), r"returned shape \[9, 4\]"),
+        (lambda shape: torch.full(shape, float("nan")), r"returned 8 non-finite value\(s\)"),
+        (lambda shape: torch.ones(shape, dtype=torch.bool), "returned dtype torch.bool"),
+        (lambda shape: [[0.0] * shape[1]] * shape[0], "returned a list"),
+    ],
+    ids=["shape", "nan", "bool", "list"],
+)
+def test_a_searcher_estimators_bad_output_is_one_line_naming_it(output, problem):
+    """NaN counts on the Searcher tokens only: the 3 Searcher calls' 9 slots less a passage token."""
+    register_searcher_estimator("bad_for_test")(lambda inputs: output(tuple(inputs.response_mask.shape)))
+    try:
+        config = AdvantageConfig(searcher_signal="bad_for_test", kl_in_reward_coef=0.0)
+        with pytest.raises(PluginOutputError, match=f"searcher estimator 'bad_for_test' {problem}"):
+            team_token_advantages(
+                **_team_batch(),
+                config=config,
+                leader_rewards=torch.tensor([[0.9, 0.1]]),
+                answerer_rewards=torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]),
+            )
+    finally:
+        del SEARCHER_ESTIMATORS["bad_for_test"]

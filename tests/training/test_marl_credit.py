@@ -8,12 +8,14 @@ import torch
 
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, OptionScenario
+from training.losses import PluginOutputError
 from training.marl.credit import (
     CREDIT_METHODS,
     CreditContext,
     counterfactual_ems,
     first_report,
     get_credit_method,
+    register,
     role_reward,
 )
 from training.marl.policy import MenuPolicy, play_batch
@@ -133,3 +135,42 @@ def test_training_with_hints_learns_the_world_quickly(monkeypatch):
 def test_unknown_method_is_named():
     with pytest.raises(ValueError, match="credit-assignment method 'coma2'"):
         train(MarlConfig(method="coma2"), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("returned", "problem"),
+    [
+        (
+            lambda episodes: [np.zeros(len(ep.decisions) - 1) for ep in episodes],
+            r"returned shape \[\d+\] for episode 0",
+        ),
+        (lambda episodes: [np.zeros(len(ep.decisions)) for ep in episodes[1:]], "returned 11 for 12 episodes"),
+        (lambda episodes: np.zeros(5), "returned ndarray for 12 episodes"),
+        (
+            lambda episodes: [np.full(len(ep.decisions), np.nan) for ep in episodes],
+            r"returned \d+ non-finite value\(s\)",
+        ),
+        (lambda episodes: [np.ones(len(ep.decisions), dtype=bool) for ep in episodes], "returned dtype bool"),
+        (lambda episodes: [list(range(len(ep.decisions))) for ep in episodes], "returned a list for episode 0"),
+    ],
+    ids=["short", "missing_episode", "not_a_list", "nan", "bool", "plain_list"],
+)
+def test_a_plugin_methods_bad_output_is_one_line_naming_the_method(batch, returned, problem):
+    env, policy, episodes = batch
+    try:
+        register("bad_for_test")(lambda episodes, ctx: returned(episodes))
+        with pytest.raises(PluginOutputError, match=f"credit-assignment method 'bad_for_test' {problem}") as info:
+            get_credit_method("bad_for_test")(episodes, CreditContext(env, policy))
+        assert "\n" not in str(info.value)
+    finally:
+        CREDIT_METHODS.pop("bad_for_test", None)
+
+
+def test_integer_advantages_from_a_plugin_are_accepted(batch):
+    env, policy, episodes = batch
+    try:
+        register("ints_for_test")(lambda episodes, ctx: [np.ones(len(ep.decisions), dtype=np.int64) for ep in episodes])
+        advantages = get_credit_method("ints_for_test")(episodes, CreditContext(env, policy))
+        assert [len(a) for a in advantages] == [len(ep.decisions) for ep in episodes]
+    finally:
+        CREDIT_METHODS.pop("ints_for_test", None)

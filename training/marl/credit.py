@@ -21,6 +21,7 @@ group); the OPD log-ratio is used as it is, as in the paper.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from envs.actions import TEAM_ROLES
 from envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from envs.option.vector import OptionVectorEnv
 from envs.option.wrapper import GLOBAL_FEATURES
-from training.losses import lookup, registry_decorator
+from training.losses import PluginOutputError, check_plugin_output, lookup, registry_decorator
 from training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
 
 NORMALIZE_EPS = 1e-6
@@ -51,7 +52,25 @@ register = registry_decorator(CREDIT_METHODS, "credit-assignment method")
 
 
 def get_credit_method(name: str) -> CreditMethod:
-    return lookup(CREDIT_METHODS, "credit-assignment method", name)
+    """The method registered as ``name``, its output checked: one finite real array per episode,
+    one entry per decision (``PluginOutputError`` naming the method otherwise)."""
+    method = lookup(CREDIT_METHODS, "credit-assignment method", name)
+
+    @functools.wraps(method)
+    def checked_method(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
+        advantages = method(episodes, ctx)
+        if not isinstance(advantages, (list, tuple)) or len(advantages) != len(episodes):
+            count = len(advantages) if isinstance(advantages, (list, tuple)) else type(advantages).__name__
+            raise PluginOutputError(
+                f"credit-assignment method {name!r} returned {count} for {len(episodes)} episodes; "
+                "expected a list with one array of advantages per episode"
+            )
+        for index, (episode, values) in enumerate(zip(episodes, advantages)):
+            what = f"episode {index} ({len(episode.decisions)} decisions)"
+            check_plugin_output("credit-assignment method", name, what, values, (len(episode.decisions),))
+        return list(advantages)
+
+    return checked_method
 
 
 def role_reward(decision: Decision, parts: dict) -> float:
