@@ -237,12 +237,6 @@ def _html(template: str, *values: object) -> str:
     return template.format(*(html.escape(str(value)) for value in values))
 
 
-def _entries(trajectory: dict, name: str) -> list[dict]:
-    """The ``name`` list of a trajectory, its entries that are objects (records come from any tool)."""
-    entries = trajectory.get(name)
-    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
-
-
 def _attempt_html(record: EvalRecord) -> str:
     parts = [
         _html(
@@ -257,23 +251,22 @@ def _attempt_html(record: EvalRecord) -> str:
         + "</p>"
     ]
     trajectory = record.trajectory or {}
-    for subtask in _entries(trajectory, "subtasks"):
+    for subtask in trajectory.get("subtasks", []):  # records.check_trajectory: lists of objects
         parts.append(
             _html(
                 "<div class=sub>wave {} → {}: {}</div>", subtask.get("wave"), subtask.get("agent"), subtask.get("task")
             )
         )
-    for search in _entries(trajectory, "searches"):
-        passages = search.get("passages")
+    for search in trajectory.get("searches", []):
         parts.append(
             _html(
                 "<div class=search>{} searched <code>{}</code> ({} passages)</div>",
                 search.get("agent"),
                 search.get("query"),
-                len(passages) if isinstance(passages, list) else 0,
+                len(search.get("passages", [])),
             )
         )
-    for report in _entries(trajectory, "reports"):
+    for report in trajectory.get("reports", []):
         parts.append(
             _html(
                 "<div class=report>report {} ({}): {}</div>",

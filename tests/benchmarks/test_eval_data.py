@@ -21,6 +21,7 @@ from benchmarks.eval.records import (
     record_line,
 )
 from envs.datasets import DatasetError, Question
+from tests.records import MINIMAL_RECORD
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 if not REAL.is_dir():
@@ -193,14 +194,7 @@ def test_a_stored_score_is_recomputed_from_the_output(tmp_path):
     assert next(iter_records(path)).score == 0.0
 
 
-GOOD_RECORD = {
-    "method": "m",
-    "dataset": "d",
-    "question_id": "q",
-    "attempt": 0,
-    "golden_answers": ["a"],
-    "final_output": "<answer>a</answer>",
-}
+GOOD_RECORD = MINIMAL_RECORD
 
 
 @pytest.mark.parametrize("raw", ["1" + "0" * 400, "1e308", "-1", "NaN", "Infinity", "9007199254740993"])

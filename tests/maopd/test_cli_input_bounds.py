@@ -7,15 +7,9 @@ import json
 import pytest
 
 from maopd.cli import main
+from tests.records import MINIMAL_RECORD
 
-RECORD = {
-    "method": "m",
-    "dataset": "d",
-    "question_id": "q",
-    "attempt": 0,
-    "golden_answers": ["a"],
-    "final_output": "<answer>a</answer>",
-}
+RECORD = MINIMAL_RECORD
 
 
 @pytest.mark.parametrize(

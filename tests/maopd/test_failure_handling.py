@@ -304,15 +304,9 @@ def test_invalid_token_counts_never_reach_a_record(counts):
 
 def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
     from benchmarks.eval.records import RecordError, load_records
+    from tests.records import MINIMAL_RECORD
 
-    base = {
-        "method": "m",
-        "dataset": "d",
-        "question_id": "q",
-        "attempt": 0,
-        "golden_answers": ["a"],
-        "final_output": "<answer>a</answer>",
-    }
+    base = MINIMAL_RECORD
     for bad in ("NaN", "Infinity", "-1.25"):
         path = tmp_path / "records.jsonl"
         path.write_text(json.dumps(base)[:-1] + f', "search_actions": {bad}}}\n')
