@@ -225,7 +225,7 @@ def test_ptx_data_errors_name_the_field_and_line(models, tmp_path):
         stage2_config(models, tmp_path, **{"ptx.coef": 0.1})
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"txt": "oops"}\n')
-    with pytest.raises(ConfigError, match="line 2"):
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:2 "):
         Trainer(stage2_config(models, tmp_path, **{"ptx.coef": 0.1, "ptx.data": str(bad)}))
 
 

@@ -64,6 +64,7 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(stage1_run, tmp_p
     (resumed / "checkpoints").mkdir(parents=True)
     shutil.copytree(stage1_run / "checkpoints" / "step_2", resumed / "checkpoints" / "step_2")
     (resumed / "checkpoints" / "latest").write_text("step_2\n")
+    shutil.copy(stage1_run / "config.yaml", resumed / "config.yaml")  # a run resumes only under the config that made it
     config = load_config("configs/tiny_cpu_stage1.yaml", [f"run_dir={resumed}", "env.max_steps=3", *FAST])
     train_stage(config, resume=True)
     uninterrupted = _comparable(read_metrics(stage1_run)[-1])
