@@ -121,9 +121,8 @@ class SFTConfig:
     # system of the main job (the team's two workflows and the single-agent baseline) starts from
     # a π_0 that has seen its format
     workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS), metadata={FINE_TUNING: True})
-    demo_questions: int = checked(
-        600, ge=1, metadata={FINE_TUNING: True}
-    )  # first N train questions of each world, played once per workflow
+    # first N train questions of each world, played once per workflow
+    demo_questions: int = checked(600, ge=1, metadata={FINE_TUNING: True})
     # Demonstrations come from this many independently generated worlds (seeds world_seed,
     # world_seed + 1, …): every extra world brings new names, so that memorising names stops
     # paying and copying them from the context is what the model learns. RL and evaluation use
@@ -448,19 +447,18 @@ def load_pretrained(model, tokenizer, pretrained: Path) -> dict[str, Any]:
     recorded = json.loads((pretrained.parent / METRICS_FILE).read_text(encoding="utf-8"))
     return {
         "pretrained_from": pretrained.parent.name,
-        **{name: recorded.get(source) for name, source in PRETRAINING_FIGURES.items()},
+        **{name: recorded.get(name) for name in PRETRAINING_FIGURES},
     }
 
 
-# The pretraining figures of sft_metrics.json, and where a π_0 that reuses a pretraining reads them
-# in its source's metrics.
-PRETRAINING_FIGURES = {
-    "pretraining_tokens": "pretraining_tokens",
-    "knowledge_tokens": "knowledge_tokens",
-    "pretraining_steps": "pretraining_steps",
-    "pretraining_final_loss": "pretraining_final_loss",
-    "pretraining_threads": "torch_threads",
-}
+# The pretraining's figures in sft_metrics.json: a π_0 that reuses a pretraining copies its source's
+PRETRAINING_FIGURES = (
+    "pretraining_tokens",
+    "knowledge_tokens",
+    "pretraining_steps",
+    "pretraining_final_loss",
+    "pretraining_threads",
+)
 
 
 def build_base_model(

@@ -461,7 +461,13 @@ def test_a_build_reuses_a_pretraining_and_gives_the_same_weights(tmp_path):
         "base-first",
         "base-again",
     }
-    figures = ("pretraining_key", "pretraining_tokens", "pretraining_steps", "pretraining_final_loss")
+    figures = (
+        "pretraining_key",
+        "pretraining_tokens",
+        "pretraining_steps",
+        "pretraining_final_loss",
+        "pretraining_threads",
+    )
     assert all(metrics["fresh"][name] == metrics["reused"][name] for name in figures)
     # a different pretraining is not reused
     other = build_base_model(replace(config, seed=1), tmp_path / "other", progress=False, reuse_from=[tmp_path])
