@@ -75,7 +75,7 @@ def lookup_question(fact: Fact) -> Question:
         f"lookup/{fact.subject}/{fact.predicate}",
         subquestion(fact.predicate, fact.subject),
         fact.answers,
-        {"hops": 1, "type": "lookup", "band": fact.band},
+        {"hops": 1, "type": "lookup"},
     )
 
 
