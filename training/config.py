@@ -19,6 +19,7 @@ Because a file overrides a variant, preset files leave the fields variants contr
 from __future__ import annotations
 
 import copy
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -178,12 +179,19 @@ class LoggingConfig:
     num_samples: int = checked(2, ge=0)
     keep_samples: int = checked(0, ge=0)  # keep only the newest N sample files (0: keep all)
     tensorboard: bool = True
-    wandb: bool = False  # used only when the wandb package is installed
+    wandb: bool = False  # needs the wandb package
     wandb_project: str = "multiagent-opd"
     progress: bool = True
 
     def __post_init__(self) -> None:
         check_fields(self)
+        # a requested logger that is missing is refused before any work, never skipped in silence
+        for name, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
+            if getattr(self, name) and importlib.util.find_spec(package) is None:
+                raise ConfigError(
+                    f"logging.{name}: the {package} package is not installed; pip install {package} "
+                    f"or set logging.{name}=false"
+                )
 
 
 @dataclass

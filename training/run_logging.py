@@ -2,7 +2,7 @@
 
 ``RUN_DIR/metrics.jsonl`` holds one JSON object per logged step (``{"step": N, "<name>": value,
 …}``); it is the source of truth that ``maopd plot`` reads. TensorBoard event files go to
-``RUN_DIR/tb/``. W&B is used only when ``logging.wandb`` is set and the package is installed.
+``RUN_DIR/tb/``. W&B is used when ``logging.wandb`` is set (the config refuses it without the package).
 Sample trajectories (full workflow records) go to ``RUN_DIR/samples/step_N.jsonl``; only the
 newest ``keep_samples`` files are kept when it is set.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +87,10 @@ class MetricsLogger:
 
             self.tb = SummaryWriter(str(self.run_dir / "tb"))
         self.wandb = None
-        if wandb:
-            try:
-                import wandb as wandb_module
-            except ImportError:
-                warnings.warn("logging.wandb is set but wandb is not installed; skipping W&B", stacklevel=2)
-            else:
-                self.wandb = wandb_module.init(project=wandb_project, dir=str(self.run_dir), config=config)
+        if wandb:  # LoggingConfig refuses wandb: true without the package
+            import wandb as wandb_module
+
+            self.wandb = wandb_module.init(project=wandb_project, dir=str(self.run_dir), config=config)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **metrics}

@@ -451,3 +451,16 @@ def test_the_teacher_and_the_kl_reference_are_named_apart():
     assert frozen_sources(outcome) == (None, "checkpoint")
     with pytest.raises(ConfigError, match="ppo.kl_loss_coef: the KL loss needs a Teacher"):
         build_config({"stage": "stage1", "ppo": {"kl_loss_coef": 0.1}})
+
+
+def test_a_requested_logger_that_is_not_installed_is_refused_before_any_work(monkeypatch):
+    import importlib.util
+
+    from maopd.base.config import ConfigError
+    from training.config import LoggingConfig
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="logging.wandb: the wandb package is not installed"):
+        LoggingConfig(wandb=True)
+    assert LoggingConfig().wandb is False  # not requested: nothing to check
