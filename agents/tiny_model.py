@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch
 from transformers import (
@@ -111,7 +113,8 @@ def load_model(
     A directory that exists is read as it is (never the hub). Anything else that looks like a
     hub id (``Qwen/Qwen3-0.6B``) goes through ``from_pretrained`` and its cache: downloaded when a
     hub is reachable, read from the cache alone when the user sets the standard
-    ``HF_HUB_OFFLINE=1``. A failure to get it says so in one line; a damaged local directory
+    ``HF_HUB_OFFLINE=1`` or when the hub's endpoint does not answer within ``HUB_PROBE_SECONDS``.
+    A failure to get it says so in one line; a damaged local directory
     raises ``ModelFileError`` naming the file.
     """
     path = Path(source)
@@ -129,19 +132,50 @@ def load_model(
     name = str(source)
     if not HUB_ID.match(name):
         raise FileNotFoundError(f"{name}: no such model directory, and not a Hugging Face hub id (org/name)")
+    # an unreachable hub is found in seconds: the cache alone is read then, instead of the hub
+    # client retrying a connection that cannot open
+    cache_only = hub_offline() or not hub_reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=cache_only)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=cache_only)
     except OSError as exc:
         raise FileNotFoundError(hub_failure(name, exc)) from None
     return model.to(device).eval(), tokenizer
 
 
+HUB_PROBE_SECONDS = 3.0
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def hub_endpoint() -> tuple[str, int]:
+    """The hub's host and port (``HF_ENDPOINT``, by default huggingface.co over https)."""
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    return endpoint.hostname or "", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+
+
+def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """Whether a connection to the hub's endpoint opens within ``timeout`` seconds."""
+    try:
+        with socket.create_connection(hub_endpoint(), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def hub_failure(name: str, exc: BaseException) -> str:
     """One line: why ``name`` could not be loaded as a hub id, and what to do about it."""
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if hub_offline():
         where = "HF_HUB_OFFLINE is set and the model is not in the Hugging Face cache (HF_HUB_CACHE / HF_HOME)"
+    elif not hub_reachable():
+        host, port = hub_endpoint()
+        where = (
+            f"no such local directory, not in the Hugging Face cache, and the hub ({host}:{port}) cannot be "
+            "reached; download it where a hub is reachable and set HF_HUB_OFFLINE=1, or pass a local directory"
+        )
     else:
         where = (
             "no such local directory, and the Hugging Face hub did not provide it (no network, a wrong "

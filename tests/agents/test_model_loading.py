@@ -2,6 +2,7 @@
 checkpoint or run directory; and nothing of ours turns the hub off for the whole process."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +31,16 @@ def fill_hub_cache(cache: Path, repo_id: str, tiny) -> Path:
     return repo
 
 
-def load_in_subprocess(source: str, tmp_path: Path, offline: bool = True) -> subprocess.CompletedProcess:
+def load_in_subprocess(
+    source: str, tmp_path: Path, offline: bool = True, endpoint: str | None = None
+) -> subprocess.CompletedProcess:
     # huggingface_hub reads HF_HUB_CACHE and HF_HUB_OFFLINE when it is imported: a fresh process.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     env.update(PYTHONPATH=str(ROOT), HF_HOME=str(tmp_path / "hf_home"), HF_HUB_CACHE=str(tmp_path / "hub"))
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
+    if endpoint is not None:
+        env["HF_ENDPOINT"] = endpoint
     code = (
         "import sys; from training.model_loading import model_source; from agents.tiny_model import load_model; "
         "model, tok = load_model(model_source(sys.argv[1])); "
@@ -67,6 +72,22 @@ def test_a_missing_hub_id_offline_is_a_one_line_error(tmp_path):
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("FileNotFoundError: maopd-test/not-there: HF_HUB_OFFLINE is set"), last
+
+
+@pytest.mark.slow
+def test_an_unreachable_hub_reads_the_cache_alone_without_hf_hub_offline(tmp_path, tiny):
+    """Without HF_HUB_OFFLINE and with no hub answering (a closed loopback port as the endpoint), a
+    cached model loads and a missing one is a one-line error saying the hub cannot be reached."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    fill_hub_cache(tmp_path / "hub", "maopd-test/tiny-qwen3", tiny)
+    done = load_in_subprocess("maopd-test/tiny-qwen3", tmp_path, offline=False, endpoint=closed)
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = load_in_subprocess("maopd-test/not-there", tmp_path, offline=False, endpoint=closed)
+    last = missing.stderr.strip().splitlines()[-1]
+    assert last.startswith("FileNotFoundError: maopd-test/not-there: no such local directory, not in the")
+    assert "cannot be reached" in last
 
 
 def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
