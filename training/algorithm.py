@@ -28,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from maopd.base.config import ConfigError, apply_overrides, from_dict, read_yaml_mapping
+from maopd.base.config import ConfigError, apply_overrides, did_you_mean, from_dict, read_yaml_mapping
 from maopd.base.run_dir import CONFIG_FILE
 from training.checkpoint import latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
@@ -70,7 +70,14 @@ class OPDConfig:
             else:
                 owners = [s for s in sections if key in _section_fields(s)]
                 if not owners:
-                    raise ConfigError(f"{key}: not a field of {', '.join((*top_level, *sections))}")
+                    known = [
+                        *_ALIASES,
+                        *top_level,
+                        *(name for section in sections for name in _section_fields(section)),
+                    ]
+                    raise ConfigError(
+                        f"{key}: not a field of {', '.join((*top_level, *sections))}{did_you_mean(key, known)}"
+                    )
                 settings[f"{owners[0]}.{key}"] = value
         self._data = apply_settings(self._data, settings)
         return self

@@ -239,6 +239,8 @@ def _unknown_key(cls: type, key: Any, path: str) -> ConfigError:
     if isinstance(key, str) and "." in key:
         head, _, rest = key.partition(".")
         hint = f"; config files nest their keys ({head}: {{{rest}: ...}}), dotted paths are for key=value overrides"
+    if not hint and isinstance(key, str):
+        hint = did_you_mean(key, (f.name for f in dataclasses.fields(cls) if f.init))
     return ConfigError(
         f"{path}.{key}: unknown key{hint} (known keys: {known})"
         if path

@@ -45,7 +45,7 @@ def test_round_trip_and_overrides(tmp_path):
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"stepz": 1}, "stepz: unknown key"),
+        ({"stepz": 1}, "stepz: unknown key; did you mean .steps.?"),
         ({"steps": "many"}, "steps: expected an integer"),
         ({"inner": {"lr": "fast"}}, "inner.lr: expected a number"),
         ({"inner": {"names": "a"}}, "inner.names: expected a list"),

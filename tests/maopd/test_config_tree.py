@@ -237,6 +237,8 @@ def test_opd_config_reaches_every_section():
     assert set(SECTIONS) == {name for name, value in to_dict(config).items() if isinstance(value, dict)}
     with pytest.raises(ConfigError, match="ptx.coef: must be >= 0"):
         OPDConfig().environment(stage="stage1").ptx(coef=-1).to_train_config()
+    with pytest.raises(ConfigError, match="lrr: not a field of .*; did you mean 'lr'"):
+        OPDConfig().training(lrr=0.1)
 
 
 def test_defaults_are_written_once():
