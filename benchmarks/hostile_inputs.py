@@ -41,10 +41,11 @@ import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.fault_injection import _git_commit
+from benchmarks.provenance import git_commit
 from maopd.base.json_files import write_json
 from tests.raw_http import RawServer, http_answer
 
@@ -63,8 +64,11 @@ TINY = [
 ]
 SECRET = "sk-hostileSECRET0123456789abcdef"
 KEY_ENV = "HOSTILE_INPUTS_KEY"
-TRAIN_BOUND_S = 240  # a tiny two-step training on a loaded 2-core machine
-COMMAND_BOUND_S = 120  # one command that should refuse or finish at once (imports included)
+# Wall-clock bounds of whole commands are loose: the harness may share a loaded machine, where the
+# interpreter's imports alone take minutes. A request's own deadline is timed inside the process.
+TRAIN_BOUND_S = 900  # a tiny training of a few steps
+COMMAND_BOUND_S = 300  # one command that should refuse or finish at once
+REQUEST_SLACK_S = 8  # a request may overrun its timeout_s by this much (retries are off)
 
 
 @dataclass
@@ -126,9 +130,9 @@ def start(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subp
 
 
 def finish(process: subprocess.Popen, started: float, bound_s: float) -> Ran:
-    """Wait for ``process`` up to twice ``bound_s`` from ``started``; kill it past that."""
+    """Wait for ``process`` up to 1.5 times ``bound_s`` from ``started``; kill it past that."""
     try:
-        output, _ = process.communicate(timeout=max(1.0, 2 * bound_s - (time.perf_counter() - started)))
+        output, _ = process.communicate(timeout=max(1.0, 1.5 * bound_s - (time.perf_counter() - started)))
         timed_out = False
     except subprocess.TimeoutExpired:
         process.kill()
@@ -165,13 +169,17 @@ def classify(
     lost: list[str] = (),
     leaked: list[str] = (),
     wrong: list[str] = (),
+    hung: list[str] = (),
 ) -> Finding:
-    """The outcome, in the order of the module docstring: the first that applies."""
+    """The outcome, in the order of the module docstring: the first that applies. ``hung``: parts
+    timed inside the process that overran their own deadline."""
     runs = [runs] if isinstance(runs, Ran) else runs
     seconds = round(sum(r.seconds for r in runs), 2)
     slowest = max(runs, key=lambda r: r.seconds)
     if any(r.timed_out for r in runs) or slowest.seconds > bound_s:
         return Finding("hang", f"ran {slowest.seconds:.0f} s (bound {bound_s} s)", seconds)
+    if hung:
+        return Finding("hang", "; ".join(hung), seconds)
     for ran in runs:
         if TRACEBACK in ran.output:
             return Finding("traceback", ran.last_line, seconds)
@@ -447,9 +455,9 @@ def yaml_alias_bomb(work: Path) -> Finding:
     ]
     bomb = work / "bomb.yaml"
     bomb.write_text("variants:\n" + textwrap.indent("\n".join(lines), "  ") + "\n")
-    ran = cli(work, "train", "--config", str(bomb), "--run-dir", str(work / "run"), bound_s=60)
+    ran = cli(work, "train", "--config", str(bomb), "--run-dir", str(work / "run"))
     wrong = [f"the error echoes {len(ran.output)} characters"] if len(ran.output) > 2000 else []
-    return classify(ran, 60, wrong=wrong + accepted(ran))
+    return classify(ran, COMMAND_BOUND_S, wrong=wrong + accepted(ran))
 
 
 @repro(
@@ -684,31 +692,37 @@ def pipe_in_method_name(work: Path) -> Finding:
 @repro("hangs", "an OpenAI server trickling a byte every 0.25 s; the request must end near `timeout_s`")
 def openai_trickle(work: Path) -> Finding:
     answer = http_answer(chat_answer("<answer>" + "x" * 400 + "</answer>"))
+    timeout_s = 2
     with RawServer(
-        lambda request: [answer[i : i + 1] for i in range(len(answer))], pause_s=0.25, seconds=120
+        lambda request: [answer[i : i + 1] for i in range(len(answer))], pause_s=0.25, seconds=300
     ) as server:
-        started = time.perf_counter()
         ran = python(
             work,
             f"""
+            import json, time
             from agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
             from envs.policy import AgentTurn
             from envs.prompts import system_message, task_message
             config = OpenAIPolicyConfig(base_url="{server.url}/v1", model="m", api_key_env="{KEY_ENV}",
-                                        timeout_s=2, max_retries=0)
+                                        timeout_s={timeout_s}, max_retries=0)
             turn = AgentTurn(agent="searcher_0", role="searcher", messages=(system_message("searcher"),
                              task_message("capital of France")), allowed=("search", "report"), num_candidates=1)
-            OpenAIPolicy(config).act([turn])
+            policy = OpenAIPolicy(config)
+            started = time.monotonic()
+            try:
+                policy.act([turn])
+            finally:
+                print(json.dumps({{"request_s": time.monotonic() - started}}), flush=True)
             """,
-            bound_s=COMMAND_BOUND_S,
             env={KEY_ENV: SECRET},
         )
-    # the interpreter's start-up is not the request: time the request against a tight bound
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran) + _slower_than(started, ran, 30))
-
-
-def _slower_than(started: float, ran: Ran, seconds: float) -> list[str]:
-    return [f"took {ran.seconds:.0f} s"] if time.perf_counter() - started > seconds and not ran.timed_out else []
+    request_s = last_json(ran).get("request_s", 0.0)
+    hung = (
+        [f"the request took {request_s:.1f} s, timeout_s {timeout_s}"]
+        if request_s > timeout_s + REQUEST_SLACK_S
+        else []
+    )
+    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran), hung=hung)
 
 
 @repro("hangs", "an OpenAI server answering a 50 MB body")
@@ -922,21 +936,27 @@ def byte_order_marks(work: Path) -> Finding:
 # ----------------------------------------------------------------------------- report
 
 
-def run_all(selected: list[Repro], work: Path) -> list[dict]:
-    results = []
-    for index, item in enumerate(selected):
-        directory = work / item.name
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-        started = time.perf_counter()
-        try:
-            finding = item.run(directory)
-        except Exception as exc:  # the harness's own failure is reported, never hidden as an outcome
-            finding = Finding("harness error", f"{type(exc).__name__}: {exc}")
-        finding.seconds = finding.seconds or round(time.perf_counter() - started, 2)
-        results.append({"name": item.name, "group": item.group, "what": item.what} | vars(finding))
-        print(f"[{index + 1}/{len(selected)}] {item.name}: {finding.outcome} ({finding.detail[:160]})", flush=True)
-    return results
+def run_one(item: Repro, work: Path) -> dict:
+    directory = work / item.name
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    started = time.perf_counter()
+    try:
+        finding = item.run(directory)
+    except Exception as exc:  # the harness's own failure is reported, never hidden as an outcome
+        finding = Finding("harness error", f"{type(exc).__name__}: {exc}")
+    finding.seconds = finding.seconds or round(time.perf_counter() - started, 2)
+    print(f"{item.name}: {finding.outcome} ({finding.detail[:160]})", flush=True)
+    return {"name": item.name, "group": item.group, "what": item.what} | vars(finding)
+
+
+def run_all(selected: list[Repro], work: Path, jobs: int) -> list[dict]:
+    """The repros, ``jobs`` at a time (each in its own directory, with its own servers), those that
+    train first since they take longest; the results in the issue's order."""
+    longest_first = sorted(selected, key=lambda item: not item.slow)
+    with ThreadPoolExecutor(jobs) as pool:
+        done = {row["name"]: row for row in pool.map(lambda item: run_one(item, work), longest_first)}
+    return [done[item.name] for item in selected]
 
 
 def readme(report: dict) -> str:
@@ -971,19 +991,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for hostile_inputs.json and README.md")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these repros only")
     parser.add_argument("--quick", action="store_true", help="skip the repros that train a model")
+    parser.add_argument("--jobs", type=int, default=1, help="repros run at a time (default 1)")
     parser.add_argument("--work", type=Path, help="where the repros run (default: a temporary directory, removed)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     known = {item.name for item in REPROS}
     if args.only and set(args.only) - known:
         parser.error(f"--only: unknown repro(s) {sorted(set(args.only) - known)}")
     selected = [r for r in REPROS if (not args.only or r.name in args.only) and not (args.quick and r.slow)]
     work = args.work or Path(tempfile.mkdtemp(prefix="maopd-hostile-"))
     started = time.time()
-    results = run_all(selected, work)
+    results = run_all(selected, work, args.jobs)
     counts = Counter(row["outcome"] for row in results)
     report = {
         "command": "OMP_NUM_THREADS=1 python benchmarks/hostile_inputs.py " + " ".join(argv or sys.argv[1:]),
-        "commit": _git_commit(),
+        "commit": git_commit(short=True),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "total_seconds": round(time.time() - started, 1),
         "counts": {o: counts.get(o, 0) for o in (*OUTCOMES, "harness error")},
