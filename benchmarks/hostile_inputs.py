@@ -435,10 +435,8 @@ def key_echoed_json_escaped(work: Path) -> Finding:
 @repro("security", "a key sent over plain http to `evil.localhost` (resolved by DNS, not loopback)")
 def key_to_dot_localhost(work: Path) -> Finding:
     ran = openai_eval(work, "http://evil.localhost:9/v1", work / "r.jsonl", "--model", "m")
-    wrong = [] if "InsecureKey" in ran.output or "plain http" in ran.output or "loopback" in ran.output else []
-    if ran.returncode == 0:
-        wrong.append("the key was sent")
-    return classify(ran, COMMAND_BOUND_S, wrong=wrong)
+    refused = "over plain http" in ran.output  # InsecureKeyError, before any request
+    return classify(ran, COMMAND_BOUND_S, leaked=[] if refused else ["evil.localhost taken for loopback"])
 
 
 @repro("security", "a 519-byte YAML of nested aliases under `variants:` as `train --config`")
@@ -557,7 +555,7 @@ def overrides_yaml_1_1(work: Path) -> Finding:
         print(json.dumps(got))
         """,
     )
-    ran.seconds, got = ran.seconds, last_json(ran)
+    got = last_json(ran)
     wrong = [] if got == {"010": 10, "1:30": "refused"} else [f"read as {got}"]
     return classify(ran, COMMAND_BOUND_S, wrong=wrong)
 
@@ -611,8 +609,8 @@ def manifest_no_golden_answer(work: Path) -> Finding:
 
 
 def _config_refused(work: Path, *overrides: str, preset: bool = False) -> Finding:
-    config = ["--preset", "smoke"] if preset else TINY
-    ran = cli(work, "train", *config, "steps=1", *overrides, "--run-dir", str(work / "run"), bound_s=TRAIN_BOUND_S)
+    config = ["--preset", "smoke"] if preset else [*TINY, "steps=1"]
+    ran = cli(work, "train", *config, *overrides, "--run-dir", str(work / "run"), bound_s=TRAIN_BOUND_S)
     return classify(ran, TRAIN_BOUND_S, wrong=accepted(ran))
 
 
@@ -773,7 +771,10 @@ def wrong_trainer_state(work: Path) -> Finding:
     wrong = []
     for name, damage in (
         ("empty", lambda state: {}),
-        ("tensor index", lambda state: json.loads(json.dumps(state).replace('{"tensor": 0}', '{"tensor": 99999}'))),
+        (
+            "tensor index",
+            lambda state: json.loads(json.dumps(state).replace('{"__tensor__": 0}', '{"__tensor__": 99999}')),
+        ),
         ("step", lambda state: state | {"step": "four"}),
     ):
         run_dir = work / name.replace(" ", "_")
@@ -782,7 +783,9 @@ def wrong_trainer_state(work: Path) -> Finding:
         state_file.write_text(json.dumps(damage(json.loads(state_file.read_text()))))
         ran = cli(work, "train", *TINY, "steps=3", "--run-dir", str(run_dir), bound_s=TRAIN_BOUND_S)
         runs.append(ran)
-        if ran.returncode == 0 and "step_2" not in ran.output:
+        if ran.returncode != 0:
+            wrong.append(f"{name}: no fall-back to step_1 ({ran.last_line})")
+        elif "step_2" not in ran.output:
             wrong.append(f"{name}: resumed without naming the damaged step_2")
     return classify(runs, TRAIN_BOUND_S, wrong=wrong)
 
