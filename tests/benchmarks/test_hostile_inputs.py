@@ -59,8 +59,8 @@ def test_a_few_repros_run_through_the_harness_and_hold(tmp_path):
     names = ["manifest_over_its_dataset", "deeply_nested_jsonl", "world_demos_negative_limit", "viewer_script"]
     assert main(["--only", *names, "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]) == 0
     report = json.loads((tmp_path / "out" / "hostile_inputs.json").read_text())
-    assert [r["name"] for r in report["results"]] == names
-    assert [r["outcome"] for r in report["results"]] == ["clear error", "clear error", "clear error", "OK"]
+    outcomes = {r["name"]: r["outcome"] for r in report["results"]}
+    assert outcomes == dict.fromkeys(names[:3], "clear error") | {"viewer_script": "OK"}
     assert report["failures"] == 0
     table = (tmp_path / "out" / "README.md").read_text()
     assert report["command"] in table and all(f"`{name}`" in table for name in names)
