@@ -448,7 +448,9 @@ def key_to_dot_localhost(work: Path) -> Finding:
     return classify(ran, COMMAND_BOUND_S, leaked=[] if refused else ["evil.localhost taken for loopback"])
 
 
-@repro("security", "a 519-byte YAML of nested aliases under `variants:` as `train --config`")
+@repro(
+    "security", "a YAML of nested aliases under `variants:` (346 bytes, 9 × 4^12 nodes expanded) as `train --config`"
+)
 def yaml_alias_bomb(work: Path) -> Finding:
     lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
     lines += [
