@@ -1,4 +1,5 @@
-"""Hostile inputs: every repro of issue 34, run against the current code, each outcome classified.
+"""Hostile inputs: repros of data loss, leaks, silent-wrong results, hangs and tracebacks, run against
+the current code, each outcome classified.
 
 Each repro is what an attacker or a careless user would do (symlinks planted in a run directory,
 two trainings on one run directory, a YAML alias bomb, a server that trickles its answer or sends
@@ -96,7 +97,7 @@ class Finding:
 @dataclass
 class Repro:
     name: str
-    group: str  # the issue's heading: data loss, security, silent-wrong, hangs, tracebacks
+    group: str  # data loss, security, silent-wrong, hangs, tracebacks
     what: str
     run: Callable[[Path], Finding]
     slow: bool = False  # trains a model
@@ -978,7 +979,7 @@ def run_one(item: Repro, work: Path) -> dict:
 
 def run_all(selected: list[Repro], work: Path, jobs: int) -> list[dict]:
     """The repros, ``jobs`` at a time (each in its own directory, with its own servers), those that
-    train first since they take longest; the results in the issue's order."""
+    train first since they take longest; the results in the groups' order."""
     longest_first = sorted(selected, key=lambda item: not item.slow)
     with ThreadPoolExecutor(jobs) as pool:
         done = {row["name"]: row for row in pool.map(lambda item: run_one(item, work), longest_first)}
@@ -988,7 +989,7 @@ def run_all(selected: list[Repro], work: Path, jobs: int) -> list[dict]:
 def readme(report: dict) -> str:
     counts = report["counts"]
     lines = [
-        "# Hostile inputs: issue 34's repros against the current code",
+        "# Hostile inputs: the repros against the current code",
         "",
         f"- **Command**: `{report['command']}` (writes `hostile_inputs.json` and this README).",
         f"- **Commit**: {report['commit']}.",

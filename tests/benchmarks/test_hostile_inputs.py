@@ -49,7 +49,7 @@ def test_lost_files_and_secrets_are_found(tmp_path):
     assert secret_in("sk-abcdefgh", ran(output="sk-abcdefgh"), tmp_path / "nowhere") == ["sk-abc… in the output"]
 
 
-def test_every_repro_has_a_unique_name_and_one_of_the_issues_groups():
+def test_every_repro_has_a_unique_name_and_one_of_the_groups():
     assert len({r.name for r in REPROS}) == len(REPROS)
     assert {r.group for r in REPROS} == {"data loss", "security", "silent-wrong", "hangs", "tracebacks"}
 
