@@ -491,7 +491,7 @@ def planted_nonfinite_pickle(work: Path) -> Finding:
     )
     leaked = ["the planted pickle ran code"] if marker.exists() else []
     advice = last_json(ran).get("advice", [])
-    return classify(ran, COMMAND_BOUND_S, leaked=leaked + [f"{p} advises weights_only=False" for p in advice])
+    return classify(ran, COMMAND_BOUND_S, leaked=leaked + [f"{p} advises unpickling" for p in advice])
 
 
 # ----------------------------------------------------------------------------- silent-wrong
