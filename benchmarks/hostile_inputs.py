@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.provenance import git_commit
+from benchmarks.raw_http import RawServer, http_answer
 from maopd.base.json_files import write_json
-from tests.raw_http import RawServer, http_answer
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "hostile_inputs"
@@ -196,6 +196,11 @@ def classify(
 def accepted(ran: Ran) -> list[str]:
     """For an input that must be refused: exit 0 is silent-wrong."""
     return ["accepted (exit 0)"] if ran.returncode == 0 else []
+
+
+def must_be_refused(ran: Ran) -> Finding:
+    """The outcome of a command given an input it must refuse: accepting it is silent-wrong."""
+    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -614,13 +619,13 @@ def huge_counters_in_summary(work: Path) -> Finding:
 @repro("silent-wrong", "a manifest with a duplicated question id")
 def manifest_duplicated_id(work: Path) -> Finding:
     ran = _scripted_eval(work, work / "r.jsonl", "--manifest", str(world_questions(work / "m.jsonl", duplicate=True)))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("silent-wrong", "a manifest with `golden_answers: []`")
 def manifest_no_golden_answer(work: Path) -> Finding:
     ran = _scripted_eval(work, work / "r.jsonl", "--manifest", str(world_questions(work / "m.jsonl", no_answer=True)))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 def _config_refused(work: Path, *overrides: str, preset: bool = False) -> Finding:
@@ -637,7 +642,7 @@ def negative_role_loss_weight(work: Path) -> Finding:
 @repro("silent-wrong", "`world demos --limit -1` (meant all but one)")
 def world_demos_negative_limit(work: Path) -> Finding:
     ran = cli(work, "world", "demos", "--limit", "-1", "--out", str(work / "d.jsonl"))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("silent-wrong", "`raw_env(config=c, topk=...)` must leave the caller's config alone, accepted or refused")
@@ -678,7 +683,7 @@ def observe_unknown_agent(work: Path) -> Finding:
             sys.exit(2)
         """,
     )
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("silent-wrong", "`|` and a line break in a method name: `tables.md` rows keep their cells")
@@ -740,7 +745,7 @@ def openai_huge_body(work: Path) -> Finding:
     body = json.dumps(chat_answer("<answer>" + "x" * (50 * 2**20) + "</answer>"))
     with RawServer(lambda request: [http_answer(body)], seconds=120) as server:
         ran = openai_eval(work, server.url + "/v1", work / "r.jsonl", "--model", "m")
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 # ----------------------------------------------------------------------------- tracebacks
@@ -821,7 +826,7 @@ def wrong_trainer_state(work: Path) -> Finding:
 def deeply_nested_jsonl(work: Path) -> Finding:
     path = records_file(work / "r.jsonl", ["[" * 200_000 + "]" * 200_000])
     ran = cli(work, "eval", "score", str(path), "--out", str(work / "o"))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("tracebacks", "a corpus with no indexable word (`index build --kind bm25`)")
@@ -829,7 +834,7 @@ def corpus_without_words(work: Path) -> Finding:
     corpus = work / "c.jsonl"
     corpus.write_text('{"id": "1", "contents": "!!! ???"}\n{"id": "2", "contents": "the a of"}\n')
     ran = cli(work, "index", "build", "--kind", "bm25", "--corpus", str(corpus), "--out", str(work / "idx"))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("tracebacks", "a corpus holding a lone surrogate `\\ud800` (`index build --kind bm25`)")
@@ -864,7 +869,7 @@ def openai_non_string_content(work: Path) -> Finding:
 @repro("tracebacks", "a dead OpenAI server (nothing listens on the port)")
 def openai_dead_server(work: Path) -> Finding:
     ran = openai_eval(work, "http://127.0.0.1:9/v1", work / "r.jsonl", "--model", "m")
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("tracebacks", "retrieval `/health` answering `[1, 2]`")
@@ -945,7 +950,7 @@ def play_out_of_range(work: Path) -> Finding:
 @repro("tracebacks", "`world demos --noise 5`")
 def world_demos_noise(work: Path) -> Finding:
     ran = cli(work, "world", "demos", "--noise", "5", "--out", str(work / "d.jsonl"))
-    return classify(ran, COMMAND_BOUND_S, wrong=accepted(ran))
+    return must_be_refused(ran)
 
 
 @repro("tracebacks", "a corpus and a manifest starting with a UTF-8 byte order mark (must be read)")

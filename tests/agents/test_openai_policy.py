@@ -18,10 +18,10 @@ from agents.openai_policy import (
     OpenAIPolicyError,
     restore_stop_tag,
 )
+from benchmarks.raw_http import RawServer, http_answer, trickle
 from envs.policy import AgentTurn
 from envs.prompts import system_message, task_message
 from maopd.base.errors import UserError
-from tests.raw_http import RawServer, http_answer, trickle
 
 SECRET = "sk-test-5ecret-never-shown"
 

@@ -1,6 +1,7 @@
-"""A misbehaving HTTP server on 127.0.0.1 for client tests: it answers every request with the
-bytes the test gives, at the pace the test gives, which no well-behaved server framework allows
-(a body sent a byte at a time, a ``Content-Length`` that lies, JSON that is not the protocol)."""
+"""A misbehaving HTTP server on 127.0.0.1 for client tests and the hostile-inputs harness: it
+answers every request with the bytes the caller gives, at the pace the caller gives, which no
+well-behaved server framework allows (a body sent a byte at a time, a ``Content-Length`` that lies,
+JSON that is not the protocol)."""
 
 from __future__ import annotations
 
