@@ -10,10 +10,10 @@
         .rollouts(batch_size=32, group_size=5, temperature=1.0)
         .training(variant="full", lr=1e-6, minibatches=5, teacher_path="runs/stage1")
     )
-    algo = config.build()
-    metrics = algo.train()          # one training step; returns its metrics dict
-    checkpoint = algo.save("runs/my_run")
-    algo = OPDAlgorithm.restore(checkpoint)
+    with config.build() as algo:    # holds run_dir until the block ends (or algo.stop())
+        metrics = algo.train()      # one step: its metrics, also written to run_dir as by maopd train
+        checkpoint = algo.save()    # run_dir/checkpoints/step_1
+    algo = OPDAlgorithm.restore(checkpoint)  # goes on in the run directory that holds it
 
 Each builder method sets fields of ``TrainConfig`` (``training.config``) by name; the same
 stage/variant layering as ``maopd train --config FILE`` applies, so a script and the CLI build
@@ -30,7 +30,7 @@ from typing import Any
 
 from maopd.base.config import ConfigError, apply_overrides, did_you_mean, from_dict, read_yaml_mapping
 from maopd.base.run_dir import CONFIG_FILE
-from training.checkpoint import latest_checkpoint
+from training.checkpoint import CHECKPOINTS, latest_checkpoint
 from training.config import TrainConfig, apply_settings, build_config, load_config
 
 # Builder keyword → TrainConfig field, for the names that do not match a field one to one.
@@ -131,31 +131,58 @@ class OPDConfig:
 
 
 class OPDAlgorithm:
-    """``train()`` runs one step; ``save``/``restore`` use the trainer's checkpoints."""
+    """A stage run driven step by step: it writes what ``maopd train`` writes.
+
+    ``train()`` runs one step and writes its outputs at the config's settings (``metrics.jsonl``
+    and ``tb/`` every ``logging.every`` steps, ``samples/`` every ``logging.sample_every``, a
+    checkpoint every ``checkpoint.every`` and at ``steps``; ``training.trainer.StageRun``). The run
+    directory is held from ``build()`` until ``stop()``, the end of a ``with`` block or the end of
+    the process. ``build()`` starts a fresh run and refuses a run directory that has checkpoints;
+    ``restore()`` continues one.
+    """
 
     def __init__(self, config: TrainConfig, checkpoint: str | Path | None = None):
-        from training.trainer import Trainer
+        from training.trainer import StageRun
 
         self.config = config
-        self.trainer = Trainer(config, checkpoint)
+        if checkpoint is None:
+            self.run = StageRun(config, resume=False)
+        else:  # the config is the checkpoint's own, so there is nothing to compare
+            self.run = StageRun(config, check_config=False, checkpoint=Path(checkpoint))
+        self.trainer = self.run.trainer
 
     @property
     def iteration(self) -> int:
         return self.trainer.step
 
     def train(self) -> dict[str, float]:
-        """One training step (B questions × G trajectories, the PPO minibatch updates)."""
-        return {"step": self.trainer.step + 1, **self.trainer.train_step()}
+        """One training step (B questions × G trajectories, the PPO minibatch updates), with its outputs."""
+        metrics = self.run.step()
+        return {"step": self.trainer.step, **metrics}
 
     def save(self, directory: str | Path | None = None) -> Path:
-        """Write a checkpoint under ``directory`` (a run directory; default ``run_dir``)."""
+        """Write a checkpoint now under ``directory`` (a run directory; default ``run_dir``)."""
         return self.trainer.save(directory)
+
+    def stop(self) -> None:
+        """Flush the loggers and let the run directory go."""
+        self.run.close()
+
+    def __enter__(self) -> OPDAlgorithm:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     @classmethod
     def restore(cls, path: str | Path) -> OPDAlgorithm:
-        """From a checkpoint directory or a run directory (its latest checkpoint)."""
+        """From a checkpoint directory or a run directory (its latest checkpoint). The run goes on in
+        the run directory that holds the checkpoint, wherever it was first made."""
         path = Path(path)
         checkpoint = path if (path / "trainer_state.pt").is_file() else latest_checkpoint(path)
         if checkpoint is None:
             raise FileNotFoundError(f"{path}: neither a checkpoint nor a run directory with checkpoints")
-        return cls(from_dict(TrainConfig, read_yaml_mapping(checkpoint / CONFIG_FILE)), checkpoint)
+        config = from_dict(TrainConfig, read_yaml_mapping(checkpoint / CONFIG_FILE))
+        if checkpoint.parent.name == CHECKPOINTS:  # RUN_DIR/checkpoints/step_N
+            config = dataclasses.replace(config, run_dir=str(checkpoint.parent.parent))
+        return cls(config, checkpoint)

@@ -533,6 +533,88 @@ class _GatheredWeights:
 # --------------------------------------------------------------------------- the stage loop
 
 
+class StageRun:
+    """One stage run in its run directory, with everything ``maopd train`` writes there.
+
+    Opening it holds the run directory (rank 0; ``maopd.base.run_dir.owning``), checks that this
+    config may run there (``check_resume``), records the config and builds the ``Trainer`` from the
+    newest checkpoint, or from ``checkpoint`` when given. Each ``step()`` trains one step and writes
+    its outputs at the config's settings: a ``metrics.jsonl`` row and TensorBoard scalars every
+    ``logging.every`` steps, sample trajectories every ``logging.sample_every``, a checkpoint every
+    ``checkpoint.every`` and at ``steps``. ``close()`` (or leaving a ``with`` block) flushes the
+    loggers and lets the directory go. ``train_stage`` and ``OPDAlgorithm`` both run a stage this way.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        resume: bool | None = None,
+        check_config: bool = True,
+        checkpoint: Path | None = None,
+    ):
+        self.config = config
+        self.run_dir = Path(config.run_dir)
+        self.main = distributed.DistributedContext.from_env().is_main
+        self._held = contextlib.ExitStack()
+        self.logger: MetricsLogger | None = None
+        self.trainer: Trainer | None = None
+        try:
+            if self.main:  # only rank 0 writes, and holds the run directory while it does
+                self._held.enter_context(owning(self.run_dir))
+            checkpoint = checkpoint or latest_checkpoint(self.run_dir)
+            check_resume(config, checkpoint, resume, check_config)
+            if self.main:
+                write_record(config, self.run_dir)
+            self.trainer = Trainer(config, checkpoint)
+            if self.main:
+                # rows after the restored step (all of them when no checkpoint survived) are logged again
+                truncate_metrics(self.run_dir, self.trainer.step)
+                log = config.logging
+                self.logger = MetricsLogger(
+                    self.run_dir, log.tensorboard, log.wandb, log.wandb_project, to_record(config), log.keep_samples
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def step(self) -> dict[str, float]:
+        """Train one step and write its outputs; returns its metrics. A step whose loss is not
+        finite writes nothing and raises ``TrainingStopped`` naming its saved inputs."""
+        trainer, config, log = self.trainer, self.config, self.config.logging
+        try:
+            metrics = trainer.train_step()
+        except NonFiniteError as exc:
+            last_good = latest_checkpoint(self.run_dir)
+            saved = trainer.save_nonfinite(self.run_dir, exc)
+            raise TrainingStopped(
+                f"step {trainer.step + 1} stopped: {exc}. Its batch is saved for inspection in {saved} "
+                f"(summary: {saved.with_suffix('.json')}); no checkpoint or metrics of the step were "
+                f"written. The last good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
+            ) from exc
+        step = trainer.step
+        if self.logger is not None and (step % log.every == 0 or step == config.steps):
+            self.logger.log(step, metrics)
+        if self.logger is not None and log.sample_every and step % log.sample_every == 0:
+            self.logger.write_samples(step, trainer.sample_records())
+        if step % config.checkpoint.every == 0 or step == config.steps:
+            trainer.save(self.run_dir)
+        return metrics
+
+    def close(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+            self.logger = None
+        if self.trainer is not None:
+            self.trainer.dist.close()
+        self._held.close()
+
+    def __enter__(self) -> StageRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 def train_stage(config: TrainConfig, resume: bool | None = None, check_config: bool = True) -> Path:
     """Run one stage to ``config.steps``; returns the run directory.
 
@@ -540,63 +622,20 @@ def train_stage(config: TrainConfig, resume: bool | None = None, check_config: b
     (``maopd.base.run_dir.check_resume``): ``None`` resumes from its latest checkpoint when there
     is one, ``True`` requires one, ``False`` refuses to overwrite a run that has checkpoints;
     ``check_config=False`` is for a caller that compared the configs itself (the pipeline, which
-    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files, and
-    holds the run directory while it does (``maopd.base.run_dir.owning``).
+    also allows a moved run dir). Under torchrun every rank runs it; only rank 0 writes files.
     """
-    main = distributed.DistributedContext.from_env().is_main
-    with owning(config.run_dir) if main else contextlib.nullcontext():  # only rank 0 writes
-        return _train_held(config, resume, check_config, main)
-
-
-def _train_held(config: TrainConfig, resume: bool | None, check_config: bool, main: bool) -> Path:
-    run_dir = Path(config.run_dir)
-    checkpoint = latest_checkpoint(run_dir)
-    check_resume(config, checkpoint, resume, check_config)
-    if main:
-        write_record(config, run_dir)
-    trainer = Trainer(config, checkpoint)
-    if main:
-        # rows after the restored step (all of them when no checkpoint survived) are logged again
-        truncate_metrics(run_dir, trainer.step)
-    log = config.logging
-    logger = (
-        None
-        if not main
-        else MetricsLogger(
-            run_dir, log.tensorboard, log.wandb, log.wandb_project, to_record(config), keep_samples=log.keep_samples
+    with StageRun(config, resume, check_config) as run:
+        trainer = run.trainer
+        progress = tqdm(
+            total=config.steps,
+            initial=trainer.step,
+            disable=not (config.logging.progress and run.main),
+            desc=f"{config.stage} {config.variant}",
+            unit="step",
         )
-    )
-    progress = tqdm(
-        total=config.steps,
-        initial=trainer.step,
-        disable=not (log.progress and main),
-        desc=f"{config.stage} {config.variant}",
-        unit="step",
-    )
-    try:
-        while trainer.step < config.steps:
-            try:
-                metrics = trainer.train_step()
-            except NonFiniteError as exc:
-                last_good = latest_checkpoint(run_dir)
-                saved = trainer.save_nonfinite(run_dir, exc)
-                raise TrainingStopped(
-                    f"step {trainer.step + 1} stopped: {exc}. Its batch is saved for inspection in {saved} "
-                    f"(summary: {saved.with_suffix('.json')}); no checkpoint or metrics of the step were "
-                    f"written. The last good checkpoint is {last_good or 'none (no checkpoint was written yet)'}."
-                ) from exc
-            step = trainer.step
-            if logger is not None and (step % log.every == 0 or step == config.steps):
-                logger.log(step, metrics)
-            if logger is not None and log.sample_every and step % log.sample_every == 0:
-                logger.write_samples(step, trainer.sample_records())
-            if step % config.checkpoint.every == 0 or step == config.steps:
-                trainer.save(run_dir)
-            progress.update(1)
-            progress.set_postfix(em=f"{metrics['reward/em']:.2f}", loss=f"{metrics['loss/total']:.4f}")
-    finally:
-        progress.close()
-        if logger is not None:
-            logger.close()
-        trainer.dist.close()
-    return run_dir
+        with progress:
+            while trainer.step < config.steps:
+                metrics = run.step()
+                progress.update(1)
+                progress.set_postfix(em=f"{metrics['reward/em']:.2f}", loss=f"{metrics['loss/total']:.4f}")
+    return run.run_dir

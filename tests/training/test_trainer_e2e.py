@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from maopd.base.lock import holder
+from maopd.base.run_dir import LOCK_FILE
 from maopd.cli import main
 from training import trainer as trainer_module
-from training.algorithm import OPDAlgorithm
+from training.algorithm import OPDAlgorithm, OPDConfig
 from training.checkpoint import latest_checkpoint, list_checkpoints
 from training.config import load_config
 from training.run_logging import read_metrics
@@ -94,16 +97,49 @@ def test_non_finite_rewards_stop_the_run_and_keep_the_last_checkpoint(stage1_run
     assert [row["step"] for row in read_metrics(run_dir)] == [1, 2, 3]
 
 
-def test_algorithm_api_trains_saves_and_restores(stage1_run, tmp_path):
-    algo = OPDAlgorithm.restore(stage1_run)
-    assert algo.iteration == 3
-    metrics = algo.train()
-    assert metrics["step"] == 4 and "loss/total" in metrics
-    saved = algo.save(tmp_path / "algo")
-    again = OPDAlgorithm.restore(saved)
-    assert again.iteration == 4
-    for a, b in zip(algo.trainer.model.parameters(), again.trainer.model.parameters()):
-        assert torch.equal(a, b)
+def test_python_api_writes_what_the_cli_writes(tmp_path):
+    run_dir = tmp_path / "api"
+    config = (
+        OPDConfig.from_file("configs/tiny_cpu_stage1.yaml")
+        .environment(max_steps=3)
+        .rollouts(max_new_tokens=8)
+        .training(run_dir=str(run_dir), steps=2)
+        .checkpointing(every=1, keep_last=3)
+        .reporting(sample_every=1, progress=False)
+    )
+    with config.build() as algo:
+        assert [algo.train()["step"] for _ in range(2)] == [1, 2]
+        assert holder(run_dir / LOCK_FILE) == os.getpid()  # held until stop() or the block's end
+    assert not (run_dir / LOCK_FILE).exists()
+    assert [row["step"] for row in read_metrics(run_dir)] == [1, 2]
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (run_dir / "samples").iterdir()) == ["step_1.jsonl", "step_2.jsonl"]
+    assert [p.name for p in list_checkpoints(run_dir / "checkpoints")] == ["step_1", "step_2"]
+    assert load_config(run_dir / "config.yaml").steps == 2
+    with pytest.raises(FileExistsError, match="already has checkpoints"):
+        config.build()  # a fresh run never overwrites one; restore() goes on with it
+
+    with OPDAlgorithm.restore(run_dir) as algo:
+        assert algo.iteration == 2
+        assert algo.train()["step"] == 3
+    assert [row["step"] for row in read_metrics(run_dir)] == [1, 2, 3]
+    assert latest_checkpoint(run_dir).name == "step_3"  # checkpoint.every=1
+
+
+def test_restore_goes_on_where_the_checkpoint_is(stage1_run, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(stage1_run, run_dir)  # the fixture's run is shared by the other tests
+    with OPDAlgorithm.restore(run_dir) as algo:
+        metrics = algo.train()
+        assert metrics["step"] == 4 and "loss/total" in metrics
+        saved = algo.save(tmp_path / "elsewhere")
+    assert saved == tmp_path / "elsewhere" / "checkpoints" / "step_4"
+    with OPDAlgorithm.restore(saved) as again:
+        assert again.iteration == 4 and again.config.run_dir == str(tmp_path / "elsewhere")
+        for a, b in zip(algo.trainer.model.parameters(), again.trainer.model.parameters()):
+            assert torch.equal(a, b)
+    assert (tmp_path / "elsewhere" / "config.yaml").is_file()
+    assert [row["step"] for row in read_metrics(stage1_run)] == [1, 2, 3]
 
 
 def test_stage2_runs_three_steps_with_the_stage1_teacher(stage1_run, tmp_path):
