@@ -61,6 +61,9 @@ class TokenPolicy:
             )
         return outputs
 
+    def release_cache(self) -> None:
+        """Free what the engine keeps between calls, while it is not needed (by default nothing)."""
+
     def request(
         self,
         prompt_ids_batch: Sequence[Sequence[int]],

@@ -47,12 +47,14 @@ from agents.sampling import Candidate, SamplingConfig, StopMatcher
 from agents.token_policy import TokenPolicy, candidate_seed
 
 VLLM_VERSION = "0.32.0"
+# the head sizes vLLM 0.32's CPU attention takes (a model with another cannot be served)
+VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class VLLMWorkerError(RuntimeError):
-    """The vLLM worker could not start, died, or failed a request; the message has its log tail."""
+    """The vLLM worker could not start, died, or failed a request: one line naming its log file."""
 
 
 def vllm_python() -> Path | None:
@@ -93,7 +95,9 @@ class VLLMPolicy(TokenPolicy):
         """Start the engine on the model saved in ``model_dir`` (``save_model``'s format).
 
         ``engine_args`` add to or override ``vllm.LLM``'s arguments; the worker's stderr (vLLM's
-        log) goes to ``log_path``, a temporary file by default, quoted in every error.
+        log, and the traceback of a failed request) goes to ``log_path``, a temporary file by
+        default, named in every error. The worker exits when this process does (it watches its
+        parent), so an engine never outlives the trainer that started it.
         """
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
@@ -240,12 +244,12 @@ class VLLMPolicy(TokenPolicy):
 
     def _call(self, message: dict, doing: str) -> dict:
         if self._process.poll() is not None:
-            raise VLLMWorkerError(f"the vLLM worker has exited while {doing}{self._log_tail()}")
+            raise VLLMWorkerError(f"the vLLM worker has exited while {doing}{self._log_note()}")
         try:
             self._process.stdin.write(json.dumps(message) + "\n")
             self._process.stdin.flush()
         except BrokenPipeError as exc:
-            raise VLLMWorkerError(f"the vLLM worker has exited while {doing}{self._log_tail()}") from exc
+            raise VLLMWorkerError(f"the vLLM worker has exited while {doing}{self._log_note()}") from exc
         return self._receive(timeout_s=None, doing=doing)
 
     def _receive(self, timeout_s: float | None, doing: str) -> dict:
@@ -254,23 +258,22 @@ class VLLMPolicy(TokenPolicy):
             wait = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
             if wait <= 0:
                 self._process.kill()
-                raise VLLMWorkerError(f"the vLLM worker took over {timeout_s:g} s {doing}{self._log_tail()}")
+                raise VLLMWorkerError(f"the vLLM worker took over {timeout_s:g} s {doing}{self._log_note()}")
             if select.select([self._process.stdout], [], [], wait)[0]:
                 line = self._process.stdout.readline()
                 if not line:
                     self._process.wait()
                     raise VLLMWorkerError(
-                        f"the vLLM worker exited (code {self._process.returncode}) while {doing}{self._log_tail()}"
+                        f"the vLLM worker exited (code {self._process.returncode}) while {doing}{self._log_note()}"
                     )
                 reply = json.loads(line)
                 if not reply.get("ok"):
-                    raise VLLMWorkerError(f"the vLLM worker failed while {doing}:\n{reply.get('error')}")
+                    error = reply.get("error")
+                    raise VLLMWorkerError(f"the vLLM worker failed while {doing}: {error}{self._log_note()}")
                 return reply
 
-    def _log_tail(self, lines: int = 30) -> str:
-        self._log.flush()
-        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
-        return f"; its log ({self.log_path}) ends:\n" + "\n".join(text)
+    def _log_note(self) -> str:
+        return f"; its log, with the details: {self.log_path}"
 
 
 def _eos_ids(model_dir: Path, tokenizer) -> set[int]:

@@ -11,10 +11,14 @@ JSON object per line:
   <- {"ok": true}
   -> {"op": "shutdown"}
 
-``sampling`` holds ``vllm.SamplingParams`` fields. Failures answer ``{"ok": false, "error": ...}``.
+``sampling`` holds ``vllm.SamplingParams`` fields. Failures answer ``{"ok": false, "error": ...}``
+with the exception's one line; the traceback goes to stderr (the log file).
 The first line the worker writes is ``{"ok": true, "ready": ..., "vllm": version}`` once the
 engine is up. vLLM logs to stdout, so the protocol uses a private copy of the original stdout
 and fd 1 is pointed at stderr before vLLM is imported.
+
+The worker exits when its parent does, even in the middle of loading or generating (a killed
+trainer closes no pipe in time to be read): a watchdog thread sees the parent change.
 """
 
 from __future__ import annotations
@@ -22,9 +26,23 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 
 import torch
+
+
+def _exit_with_parent(interval_s: float = 1.0) -> None:
+    """End this process, at once, when the process that started it has gone (we are re-parented)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _protocol_streams():
@@ -78,6 +96,7 @@ def _repack_tied_lm_head(worker) -> bool:
 
 
 def main() -> None:
+    _exit_with_parent()
     engine_kwargs = json.loads(sys.argv[1])
     requests_in, replies = _protocol_streams()
     import vllm
@@ -99,8 +118,9 @@ def main() -> None:
                 break
             else:
                 reply = {"ok": False, "error": f"unknown op {message['op']!r}"}
-        except Exception:  # noqa: BLE001 -- the caller gets the traceback; the engine stays up
-            reply = {"ok": False, "error": traceback.format_exc()}
+        except Exception as exc:  # noqa: BLE001 -- the caller gets the error; the engine stays up
+            traceback.print_exc()
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         replies.write(json.dumps(reply) + "\n")
 
 

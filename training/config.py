@@ -22,9 +22,10 @@ import copy
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agents.tiny_model import TinyModelConfig
+from agents.vllm_policy import VLLM_HEAD_SIZES, vllm_python
 from envs.cascade_search_v1 import raw_env as CascadeEnv
 from envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from envs.policy import SamplingSettings
@@ -37,6 +38,7 @@ from maopd.base.config import (
     check_fields,
     check_partial,
     checked,
+    current_names,
     defaults_dict,
     field_like,
     from_dict,
@@ -94,6 +96,26 @@ class TeacherConfig:
 
 
 @dataclass
+class VLLMEngineConfig:
+    """``rollout.engine: vllm``: how the engine's worker runs (``agents.vllm_policy.VLLMPolicy``).
+
+    ``engine_args`` add to or override ``vllm.LLM``'s arguments (``gpu_memory_utilization``,
+    ``tensor_parallel_size``, ...); ``worker_env`` sets the worker's environment, e.g.
+    ``CUDA_VISIBLE_DEVICES: "1"`` to run the engine on a GPU of its own, or
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) on a CPU. ``sync_tolerance``: the largest |engine − trainer|
+    log-prob the probe after each weight sync may show (null: by ``model.dtype``, see
+    ``training.rollout_engine.SYNC_TOLERANCE``).
+    """
+
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    worker_env: dict[str, str] = field(default_factory=dict)
+    sync_tolerance: float | None = checked(None, gt=0, null="by model.dtype")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass
 class RolloutConfig:
     batch_size: int = checked(32, ge=1)  # questions per step (B)
     group_size: int = checked(5, ge=1)  # trajectories per question (G)
@@ -104,11 +126,14 @@ class RolloutConfig:
     max_input_tokens: int = field_like(SamplingSettings, "max_input_tokens")
     # rows per batched generate call (KV-cache slots of the continuous engine)
     generation_batch_size: int = checked(64, ge=1)
-    # HFPolicy's decode: "continuous" (slots refilled as rows finish, agents/decode_engine.py) or
-    # "chunked" (fixed chunks of rows that shrink as rows finish); decode_compile: a torch.compile mode for the
-    # continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
-    decode_engine: Literal["continuous", "chunked"] = "continuous"
+    # what generates every model call of the rollouts: HFPolicy's "continuous" (slots refilled as
+    # rows finish, agents/decode_engine.py) or "chunked" (fixed chunks of rows that shrink as rows
+    # finish) decode in the trainer's process; "vllm": a vLLM engine in a worker process
+    # (training/rollout_engine.py, settings in rollout.vllm). decode_compile: a torch.compile mode
+    # for the continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
+    engine: Literal["continuous", "chunked", "vllm"] = "continuous"
     decode_compile: str | None = None
+    vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
     # train on the first N questions of the split only
     max_questions: int | None = checked(None, ge=1, null="every question")
     # skip the first N questions of the split (e.g. those π_0's demonstrations were made from)
@@ -116,6 +141,8 @@ class RolloutConfig:
     # DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions
     # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
     dynamic_sampling_rounds: int = checked(0, ge=0)
+
+    RENAMED: ClassVar[dict[str, str]] = {"decode_engine": "engine"}
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -241,6 +268,8 @@ class TrainConfig:
             raise ConfigError(f"variant: {self.variant!r} is a Stage II variant; Stage I has only 'full'")
         if self.stage == "single":
             self._validate_single()
+        if self.rollout.engine == "vllm":
+            self._validate_vllm()
         signal = self.advantage.searcher_signal
         has_teacher = self.teacher.source != "none"
         if signal == "opd" and not has_teacher:
@@ -261,6 +290,25 @@ class TrainConfig:
             )
         if self.searcher_reward == "critic" and signal != "grpo_rs":
             raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
+
+    def _validate_vllm(self) -> None:
+        """What the vLLM rollout engine needs, checked before any work."""
+        if vllm_python() is None:
+            raise ConfigError("rollout.engine: 'vllm' needs the vLLM venv; create it with `bash scripts/setup_vllm.sh`")
+        if self.rollout.decode_compile is not None:
+            raise ConfigError("rollout.decode_compile: compiles the continuous engine's decode step; set it to null")
+        # vLLM records the log-prob after top-p truncation, which PPO's re-score of π_old does not see
+        if self.rollout.top_p < 1:
+            raise ConfigError("rollout.top_p: engine 'vllm' records log-probs after top-p truncation; set top_p=1")
+        if self.distributed.fsdp:
+            raise ConfigError(
+                "distributed.fsdp: rollout.engine 'vllm' serves one trainer process; set fsdp=false or another engine"
+            )
+        if self.model.path == "tiny" and self.model.tiny.head_dim not in VLLM_HEAD_SIZES:
+            raise ConfigError(
+                f"model.tiny.head_dim: vLLM's attention takes head sizes {list(VLLM_HEAD_SIZES)}, "
+                f"got {self.model.tiny.head_dim}; set model.tiny.head_dim=32"
+            )
 
     def _validate_single(self) -> None:
         """The single agent trains on its outcome alone: no Teacher exists for it, and it has no
@@ -346,7 +394,7 @@ def apply_settings(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
 
 def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Defaults < stage < variant < ``data`` (a parsed YAML file) < ``overrides`` (``a.b=value``)."""
-    user = apply_overrides(data or {}, overrides or [])
+    user = current_names(TrainConfig, apply_overrides(data or {}, overrides or []))
     defaults = defaults_dict(TrainConfig)
     head = check_partial(TrainConfig, {k: user.get(k, defaults[k]) for k in ("stage", "variant")}, "")
     layered = apply_settings(defaults, STAGE_SETTINGS[head["stage"]])

@@ -7,6 +7,10 @@ or a wrong type fails at load time with the dotted path of the field, not deep i
 A field's range or choices are declared beside it, ``batch_size: int = checked(32, ge=1)``, and
 ``check_fields(self)`` in the dataclass's ``__post_init__`` checks them all; ``field_like`` declares
 a setting that another config defines (its range, and its default unless another is given).
+
+A renamed field keeps loading under its old name: the dataclass lists it in a class attribute
+``RENAMED = {"old": "new"}``, and ``from_dict`` and ``check_partial`` read the old key as the new
+one, so configs and run records written before the rename still load (and compare equal).
 """
 
 from __future__ import annotations
@@ -253,10 +257,40 @@ def _prefixed(path: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{path}.{exc}" if path else str(exc))
 
 
+def _current_names(cls: type, data: dict[str, Any], path: str) -> dict[str, Any]:
+    """``data`` with the old names of renamed fields (``cls.RENAMED``) replaced by the new ones."""
+    renamed = getattr(cls, "RENAMED", {})
+    if not any(key in renamed for key in data):
+        return data
+    current: dict[str, Any] = {}
+    for key, value in data.items():
+        name = renamed.get(key, key)
+        if name in current or (name != key and name in data):
+            where = f"{path}." if path else ""
+            raise ConfigError(f"{where}{key}: is the old name of {where}{name}, which is set too; keep only {name}")
+        current[name] = value
+    return current
+
+
+def current_names(cls: type, data: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """``data``, a (partial) mapping of dataclass ``cls``'s fields, with the old names of renamed
+    fields replaced by the new ones at every level: for a mapping about to be merged over
+    defaults, which already hold the new names."""
+    data = _current_names(cls, data, path)
+    hints = typing.get_type_hints(cls)
+    return {
+        key: current_names(hints[key], value, f"{path}.{key}" if path else key)
+        if dataclasses.is_dataclass(hints.get(key)) and isinstance(value, dict)
+        else value
+        for key, value in data.items()
+    }
+
+
 def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys, bad types and the checks of each
     dataclass's ``__post_init__`` raise ``ConfigError`` naming the full dotted path."""
     hints = typing.get_type_hints(cls)
+    data = _current_names(cls, data, path)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted((k for k in data if k not in fields), key=str)
     if unknown:
@@ -283,6 +317,7 @@ def check_partial(cls: type, data: Any, path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a mapping of {cls.__name__} fields, got {shown(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    data = _current_names(cls, data, path)
     checked: dict[str, Any] = {}
     for key, value in data.items():
         if key not in fields:

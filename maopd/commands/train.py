@@ -25,7 +25,7 @@ def _train(args: argparse.Namespace) -> int:
     from maopd.base.config import ConfigError
     from maopd.base.run_dir import CONFIG_FILE
     from training.config import load_config
-    from training.trainer import TrainingStopped, train_stage
+    from training.trainer import RUN_STOPPED, train_stage
 
     if args.config is None:
         if args.resume:
@@ -50,7 +50,7 @@ def _train(args: argparse.Namespace) -> int:
     resume = True if args.resume else (False if args.fresh else None)
     try:
         run_dir = train_stage(config, resume=resume)
-    except TrainingStopped as exc:  # not bad input: the run diverged; one line, exit status 1
+    except RUN_STOPPED as exc:  # not bad input: the run diverged or its engine failed; one line, exit status 1
         raise SystemExit(f"maopd train: {exc}") from exc
     print(f"run directory: {run_dir}")
     return 0
@@ -69,7 +69,7 @@ def _pipeline(
     from maopd.pipeline.job import run_pipeline
     from maopd.pipeline.resume import PIPELINE_RECORD
     from maopd.pipeline.seeds import run_seeds
-    from training.trainer import TrainingStopped
+    from training.trainer import RUN_STOPPED
 
     try:
         config = load_experiment(preset, overrides)
@@ -87,7 +87,7 @@ def _pipeline(
         return 0
     try:
         run_pipeline(config, fresh=fresh)
-    except TrainingStopped as exc:  # not bad input: the run diverged; one line, exit status 1
+    except RUN_STOPPED as exc:  # not bad input: the run diverged or its engine failed; one line, exit status 1
         raise SystemExit(f"maopd {command}: {exc}") from exc
     return 0
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_gpu_check_config_is_the_paper_batch_with_the_compiled_engine():
     config = load_config(ROOT / "configs/gpu_check_stage2.yaml", ["model.path=m", "teacher.path=m", "ptx.data=p"])
     assert (config.rollout.batch_size, config.rollout.group_size) == (32, 5)
-    assert config.rollout.decode_engine == "continuous" and config.rollout.decode_compile == "reduce-overhead"
+    assert config.rollout.engine == "continuous" and config.rollout.decode_compile == "reduce-overhead"
 
 
 @pytest.mark.slow
