@@ -48,7 +48,7 @@ from agents.token_policy import TokenPolicy, candidate_seed
 
 VLLM_VERSION = "0.32.0"
 # the head sizes vLLM 0.32's CPU attention takes (a model with another cannot be served)
-VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,7 +144,7 @@ class VLLMPolicy(TokenPolicy):
         }
         self._log = open(self.log_path, "ab")  # noqa: SIM115 -- open as long as the worker runs
         self._process = subprocess.Popen(
-            [str(python), "-I", str(WORKER_SCRIPT), json.dumps(engine)],
+            [str(python), "-I", str(WORKER_SCRIPT), json.dumps(engine), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

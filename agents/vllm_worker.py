@@ -2,8 +2,8 @@
 
 Runs inside the separate vLLM venv (``scripts/setup_vllm.sh``), so it imports only the standard
 library, vLLM and its torch, never this project. ``agents.vllm_policy`` starts it as
-``<vllm venv>/bin/python -I agents/vllm_worker.py '<engine kwargs as JSON>'`` and exchanges one
-JSON object per line:
+``<vllm venv>/bin/python -I agents/vllm_worker.py '<engine kwargs as JSON>' <its own pid>`` and
+exchanges one JSON object per line:
 
   -> {"op": "generate", "requests": [{"prompt_ids": [...], "seed": s, "sampling": {...}}, ...]}
   <- {"ok": true, "results": [{"token_ids", "logprobs", "finish_reason", "stop_reason"}, ...]}
@@ -18,7 +18,8 @@ engine is up. vLLM logs to stdout, so the protocol uses a private copy of the or
 and fd 1 is pointed at stderr before vLLM is imported.
 
 The worker exits when its parent does, even in the middle of loading or generating (a killed
-trainer closes no pipe in time to be read): a watchdog thread sees the parent change.
+trainer closes no pipe in time to be read): a watchdog thread sees that its parent is no longer
+the pid it was given (which also catches a parent that died before the watchdog started).
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ import traceback
 import torch
 
 
-def _exit_with_parent(interval_s: float = 1.0) -> None:
-    """End this process, at once, when the process that started it has gone (we are re-parented)."""
-    parent = os.getppid()
+def _exit_with_parent(parent: int, interval_s: float = 1.0) -> None:
+    """End this process, at once, when ``parent`` has gone (we are re-parented)."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -96,8 +96,8 @@ def _repack_tied_lm_head(worker) -> bool:
 
 
 def main() -> None:
-    _exit_with_parent()
-    engine_kwargs = json.loads(sys.argv[1])
+    engine_kwargs, parent = json.loads(sys.argv[1]), int(sys.argv[2])
+    _exit_with_parent(parent)
     requests_in, replies = _protocol_streams()
     import vllm
 
