@@ -188,8 +188,8 @@ def test_the_worker_ends_with_the_process_that_started_it(tmp_path):
     parent = f"""
 import os, sys, threading, time
 from agents.vllm_policy import VLLMPolicy
-threading.Thread(target=VLLMPolicy, args=({str(tmp_path / "model")!r},), kwargs={{"python": {str(python)!r}}},
-                 daemon=True).start()
+kwargs = {{"python": {str(python)!r}, "log_path": {str(tmp_path / "engine.log")!r}}}
+threading.Thread(target=VLLMPolicy, args=({str(tmp_path / "model")!r},), kwargs=kwargs, daemon=True).start()
 while True:
     found = [p for task in os.listdir(f"/proc/{{os.getpid()}}/task")
              for p in open(f"/proc/{{os.getpid()}}/task/{{task}}/children").read().split()]
@@ -205,6 +205,8 @@ while True:
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _alive(worker)
+    # it ended before its engine started (without the watchdog it would load, then read the closed input)
+    assert "init engine" not in (tmp_path / "engine.log").read_text()
 
 
 def _alive(pid: int) -> bool:
