@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.vllm_policy import VLLM_HEAD_SIZES
 from envs.policy import SamplingSettings
 from maopd.base.config import (
     ConfigError,
@@ -122,6 +123,13 @@ class PipelineConfig:
                 if _has_key(section, key):
                     raise ConfigError(f"{stage}.{key}: set by the pipeline, not by a stage section: {why}")
             setattr(self, stage, section)
+        on_vllm = [stage for stage in STAGES if stage_settings(self, stage).get("rollout", {}).get("engine") == "vllm"]
+        if on_vllm and self.base_model.head_dim not in VLLM_HEAD_SIZES:
+            raise ConfigError(
+                f"base_model.head_dim: π_0 is served by vLLM (rollout.engine of {', '.join(on_vllm)}), whose "
+                f"attention takes head sizes {list(VLLM_HEAD_SIZES)}, got {self.base_model.head_dim}; "
+                "set base_model.head_dim=32"
+            )
         # ranges and the checks across fields need the whole stage config: build each one now
         for stage, variant in self.stage_runs():
             try:

@@ -22,6 +22,7 @@ import pytest
 from agents.vllm_policy import VLLMPolicy, VLLMWorkerError
 from maopd.base.config import ConfigError
 from maopd.cli import main
+from maopd.pipeline.config import load_preset, stage_config
 from tests.vllm_support import require_vllm_python, save_tiny_model
 from training.checkpoint import latest_checkpoint
 from training.config import build_config, load_config
@@ -68,6 +69,16 @@ def test_engine_vllm_is_refused_up_front_without_the_venv_or_with_what_it_cannot
         overrides = ["rollout.engine=vllm", "model.tiny.head_dim=32", setting]
         with pytest.raises(ConfigError, match=f"^{key}: "):
             build_config({"stage": "stage1"}, overrides)
+
+
+def test_the_pipeline_runs_every_stage_on_the_engine_its_stages_section_names(monkeypatch):
+    monkeypatch.setattr("training.config.vllm_python", lambda: Path(sys.executable))
+    with pytest.raises(ConfigError, match="^base_model.head_dim: .*set base_model.head_dim=32$"):
+        load_preset("smoke", ["stages.rollout.engine=vllm"])
+    config = load_preset("smoke", ["stages.rollout.engine=vllm", "base_model.head_dim=32"])
+    for stage, variant in config.stage_runs():
+        teacher = Path("stage1") if stage == "stage2" else None
+        assert stage_config(config, stage, variant, Path("pi0"), teacher).rollout.engine == "vllm"
 
 
 class EngineCalls:
