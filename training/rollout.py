@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from agents.chat_tokens import prompt_ids, turn_continuation_ids
-from agents.hf_policy import HFPolicy
+from agents.token_policy import TokenPolicy
 from envs.actions import ROLE_IDS
 from envs.datasets import Question
 from envs.policy import AgentOutput, Policy
@@ -139,7 +139,7 @@ class _OpenCall:
 
 
 class TeamRolloutCollector:
-    """Runs team rollouts with an ``HFPolicy`` for the trained roles.
+    """Runs team rollouts with a token-level policy (``HFPolicy``, ``VLLMPolicy``) for the trained roles.
 
     ``fixed_policies`` maps roles to other policies (scripted, remote) that play those roles
     without being trained; their calls produce no ``CallSequence``.
@@ -148,7 +148,7 @@ class TeamRolloutCollector:
     def __init__(
         self,
         make_env: Callable[[], SearchEnv],
-        policy: HFPolicy,
+        policy: TokenPolicy,
         fixed_policies: Mapping[str, Policy] | None = None,
     ):
         self.make_env = make_env

@@ -208,13 +208,17 @@ class Trainer:
             self.load_state(load_trainer_state(checkpoint))
         # last: a vLLM engine is a process of its own, started once nothing else can fail
         self.engine = self._start_engine(sampling) if config.rollout.engine == "vllm" else None
-        self.policy = self.engine.policy if self.engine is not None else self._hf_policy(sampling)
-        self.critic = (
-            PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
-            if config.searcher_reward == "critic"
-            else None
-        )
-        self.collector = TeamRolloutCollector(self.make_env, self.policy)
+        try:
+            self.policy = self.engine.policy if self.engine is not None else self._hf_policy(sampling)
+            self.critic = (
+                PromptedCritic(self.policy, config.critic, world_report_gold(config.env.corpus))
+                if config.searcher_reward == "critic"
+                else None
+            )
+            self.collector = TeamRolloutCollector(self.make_env, self.policy)
+        except BaseException:
+            self.close()
+            raise
 
     def _hf_policy(self, sampling: SamplingConfig) -> HFPolicy:
         rollout = self.config.rollout
