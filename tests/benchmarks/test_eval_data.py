@@ -21,12 +21,8 @@ from benchmarks.eval.records import (
     record_line,
 )
 from envs.datasets import DatasetError, Question
+from tests.real_data import REAL, needs_real
 from tests.records import MINIMAL_RECORD
-
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
-if not REAL.is_dir():
-    REAL = Path("/work/shared/data/real")
-needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")
 
 
 @needs_real

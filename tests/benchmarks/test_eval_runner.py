@@ -11,10 +11,7 @@ from benchmarks.eval.records import RecordError, load_records
 from benchmarks.eval.runner import EvalSettings, attempt_seed, run_attempts, settings_file
 from envs.datasets import Question
 from maopd.cli import main
-
-REAL = Path("/work/shared/data/real")
-if not REAL.is_dir():
-    REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
+from tests.real_data import REAL, needs_real
 
 
 def manifest(n):
@@ -82,7 +79,7 @@ def test_solve_must_answer_the_questions_it_was_given(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")
+@needs_real
 def test_cli_end_to_end_on_real_data(tmp_path, capsys):
     corpus, manifest_path, records = tmp_path / "corpus.jsonl", tmp_path / "manifest.jsonl", tmp_path / "records.jsonl"
     assert (

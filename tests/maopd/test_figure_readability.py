@@ -189,6 +189,6 @@ def test_rllib_curve_is_readable(tmp_path, figures):
     pytest.importorskip("ray")
     from training.rllib.train_ppo import plot
 
-    plot([{"agent_steps": 2000 * i, "test_em": 0.1 * i} for i in range(5)], tmp_path / "curve.png", "PPO")
+    plot([{"agent_steps": 2000 * i, "dev_em": 0.1 * i} for i in range(5)], tmp_path / "curve.png", "PPO")
     (figure,) = figures()
     check_readable(figure)

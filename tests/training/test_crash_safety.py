@@ -27,6 +27,7 @@ from safetensors.torch import load_file
 from agents.tiny_model import TinyModelConfig, build_tiny_model
 from agents.tokenizer import train_tokenizer
 from tests.checkpoints import save_test_checkpoint
+from tests.real_data import REAL, needs_real
 from training import checkpoint as ckpt
 from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
@@ -307,9 +308,6 @@ def test_a_damaged_last_checkpoint_is_skipped_and_the_rerun_equals_the_uninterru
 
 # --------------------------------------------------------------------------- evaluation runs
 
-REAL = Path("/work/shared/data/real")
-
-
 EVAL_ATTEMPTS = 16
 
 
@@ -355,7 +353,7 @@ def _records_by_key(path: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REAL.is_dir(), reason="shared/data/real is not available")
+@needs_real
 def test_sigkill_during_an_evaluation_run_then_rerun_equals_the_uninterrupted_run(tmp_path):
     from maopd.cli import main
 

@@ -1,6 +1,12 @@
-"""RLlib's EnvRunner samples the option-mode environments through both registration helpers."""
+"""RLlib's EnvRunner samples the option-mode environments through both registration helpers;
+``train_ppo`` runs through Tune and its checkpoints restore, resume and give back the policy."""
 
 from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +18,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.examples.rl_modules.classes.action_masking_rlm import ActionMaskingTorchRLModule
 
+from training.rllib import train_ppo
 from training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
@@ -58,3 +65,97 @@ def test_parallel_adapter_only_asks_scheduled_agents():
 def test_unknown_api_is_named():
     with pytest.raises(ValueError, match="api="):
         make_multi_agent_env({"api": "vector"})
+
+
+# ---- training/rllib/train_ppo.py through Tune: outputs, restore, resume, reuse ----
+
+TINY_RUN = ["--batch", "64", "--eval-questions", "3"]
+
+
+def _strict_json(text: str):
+    """``json.loads`` that refuses ``NaN``/``Infinity`` (Python's parser accepts them)."""
+
+    def refuse(name: str):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def ppo_run():
+    """One 2-iteration run (Ray, started once, serves every test of this group). Its directory is
+    short: pytest's temporary paths are too long for the Unix sockets Ray keeps under ``--out``."""
+    import ray
+
+    out = Path(tempfile.mkdtemp(prefix="ppo"))
+    summary = train_ppo.main([*TINY_RUN, "--iterations", "2", "--out", str(out)])
+    yield out, summary
+    ray.shutdown()
+    shutil.rmtree(out)
+
+
+@pytest.mark.slow
+def test_tuner_run_writes_results_checkpoints_and_strict_curve(ppo_run):
+    out, summary = ppo_run
+    trial = out / train_ppo.EXPERIMENT / train_ppo.TRIAL_DIR
+    assert Path(summary["trial_dir"]) == trial and summary["finished"]
+    assert (trial / "progress.csv").is_file() and list(trial.glob("events.out.tfevents.*"))
+    assert len((trial / "result.json").read_text().splitlines()) == 2
+    assert sorted(p.name for p in trial.glob("checkpoint_*")) == ["checkpoint_000000", "checkpoint_000001"]
+    header = (trial / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"dev/em", "dev/searches", "dev_before_training/em"} <= set(header)
+    curve = _strict_json((out / "curve.json").read_text())["curve"]
+    assert [row["iteration"] for row in curve] == [0, 1, 2]
+    assert curve[0]["train_return_mean"] is None
+    assert (out / "curve.png").is_file()
+
+
+@pytest.mark.slow
+def test_checkpoint_gives_back_the_trained_policy(ppo_run):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    out, summary = ppo_run
+    algo = Algorithm.from_checkpoint(summary["checkpoint"])
+    module = algo.get_module(SHARED_POLICY)
+    last = summary["curve"][-1]
+    assert train_ppo.greedy_accuracy(module, "hierarchical", 3) == {
+        "em": last["dev_em"],
+        "searches": last["dev_searches"],
+    }
+    algo.stop()
+
+
+@pytest.mark.slow
+def test_restore_starts_from_the_checkpoint_weights(ppo_run, tmp_path):
+    _, first = ppo_run
+    summary = train_ppo.main([*TINY_RUN, "--iterations", "1", "--restore", first["checkpoint"], "--out", str(tmp_path)])
+    # The greedy evaluation is deterministic: before training, the restored policy plays as the
+    # first run's last policy did, not as a fresh one.
+    before, trained, fresh = summary["curve"][0], first["curve"][-1], first["curve"][0]
+    assert (before["dev_em"], before["dev_searches"]) == (trained["dev_em"], trained["dev_searches"])
+    assert (before["dev_em"], before["dev_searches"]) != (fresh["dev_em"], fresh["dev_searches"])
+    assert [row["iteration"] for row in summary["curve"]] == [0, 1]
+
+
+@pytest.mark.slow
+def test_resume_of_a_finished_run_trains_no_more(ppo_run):
+    out, first = ppo_run
+    summary = train_ppo.main(["--resume", "--out", str(out)])
+    assert summary["curve"] == first["curve"]
+    assert len((out / train_ppo.EXPERIMENT / train_ppo.TRIAL_DIR / "result.json").read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--restore", "."], "is not an RLlib checkpoint"),
+        (["--resume"], "holds no Tune experiment"),
+        (["--resume", "--iterations", "5"], "drop --iterations"),
+    ],
+)
+def test_bad_start_options_are_one_line(tmp_path, capsys, options, message):
+    with pytest.raises(SystemExit) as exited:
+        train_ppo.main([*options, "--out", str(tmp_path)])
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines

@@ -1,11 +1,24 @@
-"""Multi-agent PPO with one shared policy on the option-mode search environment, with RLlib.
+"""Multi-agent PPO with one shared policy on the option-mode search environment, with RLlib and Tune.
 
 Every agent (Leader, Searchers, Answerer) maps to one action-masking PPO module; the role is a
 feature of the observation. Rewards are the environment's role rewards (text mode's, unchanged).
-After every iteration the greedy policy plays held-out questions (split ``test``) and its exact
-match is recorded; the run writes ``curve.json`` and ``curve.png`` to ``--out``.
+The run goes through ``ray.tune.Tuner`` (trainable ``PPO``), so ``--out`` holds Tune's experiment
+directory ``ppo/`` with the trial ``ppo/PPO_0/``: ``progress.csv``, ``result.json``, TensorBoard
+event files and checkpoints ``checkpoint_000000/`` … (every ``--checkpoint-every`` iterations and at
+the end). Before training and after every iteration the greedy policy plays held-out questions
+(split ``dev``; test stays sealed for the report): the results' ``dev`` entry (``em``,
+``searches``), with the figure before training as ``dev_before_training`` in the first result.
+``curve.json`` and ``curve.png`` in ``--out`` are made from those results.
 
     python -m training.rllib.train_ppo --workflow hierarchical --iterations 12 --out runs/rllib_ppo
+    python -m training.rllib.train_ppo --out runs/rllib_ppo --resume     # go on after an interruption
+    python -m training.rllib.train_ppo --restore runs/rllib_ppo/ppo/PPO_0/checkpoint_000011 --out runs/more
+
+``--restore`` starts a new run from a checkpoint's learner state (the shared module's weights and
+its optimizer) and EnvRunner state; its iterations count from 0 again. ``--resume`` continues the
+experiment already in ``--out`` from its trial's latest checkpoint, with the settings it was started
+with (Tune stores them); a finished experiment trains no more. The trained policy:
+``Algorithm.from_checkpoint(path).get_module(SHARED_POLICY)``.
 
 Ray keeps its temporary files under ``--out``; it runs with 2 CPUs and no dashboard.
 """
@@ -13,17 +26,17 @@ Ray keeps its temporary files under ``--out``; it runs with 2 CPUs and no dashbo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from envs.option.wrapper import option_env, play_options
-from maopd.base.json_files import write_json
+from maopd.base.json_files import json_text, write_json
 from training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
@@ -31,6 +44,11 @@ from training.rllib.envs import (
     register_envs,
     shared_policy_mapping,
 )
+
+EXPERIMENT = "ppo"  # Tune's experiment directory under --out
+TRIAL_DIR = "PPO_0"  # the one trial's directory under it (Tune would add a timestamp)
+CHECKPOINT_MARKER = "rllib_checkpoint.json"  # RLlib writes it into every Algorithm checkpoint
+RUN_SETTINGS = ("workflow", "iterations", "batch", "lr", "seed", "eval_questions", "checkpoint_every")
 
 
 def ppo_config(workflow: str, seed: int, batch: int, lr: float):
@@ -49,7 +67,7 @@ def ppo_config(workflow: str, seed: int, batch: int, lr: float):
         .learners(num_learners=0)
         .training(
             train_batch_size_per_learner=batch,
-            minibatch_size=128,
+            minibatch_size=min(128, batch),  # PPO refuses a minibatch larger than the batch
             num_epochs=6,
             lr=lr,
             gamma=1.0,
@@ -79,6 +97,97 @@ def greedy_accuracy(module, workflow: str, num_questions: int) -> dict[str, floa
     return {"em": float(np.mean(ems)), "searches": float(np.mean(searches))}
 
 
+def _dev_evaluation_class():
+    """``DevEvaluation``, defined on first use: the module imports without Ray (its error message
+    names the install command, see ``training.rllib.envs``)."""
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+    from ray.rllib.core import COMPONENT_ENV_RUNNER, COMPONENT_LEARNER_GROUP
+
+    class DevEvaluation(RLlibCallback):
+        """Restores ``restore`` (a checkpoint directory) when the algorithm is built, and plays
+        ``eval_questions`` dev questions greedily before training and after every iteration.
+
+        From a checkpoint it loads the learner group (module weights, optimizer) and the EnvRunner
+        (connector state), not the counters: a full restore would carry the checkpoint's iteration
+        number over, and ``--iterations`` counts the iterations of this run.
+        """
+
+        def __init__(self, workflow: str, eval_questions: int, restore: str | None = None):
+            super().__init__()
+            self.workflow = workflow
+            self.eval_questions = eval_questions
+            self.restore = restore
+            self.before_training: dict[str, float] | None = None
+
+        def on_algorithm_init(self, *, algorithm, **kwargs) -> None:
+            if self.restore is not None:
+                for component in (COMPONENT_LEARNER_GROUP, COMPONENT_ENV_RUNNER):
+                    if (Path(self.restore) / component).is_dir():
+                        algorithm.restore_from_path(Path(self.restore) / component, component=component)
+            self.before_training = self._evaluate(algorithm)
+
+        def on_train_result(self, *, algorithm, result: dict, **kwargs) -> None:
+            # Tune restores a resumed trial after this algorithm was built: only a first
+            # iteration follows the weights ``before_training`` was measured on.
+            if result["training_iteration"] == 1:
+                result["dev_before_training"] = self.before_training
+            result["dev"] = self._evaluate(algorithm)
+
+        def _evaluate(self, algorithm) -> dict[str, float]:
+            return greedy_accuracy(algorithm.get_module(SHARED_POLICY), self.workflow, self.eval_questions)
+
+    return DevEvaluation
+
+
+def _trial_dirname(trial) -> str:
+    """A fixed trial directory name, so that the paths under ``--out`` are known in advance."""
+    return TRIAL_DIR
+
+
+def agent_steps(result: dict) -> int:
+    """Agent steps sampled so far (RLlib gives one count per agent, or one count)."""
+    lifetime = result["env_runners"]["num_agent_steps_sampled_lifetime"]
+    return int(lifetime if np.isscalar(lifetime) else sum(lifetime.values()))
+
+
+def curve_from_results(results: list[dict]) -> list[dict[str, Any]]:
+    """One row per iteration from the trial's results (``result.json``, one line per iteration; a
+    resumed trial may repeat an iteration done after its last checkpoint: the later row counts),
+    after a row for the policy before training."""
+    by_iteration = {result["training_iteration"]: result for result in results}
+    rows = [by_iteration[i] for i in sorted(by_iteration)]
+    curve = []
+    if rows and rows[0].get("dev_before_training") is not None:
+        before = rows[0]["dev_before_training"]
+        curve.append(
+            {
+                "iteration": 0,
+                "agent_steps": 0,
+                "train_return_mean": None,  # no episode has been played yet
+                "seconds": 0.0,
+                **{f"dev_{k}": v for k, v in before.items()},
+            }
+        )
+    for result in rows:
+        curve.append(
+            {
+                "iteration": result["training_iteration"],
+                "agent_steps": agent_steps(result),
+                "train_return_mean": result["env_runners"].get("episode_return_mean"),
+                "seconds": result["time_total_s"],
+                **{f"dev_{k}": v for k, v in result["dev"].items()},
+            }
+        )
+    return curve
+
+
+def read_results(trial_dir: Path) -> list[dict]:
+    """The trial's ``result.json`` lines (Tune writes non-finite numbers as bare ``NaN``, which
+    Python's parser reads; ``write_json`` turns them into ``null`` in the curve)."""
+    lines = (trial_dir / "result.json").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def plot(curve: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -87,9 +196,9 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
 
     steps = [row["agent_steps"] for row in curve]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, [row["test_em"] for row in curve], marker="o")
+    ax.plot(steps, [row["dev_em"] for row in curve], marker="o")
     ax.set_xlabel("agent steps sampled (count)")
-    ax.set_ylabel("greedy EM, test split (fraction)")
+    ax.set_ylabel("greedy EM, dev split (fraction)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
@@ -98,8 +207,10 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="train_ppo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workflow", choices=["cascade", "hierarchical"], default="hierarchical")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--batch", type=int, default=1500, help="agent steps per PPO iteration")
@@ -107,55 +218,113 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-questions", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("runs/rllib_ppo"))
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=1, help="iterations between checkpoints (one is kept at the end too)"
+    )
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--restore", type=Path, metavar="CHECKPOINT", help="start from this checkpoint's state")
+    start.add_argument("--resume", action="store_true", help="continue the interrupted experiment in --out")
     args = parser.parse_args(argv)
+    for name in ("iterations", "batch", "eval_questions", "checkpoint_every"):
+        if getattr(args, name) < 1:
+            parser.exit(2, f"train_ppo: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}\n")
+    args.out = args.out.resolve()  # Tune's storage_path must be absolute
+    experiment = args.out / EXPERIMENT
+    if args.restore is not None:
+        args.restore = args.restore.resolve()
+        if not (args.restore / CHECKPOINT_MARKER).is_file():
+            parser.exit(
+                2,
+                f"train_ppo: --restore {args.restore} is not an RLlib checkpoint (no {CHECKPOINT_MARKER}); "
+                f"give a checkpoint directory such as OUT/{EXPERIMENT}/{TRIAL_DIR}/checkpoint_000000\n",
+            )
+    # an experiment resumes with the settings Tune stored; a changed one would be ignored silently
+    changed = [name for name in RUN_SETTINGS if getattr(args, name) != parser.get_default(name)]
+    if args.resume and changed:
+        options = ", ".join("--" + name.replace("_", "-") for name in changed)
+        parser.exit(2, f"train_ppo: --resume goes on with the experiment's own settings; drop {options}\n")
+    if args.resume and not (experiment / "tuner.pkl").is_file():
+        parser.exit(2, f"train_ppo: --resume: {experiment} holds no Tune experiment; run without --resume\n")
+    if not args.resume and experiment.exists():
+        parser.exit(
+            2,
+            f"train_ppo: {experiment} exists already; pass --resume to continue that run or choose another --out\n",
+        )
+    return parser, args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser, args = parse_args(argv)
+    from ray import tune
 
     args.out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)  # tiny networks: extra threads only contend on a small machine
-    init_local_ray(args.out)
+    try:
+        init_local_ray(args.out)
+    except OSError as exc:
+        if "AF_UNIX path length" not in str(exc):
+            raise
+        # Ray's sockets live under --out/ray_tmp/session_<date>_<pid>/sockets/
+        parser.exit(2, f"train_ppo: --out {args.out} is too long for Ray's socket paths; choose a shorter one\n")
     register_envs()
-    algo = ppo_config(args.workflow, args.seed, args.batch, args.lr).build_algo()
-    module = algo.get_module(SHARED_POLICY)
-    started = time.perf_counter()
-    curve = [
-        {
-            "iteration": 0,
-            "agent_steps": 0,
-            "train_return_mean": float("nan"),
-            "seconds": 0.0,
-            **{f"test_{k}": v for k, v in greedy_accuracy(module, args.workflow, args.eval_questions).items()},
-        }
-    ]
-    for iteration in tqdm(range(1, args.iterations + 1), desc="PPO iterations"):
-        result = algo.train()
-        runners = result["env_runners"]
-        test = greedy_accuracy(algo.get_module(SHARED_POLICY), args.workflow, args.eval_questions)
-        curve.append(
-            {
-                "iteration": iteration,
-                "agent_steps": int(
-                    runners["num_agent_steps_sampled_lifetime"]
-                    if np.isscalar(runners["num_agent_steps_sampled_lifetime"])
-                    else sum(runners["num_agent_steps_sampled_lifetime"].values())
-                ),
-                "train_return_mean": float(runners["episode_return_mean"]),
-                "seconds": time.perf_counter() - started,
-                **{f"test_{k}": v for k, v in test.items()},
-            }
+    experiment = args.out / EXPERIMENT
+    if args.resume:
+        if not tune.Tuner.can_restore(experiment):
+            parser.exit(2, f"train_ppo: --resume: Tune cannot restore {experiment}; run without --resume\n")
+        tuner = tune.Tuner.restore(str(experiment), trainable="PPO", resume_unfinished=True, resume_errored=True)
+    else:
+        callbacks = functools.partial(
+            _dev_evaluation_class(),
+            workflow=args.workflow,
+            eval_questions=args.eval_questions,
+            restore=None if args.restore is None else str(args.restore),
         )
-        tqdm.write(json.dumps(curve[-1]))
-    algo.stop()
+        config = ppo_config(args.workflow, args.seed, args.batch, args.lr).callbacks(callbacks)
+        tuner = tune.Tuner(
+            "PPO",
+            param_space=config,
+            tune_config=tune.TuneConfig(trial_dirname_creator=_trial_dirname),
+            run_config=tune.RunConfig(
+                name=EXPERIMENT,
+                storage_path=str(args.out),
+                stop={"training_iteration": args.iterations},
+                checkpoint_config=tune.CheckpointConfig(
+                    checkpoint_frequency=args.checkpoint_every, checkpoint_at_end=True
+                ),
+                verbose=1,  # status lines; the rows of the curve are printed at the end
+            ),
+        )
+    result = tuner.fit()[0]
+    if result.error is not None:
+        raise RuntimeError(f"the PPO trial failed; its error is in {result.path}/error.txt") from result.error
+    trial_results = read_results(Path(result.path))
+    # Tune marks the result that met the stop criterion ``done``; an interrupted trial has none
+    finished = bool(trial_results) and bool(trial_results[-1]["done"])
+    curve = curve_from_results(trial_results)
     command = " ".join(argv if argv is not None else sys.argv[1:])
     summary = {
         "command": f"python -m training.rllib.train_ppo {command}",
         "args": {k: str(v) for k, v in vars(args).items()},
+        "settings": {  # the trial's, which a resumed run's command line does not repeat
+            "workflow": result.config["env_config"]["workflow"],
+            "seed": result.config["seed"],
+            "lr": result.config["lr"],
+        },
+        "finished": finished,
+        "trial_dir": str(result.path),
+        "checkpoint": None if result.checkpoint is None else result.checkpoint.path,
         "curve": curve,
     }
     write_json(args.out / "curve.json", summary, indent=2)
+    for row in curve:
+        print(json_text(row, "curve row"))
+    settings = summary["settings"]
     plot(
         curve,
         args.out / "curve.png",
-        f"RLlib multi-agent PPO, shared policy, option mode, {args.workflow} (seed {args.seed})",
+        f"RLlib multi-agent PPO, shared policy, option mode, {settings['workflow']} (seed {settings['seed']})",
     )
+    if not finished:
+        print(f"train_ppo: stopped before the last iteration; go on with: --out {args.out} --resume", file=sys.stderr)
     return summary
 
 
