@@ -244,7 +244,10 @@ def _unknown_key(cls: type, key: Any, path: str) -> ConfigError:
         head, _, rest = key.partition(".")
         hint = f"; config files nest their keys ({head}: {{{rest}: ...}}), dotted paths are for key=value overrides"
     if not hint and isinstance(key, str):
-        hint = did_you_mean(key, (f.name for f in dataclasses.fields(cls) if f.init))
+        # a config may say where a key that belongs elsewhere goes (``cls.unknown_key_hint``)
+        hint = getattr(cls, "unknown_key_hint", lambda _: "")(key) or did_you_mean(
+            key, (f.name for f in dataclasses.fields(cls) if f.init)
+        )
     return ConfigError(
         f"{path}.{key}: unknown key{hint} (known keys: {known})"
         if path

@@ -7,6 +7,7 @@ against ``TrainConfig``'s tree, types, ranges and the variants' names.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,15 @@ class PipelineConfig:
     # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
     # anchor copying without anchoring the demonstrated team's mistakes
     ptx_source: str = checked("demonstrations", choices=PTX_SOURCES)
+
+    @staticmethod
+    def unknown_key_hint(key: str) -> str:
+        """Where a stage setting given at the top level goes (``rollout.engine=vllm``)."""
+        from training.config import TrainConfig
+
+        if key not in {f.name for f in dataclasses.fields(TrainConfig)}:
+            return ""
+        return f"; a stage setting: stages.{key}.… for every stage, or stage1/stage2/single.{key}.… for one"
 
     def __post_init__(self) -> None:
         from training.config import TrainConfig

@@ -53,6 +53,7 @@ BAD_OVERRIDES = [
     ("stage1.rollout.batch_size=0", "stage1.rollout.batch_size: must be >= 1"),
     ("stages.rollout.batch_size=0", "stages.rollout.batch_size: must be >= 1"),
     ("stages.stepz=1", "stages.stepz: unknown key"),
+    ("rollout.engine=vllm", r"rollout: unknown key; a stage setting: stages\.rollout\.… for every stage"),
     ("stages.seed=3", "stages.seed: set by the pipeline"),
     ("stage2.rollout.top_p=1.5", "stage2.rollout.top_p: must be in"),
     ("stage2.env.max_steps=2", "stage2.env.max_steps: must be at least 5"),

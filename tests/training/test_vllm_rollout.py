@@ -226,3 +226,16 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.slow
+def test_the_smoke_job_runs_every_stage_on_the_engine(tmp_path):
+    require_vllm_python()
+    run_dir = tmp_path / "smoke"
+    assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir), "stages.rollout.engine=vllm"]) == 0
+    for stage in ("stage1", "stage2_full", "single"):
+        last = read_metrics(run_dir / stage)[-1]
+        assert "time/weight_sync_s" in last and "rollout/engine_logprob_gap_max" in last, stage
+        assert (run_dir / stage / "rollout_engine" / "engine.log").is_file()
+    summary = (run_dir / "eval" / "summary.json").read_text()
+    assert "MultiAgent-OPD" in summary and "Search-R1 (single agent + RL)" in summary
