@@ -153,6 +153,7 @@ class VLLMPolicy(TokenPolicy):
         )
         ready = self._receive(timeout_s=startup_timeout_s, doing="starting the engine")
         self.vllm_version = ready.get("vllm")
+        self.engine_threads = ready.get("torch_threads")
 
     # -- TokenPolicy's generate: prompts, seeds, decoding and records as HFPolicy's ------------
 

@@ -13,8 +13,8 @@ exchanges one JSON object per line:
 
 ``sampling`` holds ``vllm.SamplingParams`` fields. Failures answer ``{"ok": false, "error": ...}``
 with the exception's one line; the traceback goes to stderr (the log file).
-The first line the worker writes is ``{"ok": true, "ready": ..., "vllm": version}`` once the
-engine is up. vLLM logs to stdout, so the protocol uses a private copy of the original stdout
+The first line the worker writes is ``{"ok": true, "ready": ..., "vllm": version, "torch_threads": n}``
+once the engine is up (``n``: the threads vLLM left its model to compute with). vLLM logs to stdout, so the protocol uses a private copy of the original stdout
 and fd 1 is pointed at stderr before vLLM is imported.
 
 The worker exits when its parent does, even in the middle of loading or generating (a killed
@@ -102,7 +102,8 @@ def main() -> None:
     import vllm
 
     llm = vllm.LLM(**engine_kwargs)
-    replies.write(json.dumps({"ok": True, "ready": True, "vllm": vllm.__version__}) + "\n")
+    ready = {"ok": True, "ready": True, "vllm": vllm.__version__, "torch_threads": torch.get_num_threads()}
+    replies.write(json.dumps(ready) + "\n")
     for line in requests_in:
         message = json.loads(line)
         try:

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from maopd.base.json_files import write_json
 from training.config import load_config
 from training.trainer import Trainer
@@ -37,13 +39,16 @@ def timed_run(config_path: str, overrides: list[str], engine: str, steps: int, r
     trainer = Trainer(config)
     try:
         startup_s = time.perf_counter() - started
+        threads = {"trainer": torch.get_num_threads()}
+        if trainer.engine is not None:
+            threads["engine_worker"] = trainer.engine.policy.engine_threads
         times = []
         for _ in range(steps):
             metrics = trainer.train_step()
             times.append({name: value for name, value in metrics.items() if name.startswith("time/")})
     finally:
         trainer.close()
-    return {"engine": engine, "startup_s": startup_s, "steps": times}
+    return {"engine": engine, "startup_s": startup_s, "threads": threads, "steps": times}
 
 
 def summary(runs: list[dict], engines: list[str]) -> dict:
@@ -81,11 +86,19 @@ def readme(result: dict) -> str:
         "| engine | median step s (after the first) | median start-up s | step time / first engine's |",
         "|---|---|---|---|",
     ]
+    threads = {run["engine"]: run["threads"] for run in result["runs"]}
     first = result["engines"][0]
     for engine, row in result["summary"].items():
         ratio = row.get(f"median_step_time_ratio_to_{first}", 1.0)
         lines.append(f"| {engine} | {row['median_step_s']:.3f} | {row['median_startup_s']:.1f} | {ratio:.3f} |")
-    lines += ["", "Every run's step times are in `rollout_engines.json`.", ""]
+    lines += [
+        "",
+        "Torch threads (the trainer's; vLLM's worker, which computes while the trainer waits on it): "
+        + "; ".join(f"{engine}: {', '.join(f'{k} {v}' for k, v in split.items())}" for engine, split in threads.items()),
+        "",
+        "Every run's step times are in `rollout_engines.json`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
