@@ -3,14 +3,22 @@
 Each run trains the shared ``MenuPolicy`` (training/marl) with PPO and one credit-assignment
 method on one scenario (``envs/option/scenarios.py``) for a fixed budget of iterations × episodes,
 then plays the first ``--eval-questions`` dev questions greedily (``training.marl.trainer.evaluate``;
-the test split stays sealed for the reported figures). The report gives, per scenario:
+the test split stays sealed for the reported figures). The report (``write_report``; statistics
+from rliable, ``benchmarks/marl_statistics.py``) gives, with the number of seeds beside every interval:
 
-* a table of final EM, searches per workflow and workflows without a search (mean and 95%
-  bootstrap CI over seeds), and the change in searches per workflow from the first to the last
-  ``--window`` training iterations (the paper's search-collapse indicator);
+* per scenario, a table of final EM, searches per workflow and workflows without a search (mean
+  and 95% stratified-bootstrap CI over seeds), and the change in searches per workflow from the
+  first to the last ``--window`` training iterations (the paper's search-collapse indicator; a
+  window over half the run is shrunk to half, and the report says so);
+* per scenario and over all scenarios together, the IQM of final EM with its CI and the
+  probability of improvement of every ordered pair of methods, and performance profiles of final
+  EM (``performance_profiles.png``);
 * paired differences of final EM between every two methods (paired by seed, bootstrap CI);
 * learning curves (training EM, searches per workflow, workflows without search) with 95%
-  t-intervals across seeds, one figure per scenario.
+  t-intervals across seeds, one figure per scenario;
+* every run again in marl-eval's JSON layout (``marl_eval.json``).
+
+``--report-from DIR/results.json`` rebuilds all of it from a saved run, without training.
 
 A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
 whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
@@ -42,33 +50,64 @@ import numpy as np
 import torch
 
 from benchmarks.eval.student_t import t_half_width
+from benchmarks.marl_statistics import (
+    BOOTSTRAP_REPS,
+    PAIRWISE_REPS,
+    TAUS,
+    Estimate,
+    final_scores,
+    improvement_probabilities,
+    interval,
+    iqm_over_runs,
+    marl_eval_json,
+    mean_over_runs,
+    performance_profiles,
+)
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
-from maopd.base.json_files import write_json
+from maopd.base.json_files import read_json_file, write_json
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play, play_batch
 from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
 
 COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
-BOOTSTRAP_DRAWS = 10_000
+ALL_SCENARIOS = "all scenarios"  # the key and title of the statistics over every scenario's runs together
+# One line style per method besides its colour, so that methods stay apart in grey print.
+LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
 
 
-def bootstrap_ci(values: list[float], seed: int = 0) -> tuple[float, float, float] | None:
-    """Mean and 95% percentile-bootstrap interval of the mean; None for fewer than two values."""
-    x = np.asarray(values, dtype=float)
-    if x.size < 2:
-        return None
-    draws = np.random.default_rng(seed).integers(0, x.size, size=(BOOTSTRAP_DRAWS, x.size))
-    means = x[draws].mean(axis=1)
-    return float(x.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+def seeds_label(seeds: int, scenarios: int = 1) -> str:
+    label = f"n={seeds} seed{'' if seeds == 1 else 's'}"
+    return label if scenarios == 1 else f"{label} × {scenarios} scenarios"
 
 
-def cell(values: list[float]) -> str:
-    interval = bootstrap_ci(values)
-    if interval is None:
-        return f"{np.mean(values):.3f} (1 seed)"
-    mean, low, high = interval
-    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+def estimate_text(estimate: Estimate, digits: int = 3) -> str:
+    point, low, high = estimate
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def cell(scores: list[float] | np.ndarray, aggregate=mean_over_runs) -> str:
+    """``aggregate`` of one value per seed (or of a seeds × scenarios matrix), its 95% interval and
+    the seeds behind it."""
+    matrix = np.asarray(scores, dtype=float).reshape(len(scores), -1)
+    estimate = interval(matrix, aggregate)
+    if estimate is None:
+        return f"{aggregate(matrix)[0]:.3f} (1 seed)"
+    return f"{estimate_text(estimate)} ({seeds_label(*matrix.shape)})"
+
+
+def search_window(requested: int, iterations: int) -> tuple[int, str | None]:
+    """The window of the first-vs-last search change, and a note when it had to shrink: windows
+    longer than half the run overlap, and one as long as the run compares the run with itself."""
+    window = min(requested, iterations // 2)
+    if window == requested:
+        return window, None
+    if window == 0:
+        return 0, f"A run of {iterations} iteration has no two disjoint windows, so the search change is not reported."
+    return window, (
+        f"`--window {requested}` is more than half of the {iterations} iterations, so the first and last "
+        f"windows would overlap: the search change uses the first and last {window} iterations instead."
+    )
 
 
 def search_change(run: dict, window: int) -> float:
@@ -78,14 +117,13 @@ def search_change(run: dict, window: int) -> float:
 
 
 def table(runs_by_method: dict[str, list[dict]], window: int = 10) -> str:
-    header = (
-        "| method | final EM | searches / workflow | workflows without search | "
-        f"Δ searches, last {window} − first {window} iterations | seconds / run |"
-    )
+    change_header = f"Δ searches, last {window} − first {window} iterations" if window else "Δ searches"
+    header = f"| method | final EM | searches / workflow | workflows without search | {change_header} | seconds / run |"
     lines = [header, "|---|---|---|---|---|---|"]
     for method, runs in runs_by_method.items():
         cells = [cell([run[column] for run in runs]) for column in COLUMNS]
-        change = cell([search_change(run, window) for run in runs]) if runs[0].get("curve") else "—"
+        has_curve = window and runs[0].get("curve")
+        change = cell([search_change(run, window) for run in runs]) if has_curve else "—"
         lines.append(
             f"| {method} | " + " | ".join(cells) + f" | {change} | {np.mean([r['seconds'] for r in runs]):.0f} |"
         )
@@ -104,9 +142,9 @@ def paired_differences(runs_by_method: dict[str, list[dict]]) -> list[dict]:
                 for run in runs_by_method[a]
                 if run["config"]["seed"] in by_seed
             ]
-            interval = bootstrap_ci(differences)
-            if interval is not None:
-                mean, low, high = interval
+            estimate = interval(differences)
+            if estimate is not None:
+                mean, low, high = estimate
                 rows.append(
                     {
                         "a": a,
@@ -121,6 +159,56 @@ def paired_differences(runs_by_method: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
+def final_em_statistics(runs: dict[str, dict[str, list[dict]]]) -> dict:
+    """Over ``runs[scenario][method]``, per method: the IQM of final EM with its interval and the
+    probability that its final EM is above each other method's."""
+    scores = final_scores(runs)
+    pairs = improvement_probabilities(scores)
+    statistics = {}
+    for x, matrix in scores.items():
+        estimate = interval(matrix, iqm_over_runs)
+        point, low, high = estimate if estimate else (float(iqm_over_runs(matrix)[0]), None, None)
+        statistics[x] = {
+            "seeds": matrix.shape[0],
+            "scenarios": matrix.shape[1],
+            "iqm": {"point": point, "low": low, "high": high},
+            "probability_of_improvement": {
+                y: dict(zip(("point", "low", "high"), pairs[x, y])) for y in scores if y != x
+            },
+        }
+    return statistics
+
+
+def final_em_table(statistics: dict) -> str:
+    """``final_em_statistics`` as a table: a row per method X, its IQM and P(X > Y) for each Y."""
+    methods = list(statistics)
+    lines = [
+        "| method | IQM of final EM | " + " | ".join(f"P(> {y})" for y in methods) + " |",
+        "|---" * (len(methods) + 2) + "|",
+    ]
+    for x, row in statistics.items():
+        iqm = row["iqm"]
+        iqm_text = f"{iqm['point']:.3f}" if iqm["low"] is None else estimate_text(tuple(iqm.values()))
+        pairs = [
+            "—" if y == x else estimate_text(tuple(row["probability_of_improvement"][y].values()), digits=2)
+            for y in methods
+        ]
+        label = seeds_label(row["seeds"], row["scenarios"])
+        lines.append(f"| {x} ({label}) | {iqm_text} | " + " | ".join(pairs) + " |")
+    return "\n".join(lines)
+
+
+def method_styles(methods: list[str]) -> dict[str, dict]:
+    """A colour and a line style per method, the same in every figure of the report."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {
+        method: {"color": colors[i % len(colors)], "linestyle": LINE_STYLES[i % len(LINE_STYLES)]}
+        for i, method in enumerate(methods)
+    }
+
+
 def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path) -> None:
     import matplotlib
 
@@ -133,17 +221,17 @@ def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path
         ("no_search_workflows", "workflows without search (fraction)"),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
-    styles = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+    styles = method_styles(list(runs_by_method))
     for (key, label), ax in zip(panels, axes):
-        for index, (method, runs) in enumerate(runs_by_method.items()):
+        for method, runs in runs_by_method.items():
             values = np.array([[row[key] for row in run["curve"]] for run in runs])
             steps = np.arange(1, values.shape[1] + 1)
             mean = values.mean(axis=0)
-            ax.plot(steps, mean, linestyle=styles[index % len(styles)], label=method)
+            ax.plot(steps, mean, label=method, **styles[method])
             if len(runs) > 1:
                 half = t_half_width(values)
                 high = mean + half if key == "searches_per_workflow" else np.minimum(mean + half, 1.0)
-                ax.fill_between(steps, np.maximum(mean - half, 0.0), high, alpha=0.15)
+                ax.fill_between(steps, np.maximum(mean - half, 0.0), high, color=styles[method]["color"], alpha=0.15)
         ax.set_xlabel("PPO iteration")
         ax.set_ylabel(label)
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -151,6 +239,41 @@ def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path
     fig.suptitle(f"{scenario}: mean over {seeds} seeds, 95% t-interval bands")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_performance_profiles(runs_by_panel: dict[str, dict[str, dict[str, list[dict]]]], path: Path) -> None:
+    """One panel per entry of ``runs_by_panel`` (a title → ``runs[scenario][method]``): for each
+    method the fraction of its runs whose final EM exceeds τ, with rliable's 95% bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import plot_utils
+
+    fig, axes = plt.subplots(1, len(runs_by_panel), figsize=(4.6 * len(runs_by_panel), 4.2), squeeze=False)
+    for (title, runs), ax in zip(runs_by_panel.items(), axes[0]):
+        scores = final_scores(runs)
+        profiles = performance_profiles(scores)
+        styles = method_styles(list(profiles))
+        plot_utils.plot_performance_profiles(
+            {method: profile for method, (profile, _) in profiles.items()},
+            TAUS,
+            performance_profile_cis={method: band for method, (_, band) in profiles.items()},
+            ax=ax,
+            colors={method: style["color"] for method, style in styles.items()},
+            linestyles={method: style["linestyle"] for method, style in styles.items()},
+            xlabel="τ, final dev EM (fraction of questions right)",
+            ylabel="fraction of runs with final EM > τ",
+            labelsize="medium",
+            ticklabelsize="medium",
+        )
+        ax.set_title(f"{title} ({seeds_label(*next(iter(scores.values())).shape)})")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.suptitle("Performance profiles of final EM, 95% stratified-bootstrap bands")
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -339,6 +462,77 @@ def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: 
     return runs
 
 
+def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None = None) -> dict:
+    """The statistics of ``summary`` (what ``main`` saves: ``runs[scenario][method]``, ``methods``,
+    ``seeds``, the command and the machine) into ``out``: ``results.md``, ``results.json`` with the
+    statistics added, ``marl_eval.json``, learning curves and performance profiles."""
+    runs = summary["runs"]
+    config = next(iter(next(iter(runs.values())).values()))[0]["config"]
+    window, window_note = search_window(window, config["iterations"])
+    panels = {scenario: {scenario: by_method} for scenario, by_method in runs.items()}
+    if len(runs) > 1:
+        panels[ALL_SCENARIOS] = runs
+    statistics = {name: final_em_statistics(panel_runs) for name, panel_runs in panels.items()}
+    plot_performance_profiles(panels, out / "performance_profiles.png")
+    # Results saved before the split was recorded (the committed table) do not name it.
+    split = summary.get("evaluation_split")
+    of_split = f"the {split} split" if split else "a split the results do not record"
+    report = [
+        f"# Credit assignment on the option mode\n\nCommand: `{summary['command']}`\n",
+        *([f"Report rebuilt from the saved runs by `{rebuilt_by}`\n"] if rebuilt_by else []),
+        (
+            f"{len(summary['methods'])} methods × {len(summary['seeds'])} seeds × {len(runs)} scenarios, "
+            f"{config['iterations']} PPO iterations × {config['episodes_per_iteration']} episodes each (the OPD "
+            f"Teacher: as many on the cascade), greedy evaluation on {config['eval_questions']} questions of "
+            f"{of_split}; total {summary['total_seconds'] / 60:.1f} min on {summary['machine']['cpus']} CPUs.\n"
+        ),
+        (
+            f"Intervals: 95% stratified bootstrap over seeds, computed with rliable (percentile method, "
+            f"{BOOTSTRAP_REPS:,} resamples; {PAIRWISE_REPS:,} for probabilities of improvement and performance "
+            "profiles); n is the number of seeds behind each interval (over several scenarios, seeds are "
+            "resampled within each). IQM: the interquartile mean, the mean of the middle 50% of runs. "
+            "P(> Y): the probability that a run of the row's method ends with a higher final EM than a run of "
+            "method Y (Mann–Whitney), averaged over scenarios. Learning-curve bands: 95% t-intervals over seeds.\n"
+        ),
+        *([f"**Search-change window**: {window_note}\n"] if window_note else []),
+        "![performance profiles of final EM](performance_profiles.png)\n",
+    ]
+    if ALL_SCENARIOS in statistics:
+        report += [f"## Final EM over all {len(runs)} scenarios\n", final_em_table(statistics[ALL_SCENARIOS]), ""]
+    differences = {}
+    for scenario, by_method in runs.items():
+        plot_curves(scenario, by_method, out / f"curves_{scenario}.png")
+        differences[scenario] = paired_differences(by_method)
+        report += [
+            f"## {scenario}\n",
+            table(by_method, window),
+            "",
+            final_em_table(statistics[scenario]),
+            "",
+            f"![learning curves](curves_{scenario}.png)\n",
+            "Paired differences of final EM (a − b, by seed):\n",
+            "| a | b | mean | 95% CI | seeds | excludes 0 |",
+            "|---|---|---|---|---|---|",
+        ]
+        report += [
+            f"| {d['a']} | {d['b']} | {d['mean']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+            f"{seeds_label(d['seeds'])} | {'yes' if d['excludes_zero'] else 'no'} |"
+            for d in differences[scenario]
+        ]
+        report.append("")
+    summary = {
+        **summary,
+        "paired_differences": differences,
+        "final_em_statistics": statistics,
+        "search_window": {"iterations": window, "note": window_note},
+    }
+    write_json(out / "results.json", summary, indent=2)
+    write_json(out / "marl_eval.json", marl_eval_json(runs, COLUMNS))
+    (out / "results.md").write_text("\n".join(report))
+    print("\n".join(report))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="+", default=sorted(SCENARIOS))
@@ -357,10 +551,27 @@ def main(argv: list[str] | None = None) -> dict:
         help="--speed: also time the one-episode-at-a-time training loop of this checkout (a "
         "worktree whose training/marl/trainer.py has no vectorized path), on synthwiki_v1, its only setting",
     )
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        help="rebuild the report in --out from this results.json of an earlier run, without training "
+        "(only --out and --window apply)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     command = "python benchmarks/credit_assignment.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.window < 1:
+        parser.error(f"--window must be at least 1 iteration, got {args.window}")
+    if args.report_from:
+        try:
+            saved = read_json_file(args.report_from, ValueError, "benchmark results")
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not isinstance(saved, dict) or "runs" not in saved:
+            parser.error(f"{args.report_from}: no 'runs'; pass a results.json that this benchmark wrote")
+        args.out.mkdir(parents=True, exist_ok=True)
+        return write_report(saved, args.out, args.window, rebuilt_by=command)
     for name in args.scenarios:
         if name not in SCENARIOS:
             parser.error(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}")
@@ -393,34 +604,6 @@ def main(argv: list[str] | None = None) -> dict:
     runs = dict(zip(args.scenarios, outcomes))
     total = time.perf_counter() - started_all
 
-    report = [
-        f"# Credit assignment on the option mode\n\nCommand: `{command}`\n",
-        (
-            f"{len(methods)} methods × {len(args.seeds)} seeds × {len(args.scenarios)} scenarios, "
-            f"{args.iterations} PPO iterations × {args.episodes} episodes each (the OPD Teacher: as many on the "
-            f"cascade), greedy evaluation on {args.eval_questions} dev questions; total {total / 60:.1f} min on "
-            f"{machine()['cpus']} CPUs. Intervals: 95% percentile bootstrap over seeds.\n"
-        ),
-    ]
-    differences = {}
-    for scenario, by_method in runs.items():
-        plot_curves(scenario, by_method, args.out / f"curves_{scenario}.png")
-        differences[scenario] = paired_differences(by_method)
-        report += [
-            f"## {scenario}\n",
-            table(by_method, args.window),
-            "",
-            f"![learning curves](curves_{scenario}.png)\n",
-            "Paired differences of final EM (a − b, by seed):\n",
-            "| a | b | mean | 95% CI | excludes 0 |",
-            "|---|---|---|---|---|",
-        ]
-        report += [
-            f"| {d['a']} | {d['b']} | {d['mean']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
-            f"{'yes' if d['excludes_zero'] else 'no'} |"
-            for d in differences[scenario]
-        ]
-        report.append("")
     summary = {
         "command": command,
         "machine": machine(),
@@ -429,13 +612,10 @@ def main(argv: list[str] | None = None) -> dict:
         "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
         "methods": methods,
         "seeds": args.seeds,
+        "evaluation_split": "dev",  # training.marl.trainer.evaluate's: the test split stays sealed
         "runs": runs,
-        "paired_differences": differences,
     }
-    write_json(args.out / "results.json", summary, indent=2)
-    (args.out / "results.md").write_text("\n".join(report))
-    print("\n".join(report))
-    return summary
+    return write_report(summary, args.out, args.window)
 
 
 if __name__ == "__main__":

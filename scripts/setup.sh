@@ -14,3 +14,9 @@ if [ "${1:-}" = "--dev" ]; then
   extras="retrieval,pyserini,dev"  # pyserini: ~20 s, ~780 MB incl. deps; its tests need Java 17
 fi
 .venv/bin/python -m pip install -q -e ".[${extras}]"
+if [ "${1:-}" = "--dev" ]; then
+  # marl-eval (id-marl-eval 0.0.4) pins pandas==1.4.4, which has no wheel for Python 3.11, and
+  # neptune, a logging client; the tests use only its loader (marl_eval.utils.data_processing_utils),
+  # which imports numpy and colorama. So it goes in without its dependencies, colorama beside it.
+  .venv/bin/python -m pip install -q --no-deps "id-marl-eval==0.0.4" "colorama>=0.4"
+fi
