@@ -49,10 +49,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks import marl_statistics
 from benchmarks.eval.student_t import t_half_width
 from benchmarks.marl_statistics import (
-    BOOTSTRAP_REPS,
-    PAIRWISE_REPS,
     TAUS,
     Estimate,
     final_scores,
@@ -487,12 +486,13 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
             f"{of_split}; total {summary['total_seconds'] / 60:.1f} min on {summary['machine']['cpus']} CPUs.\n"
         ),
         (
-            f"Intervals: 95% stratified bootstrap over seeds, computed with rliable (percentile method, "
-            f"{BOOTSTRAP_REPS:,} resamples; {PAIRWISE_REPS:,} for probabilities of improvement and performance "
-            "profiles); n is the number of seeds behind each interval (over several scenarios, seeds are "
-            "resampled within each). IQM: the interquartile mean, the mean of the middle 50% of runs. "
-            "P(> Y): the probability that a run of the row's method ends with a higher final EM than a run of "
-            "method Y (Mann–Whitney), averaged over scenarios. Learning-curve bands: 95% t-intervals over seeds.\n"
+            "Intervals: 95% stratified bootstrap over seeds, computed with rliable (percentile method, "
+            f"{marl_statistics.BOOTSTRAP_REPS:,} resamples; {marl_statistics.PAIRWISE_REPS:,} for "
+            "probabilities of improvement and performance profiles); n is the number of seeds behind each "
+            "interval (over several scenarios, seeds are resampled within each). IQM: the interquartile "
+            "mean, the mean of the middle 50% of runs. P(> Y): the probability that a run of the row's "
+            "method ends with a higher final EM than a run of method Y (Mann–Whitney), averaged over "
+            "scenarios. Learning-curve bands: 95% t-intervals over seeds.\n"
         ),
         *([f"**Search-change window**: {window_note}\n"] if window_note else []),
         "![performance profiles of final EM](performance_profiles.png)\n",

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from benchmarks.credit_assignment import _LOADED_PLUGINS, bootstrap_ci, main, paired_differences
+from benchmarks.credit_assignment import _LOADED_PLUGINS, main, paired_differences
+from benchmarks.marl_statistics import interval
 from training.marl.credit import CREDIT_METHODS
 
 PLUGIN = '''
@@ -61,7 +62,9 @@ def test_a_method_from_an_outside_script_runs_and_appears_in_the_table(tmp_path)
     assert [len(runs) for runs in saved["runs"]["lazy_searcher_v1"].values()] == [2, 2]
     report = (out / "results.md").read_text()
     assert "| zero_for_test |" in report and "| zero_for_test | role |" in report
-    assert (out / "curves_lazy_searcher_v1.png").stat().st_size > 0
+    assert "| zero_for_test (n=2 seeds) |" in report and "more than half of the 2 iterations" in report
+    for name in ("curves_lazy_searcher_v1.png", "performance_profiles.png", "marl_eval.json"):
+        assert (out / name).stat().st_size > 0
 
 
 def test_paired_differences_pair_runs_by_seed():
@@ -71,4 +74,4 @@ def test_paired_differences_pair_runs_by_seed():
     }
     (row,) = paired_differences(runs)
     assert abs(row["mean"] - 0.1) < 1e-9 and abs(row["low"] - 0.1) < 1e-9 and abs(row["high"] - 0.1) < 1e-9
-    assert row["excludes_zero"] and bootstrap_ci([1.0]) is None
+    assert row["excludes_zero"] and row["seeds"] == 5 and interval([1.0]) is None
