@@ -178,6 +178,10 @@ def final_em_statistics(runs: dict[str, dict[str, list[dict]]]) -> dict:
     return statistics
 
 
+def _saved_estimate(saved: dict) -> Estimate:
+    return saved["point"], saved["low"], saved["high"]
+
+
 def final_em_table(statistics: dict) -> str:
     """``final_em_statistics`` as a table: a row per method X, its IQM and P(X > Y) for each Y."""
     methods = list(statistics)
@@ -187,11 +191,9 @@ def final_em_table(statistics: dict) -> str:
     ]
     for x, row in statistics.items():
         iqm = row["iqm"]
-        iqm_text = f"{iqm['point']:.3f}" if iqm["low"] is None else estimate_text(tuple(iqm.values()))
-        pairs = [
-            "—" if y == x else estimate_text(tuple(row["probability_of_improvement"][y].values()), digits=2)
-            for y in methods
-        ]
+        iqm_text = f"{iqm['point']:.3f}" if iqm["low"] is None else estimate_text(_saved_estimate(iqm))
+        improvement = row["probability_of_improvement"]
+        pairs = ["—" if y == x else estimate_text(_saved_estimate(improvement[y]), digits=2) for y in methods]
         label = seeds_label(row["seeds"], row["scenarios"])
         lines.append(f"| {x} ({label}) | {iqm_text} | " + " | ".join(pairs) + " |")
     return "\n".join(lines)
