@@ -489,8 +489,7 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
         ),
         (
             "Intervals: 95% stratified bootstrap over seeds, computed with rliable (percentile method, "
-            f"{marl_statistics.BOOTSTRAP_REPS:,} resamples; {marl_statistics.PAIRWISE_REPS:,} for "
-            "probabilities of improvement and performance profiles); n is the number of seeds behind each "
+            f"{marl_statistics.BOOTSTRAP_REPS:,} resamples); n is the number of seeds behind each "
             "interval (over several scenarios, seeds are resampled within each). IQM: the interquartile "
             "mean, the mean of the middle 50% of runs. P(> Y): the probability that a run of the row's "
             "method ends with a higher final EM than a run of method Y (Mann–Whitney), averaged over "

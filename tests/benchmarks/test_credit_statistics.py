@@ -21,7 +21,15 @@ from benchmarks.credit_assignment import (
     search_window,
     table,
 )
-from benchmarks.marl_statistics import BOOTSTRAP_SEED, MARL_EVAL_ENVIRONMENT, final_scores, interval, iqm_over_runs
+from benchmarks.marl_statistics import (
+    BOOTSTRAP_SEED,
+    MARL_EVAL_ENVIRONMENT,
+    final_scores,
+    improvement,
+    interval,
+    iqm_over_runs,
+    performance_profiles,
+)
 from tests.maopd.test_figure_readability import check_readable
 
 METHODS = ("alpha", "beta", "gamma")
@@ -83,8 +91,7 @@ def made_up_results() -> dict:
 def few_resamples():
     """Fewer resamples than the report's: these tests compare estimates, not their precision."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(marl_statistics, "BOOTSTRAP_REPS", 500)
-        patch.setattr(marl_statistics, "PAIRWISE_REPS", 200)
+        patch.setattr(marl_statistics, "BOOTSTRAP_REPS", 100)
         yield
 
 
@@ -110,30 +117,48 @@ def rliable_estimate(scores, aggregate, reps):
 def test_iqm_and_probabilities_of_improvement_are_rliables_own(report):
     runs = report["input"]["runs"]
     statistics = report["saved"]["final_em_statistics"]
+    reps = marl_statistics.BOOTSTRAP_REPS
     assert set(statistics) == {*SCENARIOS, ALL_SCENARIOS}
     for block, block_runs in [(SCENARIOS[1], {SCENARIOS[1]: runs[SCENARIOS[1]]}), (ALL_SCENARIOS, runs)]:
         scores = final_scores(block_runs)
         for method in METHODS:
             saved = statistics[block][method]["iqm"]
-            expected = rliable_estimate(
-                scores[method], lambda x: np.array([metrics.aggregate_iqm(x)]), marl_statistics.BOOTSTRAP_REPS
-            )
+            expected = rliable_estimate(scores[method], lambda x: np.array([metrics.aggregate_iqm(x)]), reps)
             assert [saved["point"], saved["low"], saved["high"]] == pytest.approx(expected)
-        improvement = rliable_estimate(
-            [scores["alpha"], scores["beta"]],
-            lambda x, y: np.array([metrics.probability_of_improvement(x, y)]),
-            marl_statistics.PAIRWISE_REPS,
-        )
-        forward = statistics[block]["alpha"]["probability_of_improvement"]["beta"]
-        backward = statistics[block]["beta"]["probability_of_improvement"]["alpha"]
-        assert [forward["point"], forward["low"], forward["high"]] == pytest.approx(improvement)
-        assert [backward["point"], backward["low"], backward["high"]] == pytest.approx(
-            [1 - improvement[0], 1 - improvement[2], 1 - improvement[1]]
-        )
-    # over all scenarios, the IQM is taken over every run of both: the middle half of 12 values
+    # over both scenarios, rliable's metric (one Mann–Whitney test per scenario and resample)
+    scores = final_scores(runs)
+    improvement = rliable_estimate(
+        [scores["alpha"], scores["beta"]], lambda x, y: np.array([metrics.probability_of_improvement(x, y)]), reps
+    )
+    forward = statistics[ALL_SCENARIOS]["alpha"]["probability_of_improvement"]["beta"]
+    backward = statistics[ALL_SCENARIOS]["beta"]["probability_of_improvement"]["alpha"]
+    assert [forward["point"], forward["low"], forward["high"]] == pytest.approx(improvement)
+    assert [backward["point"], backward["low"], backward["high"]] == pytest.approx(
+        [1 - improvement[0], 1 - improvement[2], 1 - improvement[1]]
+    )
+    # over both scenarios, the IQM is taken over every run of both: the middle half of 12 values
     everything = np.sort([run["em"] for scenario in SCENARIOS for run in runs[scenario]["gamma"]])
     assert statistics[ALL_SCENARIOS]["gamma"]["iqm"]["point"] == pytest.approx(everything[3:9].mean())
     assert statistics[ALL_SCENARIOS]["gamma"]["seeds"] == 6 and statistics[ALL_SCENARIOS]["gamma"]["scenarios"] == 2
+
+
+def test_probability_of_improvement_counts_ties_half_as_rliable_does():
+    x = np.array([[0.5, 0.1], [0.2, 0.1], [0.9, 0.3]])
+    y = np.array([[0.5, 0.1], [0.4, 0.1], [0.1, 0.1], [0.2, 0.0]])
+    assert improvement(x, y)[0] == pytest.approx(metrics.probability_of_improvement(x, y))
+    assert improvement(x, x)[0] == pytest.approx(0.5)
+
+
+def test_performance_profiles_are_rliables_own():
+    scores = final_scores(made_up_results()["runs"])
+    profile, band = performance_profiles({"beta": scores["beta"]})["beta"]
+    np.random.seed(BOOTSTRAP_SEED)
+    profiles, bands = rly.create_performance_profile(
+        {"beta": scores["beta"]}, marl_statistics.TAUS, reps=marl_statistics.BOOTSTRAP_REPS
+    )
+    np.testing.assert_allclose(profile, profiles["beta"])
+    np.testing.assert_allclose(band, bands["beta"])
+    assert profile[0] == 1.0 and profile[-1] == 0.0  # every made-up EM is above 0 and below 1
 
 
 def test_an_estimate_leaves_numpys_global_generator_as_it_was():
