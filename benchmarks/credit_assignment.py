@@ -266,7 +266,7 @@ def plot_performance_profiles(runs_by_panel: dict[str, dict[str, dict[str, list[
             ax=ax,
             colors={method: style["color"] for method, style in styles.items()},
             linestyles={method: style["linestyle"] for method, style in styles.items()},
-            xlabel="τ, final dev EM (fraction of questions right)",
+            xlabel="τ, final greedy EM (fraction of questions right)",
             ylabel="fraction of runs with final EM > τ",
             labelsize="medium",
             ticklabelsize="medium",
