@@ -14,8 +14,9 @@ exchanges one JSON object per line:
 ``sampling`` holds ``vllm.SamplingParams`` fields. Failures answer ``{"ok": false, "error": ...}``
 with the exception's one line; the traceback goes to stderr (the log file).
 The first line the worker writes is ``{"ok": true, "ready": ..., "vllm": version, "torch_threads": n}``
-once the engine is up (``n``: the threads vLLM left its model to compute with). vLLM logs to stdout, so the protocol uses a private copy of the original stdout
-and fd 1 is pointed at stderr before vLLM is imported.
+once the engine is up (``n``: the threads vLLM left its model to compute with). vLLM logs to
+stdout, so the protocol uses a private copy of the original stdout and fd 1 is pointed at stderr
+before vLLM is imported.
 
 The worker exits when its parent does, even in the middle of loading or generating (a killed
 trainer closes no pipe in time to be read): a watchdog thread sees that its parent is no longer

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.eval.records import MINIMAL_RECORD
 from benchmarks.provenance import git_commit
 from benchmarks.raw_http import RawServer, http_answer
 from maopd.base.json_files import write_json
@@ -55,6 +56,7 @@ RESULTS = REPO / "benchmarks" / "results" / "hostile_inputs"
 OUTCOMES = ("OK", "clear error", "traceback", "silent-wrong", "data loss", "leak", "hang")
 FAILURES = OUTCOMES[2:]
 TRACEBACK = "Traceback (most recent call last)"
+# A tiny Stage I run's CLI arguments (tests of run directories use them too).
 TINY = [
     "--config",
     str(REPO / "configs" / "tiny_cpu_stage1.yaml"),
@@ -247,14 +249,7 @@ def corpus_file(path: Path, texts: list[str], bom: bool = False) -> Path:
 
 
 def record(**fields) -> dict:
-    return {
-        "method": "m",
-        "dataset": "d",
-        "question_id": "q",
-        "attempt": 0,
-        "golden_answers": ["a"],
-        "final_output": "<answer>a</answer>",
-    } | fields
+    return MINIMAL_RECORD | fields
 
 
 def records_file(path: Path, rows: list[dict | str]) -> Path:

@@ -86,7 +86,9 @@ def readme(result: dict) -> str:
         "| engine | median step s (after the first) | median start-up s | step time / first engine's |",
         "|---|---|---|---|",
     ]
-    threads = {run["engine"]: run["threads"] for run in result["runs"]}
+    threads = {
+        run["engine"]: ", ".join(f"{name} {count}" for name, count in run["threads"].items()) for run in result["runs"]
+    }
     first = result["engines"][0]
     for engine, row in result["summary"].items():
         ratio = row.get(f"median_step_time_ratio_to_{first}", 1.0)
@@ -94,7 +96,9 @@ def readme(result: dict) -> str:
     lines += [
         "",
         "Torch threads (the trainer's; vLLM's worker, which computes while the trainer waits on it): "
-        + "; ".join(f"{engine}: {', '.join(f'{k} {v}' for k, v in split.items())}" for engine, split in threads.items()),
+        + "; ".join(
+            f"{engine}: {', '.join(f'{k} {v}' for k, v in split.items())}" for engine, split in threads.items()
+        ),
         "",
         "Every run's step times are in `rollout_engines.json`.",
         "",

@@ -34,6 +34,15 @@ COST_FIELDS = COUNTER_FIELDS + ("duration_s",)
 # What the trajectory viewer lists of a workflow record (envs/records.py), in order.
 TRAJECTORY_LISTS = ("subtasks", "searches", "reports")
 REQUIRED_FIELDS = ("method", "dataset", "question_id", "attempt", "golden_answers", "final_output")
+# The smallest record that loads, for harnesses and tests that break one field of it.
+MINIMAL_RECORD = {
+    "method": "m",
+    "dataset": "d",
+    "question_id": "q",
+    "attempt": 0,
+    "golden_answers": ["a"],
+    "final_output": "<answer>a</answer>",
+}
 
 
 class RecordError(UserError, ValueError):

@@ -14,6 +14,7 @@ from benchmarks.eval.manifest import (
     write_manifest,
 )
 from benchmarks.eval.records import (
+    MINIMAL_RECORD,
     RecordError,
     from_workflow,
     iter_records,
@@ -22,7 +23,6 @@ from benchmarks.eval.records import (
 )
 from envs.datasets import DatasetError, Question
 from tests.real_data import REAL, needs_real
-from tests.records import MINIMAL_RECORD
 
 
 @needs_real

@@ -303,8 +303,7 @@ def test_invalid_token_counts_never_reach_a_record(counts):
 
 
 def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
-    from benchmarks.eval.records import RecordError, load_records
-    from tests.records import MINIMAL_RECORD
+    from benchmarks.eval.records import MINIMAL_RECORD, RecordError, load_records
 
     base = MINIMAL_RECORD
     for bad in ("NaN", "Infinity", "-1.25"):

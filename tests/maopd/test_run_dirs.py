@@ -19,20 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.hostile_inputs import TINY
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.lock import LOCKS_ENV, LockedError
 from maopd.base.run_dir import LOCK_FILE, owning
 from maopd.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = [
-    "--config",
-    str(REPO / "configs" / "tiny_cpu_stage1.yaml"),
-    "env.max_steps=3",
-    "rollout.max_new_tokens=8",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
 
 
 @contextmanager
