@@ -3,10 +3,10 @@
 An option-mode episode is a deterministic function of its question and the indices chosen so far:
 the text environment parses the same outputs, retrieves the same passages and builds the same
 menus. ``OptionVectorEnv`` therefore memoises the text environment: a transition — the
-observation, mask, global state, acting agent and Searcher assignment after an action prefix, or the finished
-workflow record — is computed by the text environment the first time any slot reaches that prefix
-and looked up ever after, across slots, episodes, iterations, seeds and credit methods that share
-the cache. The text environment stays the single source of truth for rules and rewards;
+observation, mask, global state, acting agent and Searcher assignment after an action prefix, or
+the finished workflow record — is computed by the text environment the first time any slot
+reaches that prefix and looked up ever after, across slots, episodes, iterations, seeds and credit
+methods that share the cache. The text environment stays the single source of truth for rules and rewards;
 ``tests/envs/test_option_vector.py`` replays sampled vectorized episodes through a fresh text
 environment and gets identical records.
 

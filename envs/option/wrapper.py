@@ -14,26 +14,27 @@ AEC and the parallel environment, for centralised critics): the whole team's sit
 single agent observes. It starts from the text environments' numeric state
 (``SearchEnv.state_counters``) and names its entries in ``state_names(env)``:
 
-=====================  ===========================================================================
-``step``               environment steps taken / ``max_steps``
-``rounds``             delegation rounds / ``max_rounds`` (0 in the cascade)
-``reports``            reports gathered / R, R = Searcher slots × ``max_rounds``
-``reports_with_facts`` reports that state a fact (neither "nothing found" nor a forced report) / R
-``searches``           searches run / (``max_steps`` × Searcher slots)
-``evidence``           share of the question's supporting passages retrieved so far (SynthWiki
-                       metadata; 0 for a question without it). Which passages, not what they say:
-                       the answer itself is never in the state
-``selected``           reports handed to the Answerer / R
-``answering``          1 once the Answerer's turn is set up
-``format_failures``    format failures / ``max_steps`` (capped at 1)
-``1-hop`` … ``comparison``  the question's kind, one-hot (SynthWiki metadata; all 0 without it)
-``acting:<agent>``     1 for each agent still to act in the current step, by ``possible_agents``
-``<searcher>:active``  per Searcher slot: it has a running assignment;
-``…:search_steps``     searches of its current (else last) assignment / ``max_steps``;
-``…:assignments``      assignments so far / ``max_rounds``;
-``…:reported``         its last assignment ended with its own report (not a forced one);
-``…:format_failed``    its last assignment had a format failure
-=====================  ===========================================================================
+============================  ====================================================================
+``step``                      environment steps taken / ``max_steps``
+``rounds``                    delegation rounds / ``max_rounds`` (0 in the cascade)
+``reports``                   reports gathered / R, R = Searcher slots × ``max_rounds``
+``reports_with_facts``        reports that state a fact (neither "nothing found" nor forced) / R
+``searches``                  searches run / (``max_steps`` × Searcher slots)
+``evidence``                  share of the question's supporting passages retrieved so far
+                              (SynthWiki metadata; 0 for a question without it). Which passages,
+                              not what they say: the answer itself is never in the state
+``selected``                  reports handed to the Answerer / R
+``answering``                 1 once the Answerer's turn is set up
+``format_failures``           format failures / ``max_steps`` (capped at 1)
+``1-hop`` … ``comparison``    the question's kind (``envs.synthwiki.questions.KINDS``), one-hot
+                              (SynthWiki metadata; all 0 without it)
+``acting:<agent>``            1 for each agent still to act in the current step, by ``possible_agents``
+``<searcher>:active``         per Searcher slot: it has a running assignment;
+``<searcher>:search_steps``   searches of its current (else last) assignment / ``max_steps``;
+``<searcher>:assignments``    assignments so far / ``max_rounds``;
+``<searcher>:reported``       its last assignment ended with its own report (not a forced one);
+``<searcher>:format_failed``  its last assignment had a format failure
+============================  ====================================================================
 
 Its size is fixed per environment: 13 + agents + 5 × Searcher slots (hierarchical with 3 Searchers:
 33; cascade: 20).
@@ -196,7 +197,7 @@ def option_observation(
     return {"observations": np.clip(features, 0.0, 1.0), "action_mask": mask}
 
 
-def searcher_slots(env: SearchEnv) -> list[str]:
+def _searcher_slots(env: SearchEnv) -> list[str]:
     return [agent for agent in env.possible_agents if env.role_of(agent) == "searcher"]
 
 
@@ -205,14 +206,14 @@ def state_names(env: SearchEnv) -> list[str]:
     return [
         *TEAM_STATE_FEATURES,
         *(f"acting:{agent}" for agent in env.possible_agents),
-        *(f"{agent}:{feature}" for agent in searcher_slots(env) for feature in SLOT_STATE_FEATURES),
+        *(f"{agent}:{feature}" for agent in _searcher_slots(env) for feature in SLOT_STATE_FEATURES),
     ]
 
 
 def option_state(env: SearchEnv) -> np.ndarray:
     """The fixed-size global state of ``env``'s current situation; see the module docstring."""
     counters = env.state_counters()
-    config, slots = env.config, searcher_slots(env)
+    config, slots = env.config, _searcher_slots(env)
     max_reports = len(slots) * config.max_rounds
     metadata = env.question.metadata
     # the kind and supporting passages of a SynthWiki question; a user's question has neither

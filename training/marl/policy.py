@@ -4,8 +4,8 @@
 (parameters shared across roles and slots, the role is a feature), so it is invariant to the
 menu's order. ``play_batch`` plays many episodes at once in an ``OptionVectorEnv`` (one policy
 forward per tick for every acting agent) and keeps every decision with the information
-credit-assignment methods need (role, Searcher assignment, log-probability, global state); ``play`` runs one
-episode of a plain ``OptionWrapper``, one decision at a time (the reference path).
+credit-assignment methods need (role, Searcher assignment, log-probability, global state);
+``play`` runs one episode of a plain ``OptionWrapper``, one decision at a time (the reference path).
 """
 
 from __future__ import annotations
