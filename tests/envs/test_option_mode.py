@@ -188,11 +188,11 @@ def test_the_state_tells_team_situations_apart():
     assert (value("acting:leader"), value("step"), value("rounds")) == (1.0, 0.0, 0.0)
     env.step(choose("leader", "delegate"))
     assert value("acting:leader") == 0.0 and value("rounds") > 0 and value("searcher_0:active") == 1.0
-    before = env.state()
-    env.step(choose(env.agent_selection, "search"))
-    assert not np.array_equal(env.state(), before)  # another Searcher acts now, within the same step
-    while env.agent_selection.startswith("searcher"):
-        env.step(choose(env.agent_selection, "search"))
+    wave, before = env.unwrapped.acting_agents(), env.state()
+    env.step(choose(wave[0], "search"))
+    assert not np.array_equal(env.state(), before)  # the next Searcher acts, or the step is over
+    for agent in wave[1:]:
+        env.step(choose(agent, "search"))
     assert value("searches") > 0 and value("searcher_0:search_steps") > 0 and value("reports") == 0.0
 
     # the expert team finds every supporting passage, reports facts and hands them over

@@ -272,7 +272,8 @@ def mappo(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     """MAPPO (Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent
     Games"): per-agent policies sharing parameters (the one ``MenuPolicy``, the role a feature) and a
     centralised value V(s, role) on the global state ``decision.state`` with the acting role's
-    one-hot (the paper's agent-specific global state). The reward is the shared team reward:
+    one-hot (MAPPO gives its value the agent's identity with the global state; the role is the
+    identity the shared policy knows). The reward is the shared team reward:
     R_EM at each episode's last decision, 0 before. Advantages are GAE (``gae``, γ = 1, λ = 0.95)
     over the episode's decisions in the order the team took them, with V as it was before this
     batch (PPO's rollout-time values); V, kept in ``ctx.state`` across batches, is then fitted to
