@@ -207,7 +207,8 @@ def test_mappo_value_loss_falls_on_a_fixed_batch(batch):
     targets = torch.tensor([float(ep.parts["em"]) for ep in episodes for _ in ep.decisions])
     value = StateValue(decisions[0].state.size, hidden=16)
     losses = fit_value(value, torch.optim.Adam(value.parameters(), lr=VALUE_LR), inputs, targets, epochs=40)
-    assert losses[-1] < 0.5 * losses[0]
+    # below the best constant's loss (the targets' variance): the state explains part of the outcome
+    assert losses[-1] < losses[0] and losses[-1] < 0.8 * targets.var(unbiased=False).item()
 
 
 def test_mappo_keeps_its_value_across_batches_and_reads_the_state(batch):
