@@ -27,9 +27,13 @@ from pathlib import Path
 
 import torch
 
+from envs.actions import ROLES
 from maopd.base.json_files import write_json
 from training.config import load_config
 from training.trainer import Trainer
+
+# What a step's time is spent on (its ``time/*_s`` metrics; the two last with vLLM only).
+STEP_PARTS = ("rollout", "prepare", "update", "weight_sync", "sync_check")
 
 
 def timed_run(config_path: str, overrides: list[str], engine: str, steps: int, run_dir: Path) -> dict:
@@ -45,7 +49,18 @@ def timed_run(config_path: str, overrides: list[str], engine: str, steps: int, r
         times = []
         for _ in range(steps):
             metrics = trainer.train_step()
-            times.append({name: value for name, value in metrics.items() if name.startswith("time/")})
+            generated = sum(
+                metrics[f"{role}/sequences"] * metrics[f"{role}/generated_tokens"]
+                for role in ROLES
+                if f"{role}/sequences" in metrics
+            )
+            times.append(
+                {
+                    **{name: value for name, value in metrics.items() if name.startswith("time/")},
+                    "generated_tokens": generated,
+                    "rollout_tokens_per_s": generated / metrics["time/rollout_s"],
+                }
+            )
     finally:
         trainer.close()
     return {"engine": engine, "startup_s": startup_s, "threads": threads, "steps": times}
@@ -57,11 +72,17 @@ def summary(runs: list[dict], engines: list[str]) -> dict:
     def warm_step_s(run: dict) -> float:
         return statistics.median(step["time/step_s"] for step in run["steps"][1:] or run["steps"])
 
+    def warm_median(engine_runs: list[dict], metric: str) -> float:
+        return statistics.median(step.get(metric, 0.0) for run in engine_runs for step in run["steps"][1:])
+
     by_engine = {engine: [run for run in runs if run["engine"] == engine] for engine in engines}
     result = {
         engine: {
             "median_step_s": statistics.median(warm_step_s(run) for run in engine_runs),
             "median_startup_s": statistics.median(run["startup_s"] for run in engine_runs),
+            "median_parts_s": {part: warm_median(engine_runs, f"time/{part}_s") for part in STEP_PARTS},
+            "median_generated_tokens": warm_median(engine_runs, "generated_tokens"),
+            "median_rollout_tokens_per_s": warm_median(engine_runs, "rollout_tokens_per_s"),
         }
         for engine, engine_runs in by_engine.items()
     }
@@ -83,8 +104,9 @@ def readme(result: dict) -> str:
         f"Machine: {result['machine']['platform']}, {result['machine']['cpus']} CPUs; load average at the end "
         f"{', '.join(f'{x:.2f}' for x in result['machine']['load_average_at_end'])}.",
         "",
-        "| engine | median step s (after the first) | median start-up s | step time / first engine's |",
-        "|---|---|---|---|",
+        "| engine | median step s (after the first) | median start-up s | step time / first engine's "
+        "| generated tokens per step | rollout tokens/s |",
+        "|---|---|---|---|---|---|",
     ]
     threads = {
         run["engine"]: ", ".join(f"{name} {count}" for name, count in run["threads"].items()) for run in result["runs"]
@@ -92,13 +114,23 @@ def readme(result: dict) -> str:
     first = result["engines"][0]
     for engine, row in result["summary"].items():
         ratio = row.get(f"median_step_time_ratio_to_{first}", 1.0)
-        lines.append(f"| {engine} | {row['median_step_s']:.3f} | {row['median_startup_s']:.1f} | {ratio:.3f} |")
+        lines.append(
+            f"| {engine} | {row['median_step_s']:.3f} | {row['median_startup_s']:.1f} | {ratio:.3f} "
+            f"| {row['median_generated_tokens']:.0f} | {row['median_rollout_tokens_per_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "Median seconds per step after the first, by part:",
+        "",
+        "| engine | " + " | ".join(STEP_PARTS) + " |",
+        "|---|" + "---|" * len(STEP_PARTS),
+    ]
+    for engine, row in result["summary"].items():
+        lines.append(f"| {engine} | " + " | ".join(f"{row['median_parts_s'][part]:.3f}" for part in STEP_PARTS) + " |")
     lines += [
         "",
         "Torch threads (the trainer's; vLLM's worker, which computes while the trainer waits on it): "
-        + "; ".join(
-            f"{engine}: {', '.join(f'{k} {v}' for k, v in split.items())}" for engine, split in threads.items()
-        ),
+        + "; ".join(f"{engine}: {split}" for engine, split in threads.items()),
         "",
         "Every run's step times are in `rollout_engines.json`.",
         "",

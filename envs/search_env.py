@@ -480,12 +480,20 @@ class SearchEnv(AECEnv):
     def state(self) -> dict[str, Any]:
         """The global state, a member of ``state_space``: the question, every agent's visible
         history, who acts now, and the budget and round counters."""
+        counters = self.state_counters()
+        return {
+            "question": self.question.question,
+            "histories": {agent: self._history(agent) for agent in self.possible_agents},
+            **counters,
+        }
+
+    def state_counters(self) -> dict[str, Any]:
+        """The numeric entries of ``state()``: ``acting`` (by ``possible_agents``), ``env_step``,
+        ``steps_left``, ``delegation_rounds``. The option mode's fixed-size state starts from them."""
         if not hasattr(self, "record"):
             raise RuntimeError(f"{type(self).__name__}.state() before reset(): call reset() first")
         acting = self.acting_agents()
         return {
-            "question": self.question.question,
-            "histories": {agent: self._history(agent) for agent in self.possible_agents},
             "acting": np.array([agent in acting for agent in self.possible_agents], dtype=np.int8),
             "env_step": self.env_step,
             "steps_left": self.max_steps - self.env_step,

@@ -147,6 +147,12 @@ def _rows(tokens: TokenBatch, rows: torch.Tensor, trim: bool) -> tuple[TokenBatc
     ), width
 
 
+def _longest_first(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``rows`` in decreasing length, so that consecutive micro-batches hold rows of similar lengths:
+    a 1,500-token Searcher call padded next to 200-token Answerer calls would multiply the compute."""
+    return rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+
+
 def _denominator(mode: str, mask: torch.Tensor) -> float:
     """What ``loss_agg_mode`` divides by, so that micro-batch losses add up to the minibatch's."""
     if mode == "token-mean":
@@ -394,9 +400,12 @@ class Trainer:
 
     def _engine_logprob_gap(self, tokens: TokenBatch, recorded: torch.Tensor) -> dict[str, float]:
         """|engine-recorded − trainer re-scored| log-prob over the generated tokens, before the update."""
-        gaps = []
+        gaps = [torch.zeros(0)]
+        scored = _longest_first(
+            tokens.response_mask.any(dim=-1).nonzero().squeeze(1), tokens.attention_mask.sum(dim=-1)
+        )
         with torch.no_grad():
-            for rows in torch.arange(len(tokens.input_ids)).split(self.config.optim.micro_batch_size):
+            for rows in scored.split(self.config.optim.micro_batch_size):
                 part, width = _rows(tokens, rows, trim=True)
                 logprobs, _ = self.scorer(part.to(self.device), self.config.rollout.temperature, with_entropy=False)
                 gaps.append((logprobs.cpu() - recorded[rows, :width])[part.response_mask.bool()].abs())
@@ -456,9 +465,7 @@ class Trainer:
             for minibatch in torch.tensor_split(order, optim.minibatches):
                 if self.dist.sum(len(minibatch)) == 0:
                     continue
-                # Micro-batches of similar lengths: a 1,500-token Searcher call padded next to
-                # 200-token Answerer calls would multiply the compute. The gradient is the same sum.
-                minibatch = minibatch[torch.argsort(lengths[minibatch], descending=True, stable=True)]
+                minibatch = _longest_first(minibatch, lengths)  # the gradient is the same sum
                 self.optimizer.zero_grad(set_to_none=True)
                 total = max(self.dist.sum(_denominator(mode, batch.tokens.response_mask[minibatch])), 1.0)
                 micro_batches = [(rows, 1.0) for rows in minibatch.split(optim.micro_batch_size)]
@@ -531,7 +538,9 @@ class Trainer:
         batch, sampling_metrics = self.collect()
         self.step_inputs["rollout"] = batch
         rollout_s = time.perf_counter() - started
+        prepare_started = time.perf_counter()
         ppo_batch, metrics = self.prepare(batch)
+        metrics["time/prepare_s"] = time.perf_counter() - prepare_started
         metrics.update(sampling_metrics)
         self.step_inputs["ppo"] = ppo_batch
         update_started = time.perf_counter()

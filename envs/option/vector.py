@@ -3,10 +3,10 @@
 An option-mode episode is a deterministic function of its question and the indices chosen so far:
 the text environment parses the same outputs, retrieves the same passages and builds the same
 menus. ``OptionVectorEnv`` therefore memoises the text environment: a transition — the
-observation, mask, acting agent and Searcher assignment after an action prefix, or the finished
-workflow record — is computed by the text environment the first time any slot reaches that prefix
-and looked up ever after, across slots, episodes, iterations, seeds and credit methods that share
-the cache. The text environment stays the single source of truth for rules and rewards;
+observation, mask, global state, acting agent and Searcher assignment after an action prefix, or
+the finished workflow record — is computed by the text environment the first time any slot
+reaches that prefix and looked up ever after, across slots, episodes, iterations, seeds and credit
+methods that share the cache. The text environment stays the single source of truth for rules and rewards;
 ``tests/envs/test_option_vector.py`` replays sampled vectorized episodes through a fresh text
 environment and gets identical records.
 
@@ -34,7 +34,8 @@ from envs.option.wrapper import OptionWrapper
 
 @dataclass(frozen=True)
 class Node:
-    """The state after an action prefix: who acts and what it sees, or the finished record."""
+    """The state after an action prefix: who acts, what it sees and the global state
+    (``OptionWrapper.state()``, for centralised critics), or the finished record."""
 
     agent: str | None = None
     role: str | None = None
@@ -42,6 +43,7 @@ class Node:
     observation: np.ndarray | None = None
     mask: np.ndarray | None = None
     record: Mapping[str, Any] | None = None  # set once the workflow is over; read-only
+    state: np.ndarray | None = None
 
     @property
     def done(self) -> bool:
@@ -77,7 +79,7 @@ def _node(env: OptionWrapper) -> Node:
     role = raw.role_of(agent)
     call = raw.searcher_calls.index(raw.active[agent]) if role == "searcher" else None
     observation = env.observe(agent)
-    return Node(agent, role, call, observation["observations"], observation["action_mask"])
+    return Node(agent, role, call, observation["observations"], observation["action_mask"], state=env.state())
 
 
 class OptionVectorEnv:

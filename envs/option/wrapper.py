@@ -9,6 +9,36 @@ and a fixed-size numeric observation::
 (the form RLlib's action-masking modules expect). The menus and their item features are
 ``envs.option.menus``'s; the observation adds global features of the acting agent's situation.
 
+**Global state** (``state()``, a float32 vector in ``state_space = Box(0, 1, (state_size,))``, on the
+AEC and the parallel environment, for centralised critics): the whole team's situation, which no
+single agent observes. It starts from the text environments' numeric state
+(``SearchEnv.state_counters``) and names its entries in ``state_names(env)``:
+
+============================  ====================================================================
+``step``                      environment steps taken / ``max_steps``
+``rounds``                    delegation rounds / ``max_rounds`` (0 in the cascade)
+``reports``                   reports gathered / R, R = Searcher slots × ``max_rounds``
+``reports_with_facts``        reports that state a fact (neither "nothing found" nor forced) / R
+``searches``                  searches run / (``max_steps`` × Searcher slots)
+``evidence``                  share of the question's supporting passages retrieved so far
+                              (SynthWiki metadata; 0 for a question without it). Which passages,
+                              not what they say: the answer itself is never in the state
+``selected``                  reports handed to the Answerer / R
+``answering``                 1 once the Answerer's turn is set up
+``format_failures``           format failures / ``max_steps`` (capped at 1)
+``1-hop`` … ``comparison``    the question's kind (``envs.synthwiki.questions.KINDS``), one-hot
+                              (SynthWiki metadata; all 0 without it)
+``acting:<agent>``            1 for each agent still to act in the current step, by ``possible_agents``
+``<searcher>:active``         per Searcher slot: it has a running assignment;
+``<searcher>:search_steps``   searches of its current (else last) assignment / ``max_steps``;
+``<searcher>:assignments``    assignments so far / ``max_rounds``;
+``<searcher>:reported``       its last assignment ended with its own report (not a forced one);
+``<searcher>:format_failed``  its last assignment had a format failure
+============================  ====================================================================
+
+Its size is fixed per environment: 13 + agents + 5 × Searcher slots (hierarchical with 3 Searchers:
+33; cascade: 20).
+
 **One code path, two action interfaces**: a chosen index is rendered to the exact text action and
 passed to the *same* ``env.step``; budgets, rewards and the workflow record are therefore those of
 text mode by construction. A masked or out-of-range index, or anything not an integer, is
@@ -27,12 +57,27 @@ from pettingzoo.utils import BaseWrapper
 from envs.actions import ACTION_KINDS, TEAM_ROLES
 from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, MENU_SIZE, Option, build_menu
 from envs.parallel import SearchParallelEnv
+from envs.prompts import NO_FACTS
 from envs.search_env import SearchEnv
 from envs.synthwiki.closed_book import ClosedBook
+from envs.synthwiki.questions import KINDS, question_kind
 from envs.workflows import TEAM_WORKFLOWS, env_module
 
 GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
+TEAM_STATE_FEATURES = (
+    "step",
+    "rounds",
+    "reports",
+    "reports_with_facts",
+    "searches",
+    "evidence",
+    "selected",
+    "answering",
+    "format_failures",
+    *KINDS,
+)
+SLOT_STATE_FEATURES = ("active", "search_steps", "assignments", "reported", "format_failed")
 
 
 class OptionWrapper(BaseWrapper):
@@ -56,6 +101,8 @@ class OptionWrapper(BaseWrapper):
             }
         )
         self._option_action_space = spaces.Discrete(menu_size)
+        # replaces the text environment's dict state (reached through BaseWrapper's __getattr__)
+        self.state_space = spaces.Box(0.0, 1.0, (len(state_names(env.unwrapped)),), np.float32)
         self._menus: dict[tuple[str, int], list[Option]] = {}
 
     def observation_space(self, agent: str) -> spaces.Space:
@@ -83,6 +130,10 @@ class OptionWrapper(BaseWrapper):
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size, self.hints)
+
+    def state(self) -> np.ndarray:
+        """The team's situation as a vector in ``state_space``; see the module docstring."""
+        return option_state(self.env.unwrapped)
 
     def render_action(self, agent: str, action: Any) -> Any:
         """The text action that option ``action`` stands for ('' if it is not a valid choice)."""
@@ -146,8 +197,59 @@ def option_observation(
     return {"observations": np.clip(features, 0.0, 1.0), "action_mask": mask}
 
 
+def _searcher_slots(env: SearchEnv) -> list[str]:
+    return [agent for agent in env.possible_agents if env.role_of(agent) == "searcher"]
+
+
+def state_names(env: SearchEnv) -> list[str]:
+    """The name of each entry of ``option_state(env)``, in order (the module docstring's table)."""
+    return [
+        *TEAM_STATE_FEATURES,
+        *(f"acting:{agent}" for agent in env.possible_agents),
+        *(f"{agent}:{feature}" for agent in _searcher_slots(env) for feature in SLOT_STATE_FEATURES),
+    ]
+
+
+def option_state(env: SearchEnv) -> np.ndarray:
+    """The fixed-size global state of ``env``'s current situation; see the module docstring."""
+    counters = env.state_counters()
+    config, slots = env.config, _searcher_slots(env)
+    max_reports = len(slots) * config.max_rounds
+    metadata = env.question.metadata
+    # the kind and supporting passages of a SynthWiki question; a user's question has neither
+    kind = question_kind(env.question) if "type" in metadata and "hops" in metadata else None
+    support = set(metadata.get("supporting_passages", ()))
+    retrieved = {passage["id"] for search in env.searches for passage in search["passages"]}
+    with_facts = sum(not r["forced"] and r["text"].strip() != NO_FACTS for r in env.reports)
+    features = [
+        counters["env_step"] / env.max_steps,
+        counters["delegation_rounds"] / config.max_rounds,
+        len(env.reports) / max_reports,
+        with_facts / max_reports,
+        env.counters.search_actions / (env.max_steps * len(slots)),
+        len(support & retrieved) / len(support) if support else 0.0,
+        len(env.selected) / max_reports,
+        float(env.answer_turn is not None),
+        env.counters.format_failures / env.max_steps,
+        *(float(kind == k) for k in KINDS),
+        *counters["acting"].tolist(),
+    ]
+    for agent in slots:
+        calls = [call for call in env.searcher_calls if call.agent == agent]
+        last = calls[-1] if calls else None
+        features += [
+            float(agent in env.active),
+            last.search_steps / env.max_steps if last else 0.0,
+            len(calls) / config.max_rounds,
+            float(last is not None and last.done and not last.forced),
+            float(last is not None and last.format_failed),
+        ]
+    return np.clip(np.array(features, np.float32), 0.0, 1.0)
+
+
 class OptionParallelEnv(SearchParallelEnv):
-    """The parallel API over ``OptionWrapper``: one ``step`` is one environment step."""
+    """The parallel API over ``OptionWrapper``: one ``step`` is one environment step; ``state()``
+    and ``state_space`` are the wrapper's."""
 
     def __init__(self, aec_env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True):
         super().__init__(OptionWrapper(aec_env, menu_size, hints))

@@ -193,7 +193,19 @@ def load_preset(name_or_path: str, overrides: list[str] | None = None) -> Pipeli
         if not path.is_file():
             known = sorted(p.stem.removeprefix("pipeline_") for p in PRESET_DIR.glob("pipeline_*.yaml"))
             raise ConfigError(f"preset {name_or_path!r} not found; known presets: {known}, or pass a YAML path")
-    return load_yaml(PipelineConfig, path, overrides)
+    return load_yaml(PipelineConfig, path, [_stage_setting(override) for override in overrides or []])
+
+
+def _stage_setting(override: str) -> str:
+    """A command-line setting that only stages have applies to every stage: ``rollout.engine=vllm``
+    becomes ``stages.rollout.engine=vllm``. (A YAML file says ``stages:``; ``unknown_key_hint``.)"""
+    from training.config import TrainConfig
+
+    key = override.partition("=")[0].partition(".")[0].strip()
+    stage_keys = {f.name for f in dataclasses.fields(TrainConfig)} - {
+        f.name for f in dataclasses.fields(PipelineConfig)
+    }
+    return f"stages.{override.strip()}" if key in stage_keys else override
 
 
 def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:

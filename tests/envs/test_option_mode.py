@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test
+from pettingzoo.test import api_test, parallel_api_test, state_test
 
 from agents.expert_team import expert_team
 from envs import cascade_search_v1, hierarchical_search_v1
 from envs.episode import run_episode
 from envs.option.menus import MENU_SIZE, expert_choice, mentions
-from envs.option.wrapper import OBSERVATION_SIZE, option_env, option_parallel_env, play_options
+from envs.option.scenarios import get_scenario
+from envs.option.wrapper import (
+    OBSERVATION_SIZE,
+    option_env,
+    option_parallel_env,
+    play_options,
+    state_names,
+)
+from envs.synthwiki.questions import KINDS, question_kind
 
 TEXT_ENVS = {"cascade": cascade_search_v1, "hierarchical": hierarchical_search_v1}
 SAME_FIELDS = (
@@ -123,3 +131,77 @@ def test_menus_without_the_world_grammar_still_offer_generic_options():
 def test_pettingzoo_api(workflow):
     api_test(option_env(workflow, split="test"), num_cycles=30)
     parallel_api_test(option_parallel_env(workflow, split="test"), num_cycles=30)
+
+
+# ----- the global state ----------------------------------------------------------------------------
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+@pytest.mark.parametrize("scenario", ["synthwiki_v1", "lazy_searcher_v1"])
+def test_every_state_of_random_episodes_is_a_fixed_size_vector_in_the_state_space(scenario, workflow):
+    env = get_scenario(scenario).make_env("train", workflow)
+    size = len(state_names(env.unwrapped))
+    assert env.state_space.shape == (size,) and size == {"cascade": 20, "hierarchical": 33}[workflow]
+    rng = np.random.default_rng(0)
+    seen = set()
+    for i in range(4):
+        env.reset(options={"question_index": i})
+        while True:
+            state = env.state()
+            assert state.dtype == np.float32 and state.shape == (size,) and env.state_space.contains(state)
+            seen.add(state.tobytes())
+            if not env.agents:
+                break
+            agent = env.agent_selection
+            mask = env.observe(agent)["action_mask"]
+            env.step(None if env.terminations[agent] else int(rng.choice(np.flatnonzero(mask))))
+    assert len(seen) > 8  # the state moves with the episode
+
+
+@pytest.mark.parametrize("workflow", ["cascade", "hierarchical"])
+def test_pettingzoos_state_test_passes_on_both_apis(workflow):
+    state_test(option_env(workflow, split="test"), option_parallel_env(workflow, split="test"), num_cycles=30)
+    parallel = option_parallel_env(workflow, split="test")
+    parallel.reset(options={"question_index": 0})
+    assert parallel.state_space == option_env(workflow, split="test").state_space
+    assert parallel.state_space.contains(parallel.state())
+
+
+def test_the_state_tells_team_situations_apart():
+    env = option_env("hierarchical", split="test")
+    names = state_names(env.unwrapped)
+
+    def value(name):
+        return float(env.state()[names.index(name)])
+
+    def choose(agent, kind):
+        return next(i for i, option in enumerate(env.menu(agent)) if option.kind == kind)
+
+    kinds = {}
+    for i in range(40):
+        env.reset(options={"question_index": i})
+        kinds.setdefault(question_kind(env.unwrapped.question), env.state())
+    # the first states of questions of different kinds differ, and only in the kind
+    first = list(kinds.values())
+    assert len(first) == len(KINDS)
+    assert {names[j] for state in first for j in np.flatnonzero(state != first[0])} == set(KINDS)
+
+    env.reset(options={"question_index": 0})
+    assert (value("acting:leader"), value("step"), value("rounds")) == (1.0, 0.0, 0.0)
+    env.step(choose("leader", "delegate"))
+    assert value("acting:leader") == 0.0 and value("rounds") > 0 and value("searcher_0:active") == 1.0
+    wave, before = env.unwrapped.acting_agents(), env.state()
+    env.step(choose(wave[0], "search"))
+    assert not np.array_equal(env.state(), before)  # the next Searcher acts, or the step is over
+    for agent in wave[1:]:
+        env.step(choose(agent, "search"))
+    assert value("searches") > 0 and value("searcher_0:search_steps") > 0 and value("reports") == 0.0
+
+    # the expert team finds every supporting passage, reports facts and hands them over
+    record, _ = play(env, lambda env, agent: expert_choice(env.menu(agent)), 0)
+    assert record["rewards"]["em"] == 1.0
+    assert value("evidence") == 1.0 and value("reports_with_facts") > 0 and value("answering") == 1.0
+    assert value("acting:answerer") == 0.0 and value("selected") > 0
+
+
+def test_state_before_reset_is_an_error():
+    with pytest.raises(RuntimeError, match="reset"):
+        option_env("cascade", split="test").state()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,6 +45,21 @@ def test_vectorized_episodes_replay_identically_through_the_text_environment(nam
     for episode in episodes:
         record = replay(fresh, policy, episode.question_index, [d.action for d in episode.decisions])
         assert without_wall_clock(record) == without_wall_clock(episode.record)
+
+
+def test_vectorized_decisions_carry_the_global_state_of_the_text_environment():
+    scenario = get_scenario("lazy_searcher_v1")
+    torch.manual_seed(0)
+    policy = MenuPolicy(MENU_SIZE, hidden=16)
+    venv = OptionVectorEnv(lambda: scenario.make_env("train"), num_envs=3)
+    fresh = scenario.make_env("train")
+    for episode in play_batch(venv, policy, [0, 1, 2]):
+        actions = iter([d.action for d in episode.decisions])
+        reference = play(fresh, policy, {"question_index": episode.question_index}, lambda d, dist: next(actions))
+        assert len(reference.decisions) == len(episode.decisions)
+        for ours, theirs in zip(episode.decisions, reference.decisions):
+            assert ours.state.shape == fresh.state_space.shape
+            np.testing.assert_array_equal(ours.state, theirs.state)
 
 
 def test_a_slot_that_moves_to_another_question_resets_its_text_environment():

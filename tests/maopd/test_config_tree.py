@@ -43,6 +43,16 @@ def test_a_dotted_key_in_a_file_is_refused_with_the_nested_form(tmp_path):
         load_preset(str(preset))
 
 
+def test_a_stage_setting_on_the_command_line_applies_to_every_stage_and_in_a_file_is_named_where_it_goes(tmp_path):
+    config = load_preset("smoke", ["rollout.engine=vllm", "steps=3", "seed=7"])
+    assert config.stages["rollout"]["engine"] == "vllm" and config.stages["steps"] == 3
+    assert config.seed == 7  # the pipeline's own key stays the pipeline's
+    preset = tmp_path / "p.yaml"
+    preset.write_text("rollout:\n  engine: vllm\n")
+    with pytest.raises(ConfigError, match=r"rollout: unknown key; a stage setting: stages\.rollout\.… for every stage"):
+        load_preset(str(preset))
+
+
 BAD_OVERRIDES = [
     ("stage1.steps=abc", "stage1.steps: expected an integer"),
     ("stage1.stepz=1", "stage1.stepz: unknown key"),
@@ -53,7 +63,7 @@ BAD_OVERRIDES = [
     ("stage1.rollout.batch_size=0", "stage1.rollout.batch_size: must be >= 1"),
     ("stages.rollout.batch_size=0", "stages.rollout.batch_size: must be >= 1"),
     ("stages.stepz=1", "stages.stepz: unknown key"),
-    ("rollout.engine=vllm", r"rollout: unknown key; a stage setting: stages\.rollout\.… for every stage"),
+    ("rollout.engin=vllm", "stages.rollout.engin: unknown key; did you mean 'engine'"),
     ("stages.seed=3", "stages.seed: set by the pipeline"),
     ("stage2.rollout.top_p=1.5", "stage2.rollout.top_p: must be in"),
     ("stage2.env.max_steps=2", "stage2.env.max_steps: must be at least 5"),

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from benchmarks.credit_assignment import _LOADED_PLUGINS, load_plugins
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, OptionScenario
 from training.losses import PluginOutputError
 from training.marl.credit import (
     CREDIT_METHODS,
+    VALUE_LR,
     CreditContext,
+    StateValue,
     counterfactual_ems,
     first_report,
+    fit_value,
+    gae,
     get_credit_method,
     register,
     role_reward,
@@ -174,3 +183,72 @@ def test_integer_advantages_from_a_plugin_are_accepted(batch):
         assert [len(a) for a in advantages] == [len(ep.decisions) for ep in episodes]
     finally:
         CREDIT_METHODS.pop("ints_for_test", None)
+
+
+# ----- MAPPO and the global state ------------------------------------------------------------------
+TINY = {"iterations": 2, "episodes_per_iteration": 4, "eval_questions": 4, "num_envs": 4, "hidden": 16}
+
+
+def test_gae_with_gamma_one_matches_a_hand_computed_example():
+    rewards, values = np.array([0.0, 0.0, 1.0]), np.array([0.5, 0.2, 0.4])
+    # δ = (0 + 0.2 − 0.5, 0 + 0.4 − 0.2, 1 + 0 − 0.4) = (−0.3, 0.2, 0.6); A_t = δ_t + γλ A_{t+1}
+    np.testing.assert_allclose(gae(rewards, values, 1.0, 0.5), [-0.3 + 0.5 * 0.5, 0.2 + 0.5 * 0.6, 0.6])
+    # λ = 1: the Monte Carlo return minus V; λ = 0: the one-step TD error
+    np.testing.assert_allclose(gae(rewards, values, 1.0, 1.0), [0.5, 0.8, 0.6])
+    np.testing.assert_allclose(gae(rewards, values, 1.0, 0.0), [-0.3, 0.2, 0.6])
+
+
+def test_mappo_value_loss_falls_on_a_fixed_batch(batch):
+    _, _, episodes = batch
+    torch.manual_seed(0)
+    decisions = [d for ep in episodes for d in ep.decisions]
+    inputs = StateValue.inputs(decisions)
+    assert inputs.shape == (len(decisions), decisions[0].state.size + 3)
+    targets = torch.tensor([float(ep.parts["em"]) for ep in episodes for _ in ep.decisions])
+    value = StateValue(decisions[0].state.size, hidden=16)
+    losses = fit_value(value, torch.optim.Adam(value.parameters(), lr=VALUE_LR), inputs, targets, epochs=40)
+    # below the best constant's loss (the targets' variance): the state explains part of the outcome
+    assert losses[-1] < losses[0] and losses[-1] < 0.8 * targets.var(unbiased=False).item()
+
+
+def test_mappo_keeps_its_value_across_batches_and_reads_the_state(batch):
+    env, policy, episodes = batch
+    context = CreditContext(env, policy)
+    mappo = get_credit_method("mappo")
+    first = mappo(episodes, context)
+    value = context.state["mappo_value"]
+    second = mappo(episodes, context)
+    assert context.state["mappo_value"] is value
+    assert not all(np.allclose(a, b) for a, b in zip(first, second))  # V was fitted in between
+    # V reads the state: the same initial net gives other advantages on zeroed states
+    blank = [replace(ep, decisions=[replace(d, state=np.zeros_like(d.state)) for d in ep.decisions]) for ep in episodes]
+    outputs = []
+    for played in (episodes, blank):
+        torch.manual_seed(0)
+        outputs.append(mappo(played, CreditContext(env, policy)))
+    assert not all(np.allclose(a, b) for a, b in zip(*outputs))
+
+
+def test_a_tiny_training_run_with_mappo_completes():
+    _, metrics = train(MarlConfig(method="mappo", **TINY), progress=False)
+    assert [row["iteration"] for row in metrics["curve"]] == [1, 2] and 0.0 <= metrics["em"] <= 1.0
+
+
+def test_a_plugin_reads_the_global_state_through_the_registry(batch, tmp_path):
+    """The state-baseline example of docs/marl.md, loaded as the benchmark's --plugin loads it."""
+    docs = (Path(__file__).parents[2] / "docs" / "marl.md").read_text()
+    (example,) = re.findall(r"```python\n(# state_baseline\.py\n.*?)```", docs, re.DOTALL)
+    plugin = tmp_path / "state_baseline.py"
+    plugin.write_text(example)
+    env, policy, episodes = batch
+    try:
+        (described,) = load_plugins([plugin])
+        assert described["methods"] == ["state_baseline"]
+        advantages = get_credit_method("state_baseline")(episodes, CreditContext(env, policy))
+        assert [len(a) for a in advantages] == [len(ep.decisions) for ep in episodes]
+        assert all(np.isfinite(a).all() for a in advantages)
+        _, metrics = train(MarlConfig(method="state_baseline", **TINY), progress=False)
+        assert len(metrics["curve"]) == 2
+    finally:
+        CREDIT_METHODS.pop("state_baseline", None)
+        _LOADED_PLUGINS.clear()

@@ -232,7 +232,7 @@ def _alive(pid: int) -> bool:
 def test_the_smoke_job_runs_every_stage_on_the_engine(tmp_path):
     require_vllm_python()
     run_dir = tmp_path / "smoke"
-    assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir), "stages.rollout.engine=vllm"]) == 0
+    assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir), "rollout.engine=vllm"]) == 0
     for stage in ("stage1", "stage2_full", "single"):
         last = read_metrics(run_dir / stage)[-1]
         assert "time/weight_sync_s" in last and "rollout/engine_logprob_gap_max" in last, stage

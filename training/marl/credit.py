@@ -13,10 +13,14 @@ advantage per decision. Select one by name (``MarlConfig.method``); add one with
                   every option, regressed on R_EM; each decision gets Q(s, a) − Σ_a' π(a'|s) Q(s, a');
 * ``opd``         Searchers get the teacher–student log-ratio log π_T(a|s) − log π(a|s) of their
                   own choice (Eq. 5 on options; the Teacher is a policy trained on the cascade),
-                  Leader and Answerer as in ``role`` (Eq. 7).
+                  Leader and Answerer as in ``role`` (Eq. 7);
+* ``mappo``       Yu et al.'s MAPPO: a centralised value V(global state, acting role) and GAE
+                  (γ = 1, λ = 0.95) over each episode's decisions on the team outcome R_EM.
 
 Outcome-based signals are normalized per role over the batch (Eq. 1 with the batch as the
-group); the OPD log-ratio is used as it is, as in the paper.
+group); the OPD log-ratio is used as it is, as in the paper. Every decision carries the global
+state (``decision.state``, ``envs.option.wrapper.option_state``) for methods with a centralised
+critic, ``mappo``'s or one defined outside the package.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
 from envs.actions import TEAM_ROLES
 from envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
@@ -204,3 +209,95 @@ def teacher_distillation(episodes: list[Episode], ctx: CreditContext) -> list[np
                 teacher = dist.log_prob(torch.tensor([d.action for d in decisions])).numpy()
             r[searcher] = teacher - np.array([d.logprob for d in decisions])
     return rewards
+
+
+MAPPO_GAMMA = 1.0  # episodic tasks with one reward at the end: nothing to discount
+MAPPO_LAMBDA = 0.95  # the common choice (Schulman et al. 2016; MAPPO's default)
+VALUE_EPOCHS = 4
+VALUE_LR = 3e-3
+
+
+def gae(rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """Generalized advantage estimates of one episode (Schulman et al. 2016, Eq. 16):
+    A_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γ V(s_{t+1}) − V(s_t), with ``values[t]`` = V(s_t) and
+    the state after the last step terminal (value 0). The value targets are A_t + V(s_t)."""
+    advantages = np.zeros(len(rewards))
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        following = values[t + 1] if t + 1 < len(values) else 0.0
+        running = rewards[t] + gamma * following - values[t] + gamma * lam * running
+        advantages[t] = running
+    return advantages
+
+
+class StateValue(nn.Module):
+    """V(global state, one-hot of the acting role): an MLP of the policy's width."""
+
+    def __init__(self, state_size: int, hidden: int = 64):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(state_size + len(TEAM_ROLES), hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
+
+    @staticmethod
+    def inputs(decisions: list[Decision]) -> torch.Tensor:
+        """[N, state + roles]: each decision's global state and its role's one-hot."""
+        roles = np.array([[d.role == role for role in TEAM_ROLES] for d in decisions], np.float32)
+        return torch.as_tensor(np.concatenate([np.stack([d.state for d in decisions]), roles], axis=1))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.net(inputs).squeeze(-1)
+
+
+def fit_value(
+    value: StateValue, optimizer: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor, epochs: int
+) -> list[float]:
+    """``epochs`` full-batch steps on the mean squared error to ``targets``; the loss before each."""
+    losses = []
+    for _ in range(epochs):
+        loss = torch.nn.functional.mse_loss(value(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@register("mappo")
+def mappo(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
+    """MAPPO (Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent
+    Games"): per-agent policies sharing parameters (the one ``MenuPolicy``, the role a feature) and a
+    centralised value V(s, role) on the global state ``decision.state`` with the acting role's
+    one-hot (MAPPO gives its value the agent's identity with the global state; the role is the
+    identity the shared policy knows). The reward is the shared team reward:
+    R_EM at each episode's last decision, 0 before. Advantages are GAE (``gae``, γ = 1, λ = 0.95)
+    over the episode's decisions in the order the team took them, with V as it was before this
+    batch (PPO's rollout-time values); V, kept in ``ctx.state`` across batches, is then fitted to
+    the GAE returns A_t + V(s_t) (``VALUE_EPOCHS`` full-batch Adam steps).
+
+    Differences from the paper: the value loss is a plain MSE, without its PPO-style value
+    clipping, Huber loss and PopArt normalisation (returns lie in [0, 1]); advantages are
+    normalized per role over the batch, as every method here is, not over the whole batch."""
+    decisions = [d for ep in episodes for d in ep.decisions]
+    inputs = StateValue.inputs(decisions)
+    if "mappo_value" not in ctx.state:
+        value = StateValue(inputs.shape[1] - len(TEAM_ROLES), ctx.policy.score[0].out_features)
+        ctx.state["mappo_value"] = value
+        ctx.state["mappo_value_optimizer"] = torch.optim.Adam(value.parameters(), lr=VALUE_LR)
+    value = ctx.state["mappo_value"]
+    with torch.no_grad():
+        values = value(inputs).numpy().astype(np.float64)
+    advantages, start = [], 0
+    for ep in episodes:
+        count = len(ep.decisions)
+        rewards = np.zeros(count)
+        rewards[-1] = float(ep.parts["em"])
+        advantages.append(gae(rewards, values[start : start + count], MAPPO_GAMMA, MAPPO_LAMBDA))
+        start += count
+    returns = torch.as_tensor(np.concatenate(advantages) + values, dtype=torch.float32)
+    fit_value(value, ctx.state["mappo_value_optimizer"], inputs, returns, VALUE_EPOCHS)
+    return normalize_per_role(episodes, advantages, set(TEAM_ROLES))

@@ -4,8 +4,8 @@
 (parameters shared across roles and slots, the role is a feature), so it is invariant to the
 menu's order. ``play_batch`` plays many episodes at once in an ``OptionVectorEnv`` (one policy
 forward per tick for every acting agent) and keeps every decision with the information
-credit-assignment methods need (role, Searcher assignment, log-probability); ``play`` runs one
-episode of a plain ``OptionWrapper``, one decision at a time (the reference path).
+credit-assignment methods need (role, Searcher assignment, log-probability, global state);
+``play`` runs one episode of a plain ``OptionWrapper``, one decision at a time (the reference path).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class Decision:
     mask: np.ndarray
     action: int
     logprob: float
+    state: np.ndarray  # the global state when the decision was made (``OptionWrapper.state()``)
 
 
 @dataclass
@@ -98,7 +99,7 @@ def play(env: OptionWrapper, policy: MenuPolicy, options: dict, choose: Chooser 
     def act(agent: str, obs: dict[str, np.ndarray]) -> int:
         role = raw.role_of(agent)
         call = raw.searcher_calls.index(raw.active[agent]) if role == "searcher" else None
-        decision = Decision(agent, role, call, obs["observations"], obs["action_mask"], -1, 0.0)
+        decision = Decision(agent, role, call, obs["observations"], obs["action_mask"], -1, 0.0, env.state())
         with torch.no_grad():
             dist = policy.distribution(
                 torch.as_tensor(obs["observations"])[None], torch.as_tensor(obs["action_mask"])[None]
@@ -144,7 +145,7 @@ def play_batch(
             for row, (slot, node) in enumerate(pending):
                 episode = batch[slot]
                 decision = Decision(
-                    node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0
+                    node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0, node.state
                 )
                 if override is not None:
                     forced = override(start + slot, len(episode.decisions), decision)
