@@ -237,6 +237,11 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     leader, searcher, answerer = (_role_tokens(full, r) for r in (LEADER, SEARCHER, ANSWERER))
     adv = {"full": full.advantages.token_advantages}
 
+    def unchanged(other):
+        # Equal up to float rounding: a variant's Teacher scores other rows (no Searcher rows, or
+        # none at all), so the prefix trees it packs the Leader's rows into differ in shape.
+        torch.testing.assert_close(other[leader | answerer], adv["full"][leader | answerer], atol=1e-6, rtol=0)
+
     # full: Searcher tokens get β·(log π_T − log π_old), Eq. 5
     expected_opd = beta * (full.teacher_logprobs - full.old_logprobs)
     torch.testing.assert_close(adv["full"][searcher], expected_opd[searcher])
@@ -246,7 +251,7 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     trainer, none = _advantages(models, tmp_path, scripted_batch, variant="no_searcher_supervision")
     assert trainer.config.ppo.role_loss_weights == {"searcher": 0.0}
     assert torch.all(none.advantages.token_advantages[searcher] == 0)
-    assert torch.equal(none.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
+    unchanged(none.advantages.token_advantages)
     assert none.num_sequences == full.num_sequences  # Searcher rows stay in the batch
 
     # w/ outcome-based Searcher RL: Eq. 1 on R_EM per trajectory; the Leader and Answerer keep their
@@ -261,7 +266,7 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
             mask = full.tokens.response_mask[row]
             expected = em_advantage[sequence.group * GROUP + sequence.trajectory]
             assert torch.all(outcome.advantages.token_advantages[row][mask] == expected)
-    assert torch.equal(outcome.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
+    unchanged(outcome.advantages.token_advantages)
 
     # w/ base-model teacher: the Teacher is π_0, which sampled this batch (OPD signal ≈ 0); the
     # Leader/Answerer KL stays toward π_T, so their advantages are the full method's
@@ -280,7 +285,7 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     verdicts = iter([1.0, 0.0] * 50)
     trainer.critic.judge = lambda items: [next(verdicts) for _ in items]
     critic, _ = trainer.prepare(copy.deepcopy(scripted_batch))
-    assert torch.equal(critic.advantages.token_advantages[leader | answerer], adv["full"][leader | answerer])
+    unchanged(critic.advantages.token_advantages)
     verdicts = iter([1.0, 0.0] * 50)
     expected_rewards = torch.zeros(2, GROUP)
     for b, row in enumerate(scripted_batch.records):
