@@ -582,12 +582,7 @@ class SearchEnv(AECEnv):
         raise NotImplementedError
 
     def _searcher_allowed(self, step: int) -> tuple[str, ...]:
-        """Kinds a Searcher may use in environment step ``step`` (1-based): report only at the end,
-        unless ``force_finish`` is off (then it may still search, and an unreported call ends
-        without a report)."""
-        if step >= self._searcher_last_step() and self.config.force_finish:
-            return ("report",)
-        return ROLE_ACTION_KINDS["searcher"]
+        return searcher_allowed(step, self._searcher_last_step(), self.config.force_finish)
 
     def _searcher_call(self, agent: str) -> SearcherCall | None:
         """The Searcher slot's current assignment, else its last one (None if it had none)."""
@@ -653,17 +648,24 @@ class SearchEnv(AECEnv):
         if not queries:
             return
         self.counters.tool_steps += 1
-        results = self.retriever.search([q for _, q in queries], self.config.topk)
-        for (call, query), passages in zip(queries, results):
-            passages = passages[: self.config.topk]
+        for (call, query), (passages, message) in zip(queries, self._search([q for _, q in queries])):
             call.search_steps += 1
             self.counters.search_actions += 1
             self.counters.searches_with_passages += bool(passages)
-            call.messages.append(prompts.information_message(passages, self.config.max_passage_chars))
-            self.searches.append(
-                {"wave": call.wave, "agent": call.agent, "query": query, "passages": [p.to_dict() for p in passages]}
-            )
-            self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p.title for p in passages)}")
+            call.messages.append(message)
+            self.searches.append({"wave": call.wave, "agent": call.agent, "query": query, "passages": passages})
+            self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p['title'] for p in passages)}")
+
+    def _search(self, queries: list[str]) -> list[tuple[list[dict[str, Any]], dict[str, str]]]:
+        """Each query's top-``topk`` passages, as the record keeps them, and its ``<information>``
+        message: one retriever batch."""
+        results = self.retriever.search(queries, self.config.topk)
+        found = []
+        for passages in results:
+            passages = passages[: self.config.topk]
+            message = prompts.information_message(passages, self.config.max_passage_chars)
+            found.append(([p.to_dict() for p in passages], message))
+        return found
 
     def _searcher_budget_left(self) -> bool:
         """Whether an active Searcher gets another step after the current one (``self.env_step``)."""
@@ -701,65 +703,21 @@ class SearchEnv(AECEnv):
         return self.answer_turn.outputs if self.answer_turn else []
 
     def _finish(self) -> None:
-        refs = self.question.golden_answers
-        candidates = self._candidate_texts()
-        clipped = [c[: self.config.max_action_chars] for c in candidates]
-        extracted = [strict_answer(c) for c in clipped]
-        scores = [R.exact_match(a, refs) for a in extracted]
-        r_em = R.team_outcome(scores)
-        answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, self._candidate_valid)]
-        call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in self.searcher_calls]
-        call_rewards = [
-            R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(self.searcher_calls, call_bonus)
-        ]
-        per_agent: dict[str, list[float]] = {}
-        for call, reward in zip(self.searcher_calls, call_rewards):
-            per_agent.setdefault(call.agent, []).append(reward)
-        leader_reward = self._leader_reward(r_em)
-
-        reward_parts = {
-            "em": r_em,
-            "leader": leader_reward,
-            "answerer": answerer_rewards,
-            "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
-            "searcher_calls": call_rewards,
-            "search_bonus": call_bonus,
-            "assign_bonus": R.assign_bonus(self.counters.tool_steps),
-            **self._workflow_rewards(scores),
-        }
-        self.counters.env_steps = self.env_step
-        self.counters.task_assignments = len(self.subtasks)
-        counters = self.counters.to_dict()
-        if not self.config.force_finish:
-            # only under the option, so that default records keep their keys
-            counters["no_answer"] = int(not self.answered)
-            counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
-        self.record = {
-            "workflow": self.workflow,
-            "question_id": self.question.id,
-            "question": self.question.question,
-            "golden_answers": list(refs),
-            "subtasks": self.subtasks,
-            "dropped_subtasks": self.dropped_subtasks,
-            "reports": self.reports,
-            "selected_reports": self.selected,
-            "searches": self.searches,
-            "candidates": candidates,
-            "extracted_answers": extracted,
-            "candidate_scores": scores,
-            "rewards": reward_parts,
-            "counters": counters,
-            "format_errors": self.format_errors,
-            "calls": self._calls(),
-            "duration_s": time.perf_counter() - self._started,
-        }
-        self._log(f"Answer: {extracted[0] if extracted else None!r}  gold: {list(refs)}  EM={r_em:.0f}")
+        self.record = workflow_record(self)
+        reward_parts = self.record["rewards"]
+        leader_reward = reward_parts["leader"]
+        extracted = self.record["extracted_answers"]
+        self._log(
+            f"Answer: {extracted[0] if extracted else None!r}  gold: {self.record['golden_answers']}  "
+            f"EM={reward_parts['em']:.0f}"
+        )
 
         for agent in self.agents:
             role = self.role_of(agent)
             if role == "leader":
                 self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
             elif role == "answerer":
+                answerer_rewards = reward_parts["answerer"]
                 self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
             elif role == "solver":
                 self.rewards[agent] = reward_parts["solver"]
@@ -803,6 +761,15 @@ class SearchEnv(AECEnv):
         pass
 
 
+def searcher_allowed(step: int, last_step: int, force_finish: bool) -> tuple[str, ...]:
+    """Kinds a Searcher may use in environment step ``step`` (1-based) when its workflow's last
+    Searcher step is ``last_step``: report only at the end, unless ``force_finish`` is off (then it
+    may still search, and an unreported call ends without a report)."""
+    if step >= last_step and force_finish:
+        return ("report",)
+    return ROLE_ACTION_KINDS["searcher"]
+
+
 def with_notice(messages: list[dict[str, str]], role: str) -> list[dict[str, str]]:
     """``messages`` with the role's last-turn notice appended to the final (user) message."""
     last = messages[-1]
@@ -818,6 +785,67 @@ def _valid_unicode(text: str) -> str:
 def short_text(text: str | None, limit: int = 160) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def workflow_record(state: Any) -> dict[str, Any]:
+    """The finished workflow's record (envs/records.py) and rewards, from the state a workflow keeps.
+
+    ``state`` is a ``SearchEnv`` or the option mode's lean environment (``envs.option.lean``), which
+    keeps the same state attributes and workflow hooks (``_candidate_texts``, ``_leader_reward``,
+    ``_workflow_rewards``, ``_calls``), so that both score and record an episode with this one function.
+    Sets the counters that are only known at the end.
+    """
+    config, counters = state.config, state.counters
+    refs = state.question.golden_answers
+    candidates = state._candidate_texts()
+    clipped = [c[: config.max_action_chars] for c in candidates]
+    extracted = [strict_answer(c) for c in clipped]
+    scores = [R.exact_match(a, refs) for a in extracted]
+    r_em = R.team_outcome(scores)
+    answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, state._candidate_valid)]
+    call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in state.searcher_calls]
+    call_rewards = [
+        R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(state.searcher_calls, call_bonus)
+    ]
+    per_agent: dict[str, list[float]] = {}
+    for call, reward in zip(state.searcher_calls, call_rewards):
+        per_agent.setdefault(call.agent, []).append(reward)
+    reward_parts = {
+        "em": r_em,
+        "leader": state._leader_reward(r_em),
+        "answerer": answerer_rewards,
+        "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
+        "searcher_calls": call_rewards,
+        "search_bonus": call_bonus,
+        "assign_bonus": R.assign_bonus(counters.tool_steps),
+        **state._workflow_rewards(scores),
+    }
+    counters.env_steps = state.env_step
+    counters.task_assignments = len(state.subtasks)
+    counts = counters.to_dict()
+    if not config.force_finish:
+        # only under the option, so that default records keep their keys
+        counts["no_answer"] = int(not state.answered)
+        counts["unreported_calls"] = sum(call.exhausted for call in state.searcher_calls)
+    return {
+        "workflow": state.workflow,
+        "question_id": state.question.id,
+        "question": state.question.question,
+        "golden_answers": list(refs),
+        "subtasks": state.subtasks,
+        "dropped_subtasks": state.dropped_subtasks,
+        "reports": state.reports,
+        "selected_reports": state.selected,
+        "searches": state.searches,
+        "candidates": candidates,
+        "extracted_answers": extracted,
+        "candidate_scores": scores,
+        "rewards": reward_parts,
+        "counters": counts,
+        "format_errors": state.format_errors,
+        "calls": state._calls(),
+        "duration_s": time.perf_counter() - state._started,
+    }
 
 
 def call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:

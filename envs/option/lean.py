@@ -1,0 +1,122 @@
+"""Option-mode transitions without the text environment's overheads, identical to its transitions.
+
+An option-mode transition in ``OptionWrapper`` over the PettingZoo text environment costs about a
+millisecond (benchmarks/results/credit_assignment/README.md), most of it outside the workflow's
+rules: the order-enforcing wrapper, per-agent ``infos`` rebuilt at every step, the transcript,
+retrieval and passage formatting for every search, dead-agent steps at the end. The lean
+environments here are the text environments' own classes (``hierarchical_search_v1.raw_env``,
+``cascade_search_v1.raw_env``) with only those parts replaced:
+
+* retrieval is looked up per world: a query's passages and its ``<information>`` message are
+  built once per process and retriever (``SearchTable``), then shared by every episode;
+* ``infos``, the transcript and the AEC rewards are not kept (an option-mode learner reads the
+  observation, the mask and the record; the record holds the rewards);
+* a finished episode has no agents left (no dead steps) and its record comes from the same
+  ``envs.search_env.workflow_record``.
+
+Every rule (budgets, forced finish, format failures, rewards) and every text (messages, reports) is
+therefore the text environment's code, and menus and observations are ``OptionWrapper``'s: a lean
+environment is wrapped in ``OptionWrapper`` like any other (``lean_option_env``), so it plugs into
+``OptionVectorEnv`` and ``play_options`` unchanged. tests/envs/test_option_lean.py plays sampled
+episodes here and replays them through the scenario's text environment, requiring identical
+observations, masks and records.
+
+    env = lean_option_env(scenario.make_env("train"))
+    venv = OptionVectorEnv(lambda: lean_option_env(template), num_envs=64)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from envs import cascade_search_v1, hierarchical_search_v1, prompts
+from envs.option.wrapper import OptionWrapper
+from envs.retrieval.base import Retriever
+from envs.search_env import SearchEnv, workflow_record
+
+PassageDicts = list[dict[str, Any]]
+
+
+class SearchTable:
+    """One retriever's results per query, with the ``<information>`` message each gives.
+
+    Entries are shared by every episode that searches the query: the passage dicts and the message
+    end up in records and chat histories, which are read-only.
+    """
+
+    def __init__(self, retriever: Retriever, topk: int, max_passage_chars: int):
+        self.retriever = retriever
+        self.topk = topk
+        self.max_passage_chars = max_passage_chars
+        self._found: dict[str, tuple[PassageDicts, dict[str, str]]] = {}
+
+    def search(self, queries: list[str]) -> list[tuple[PassageDicts, dict[str, str]]]:
+        missing = [q for q in dict.fromkeys(queries) if q not in self._found]
+        if missing:
+            for query, passages in zip(missing, self.retriever.search(missing, self.topk)):
+                passages = passages[: self.topk]
+                message = prompts.information_message(passages, self.max_passage_chars)
+                self._found[query] = ([p.to_dict() for p in passages], message)
+        return [self._found[q] for q in queries]
+
+
+# One table per (retriever, topk, passage length): the scenarios share one retriever per world.
+_TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], SearchTable]] = weakref.WeakKeyDictionary()
+
+
+def search_table(retriever: Retriever, topk: int, max_passage_chars: int) -> SearchTable:
+    tables = _TABLES.setdefault(retriever, {})
+    key = (topk, max_passage_chars)
+    if key not in tables:
+        tables[key] = SearchTable(retriever, topk, max_passage_chars)
+    return tables[key]
+
+
+class LeanEnvironment:
+    """What the lean environments replace in ``SearchEnv``; mixed in before the workflow's class."""
+
+    def __init__(self, template: SearchEnv):
+        super().__init__(template.config, retriever=template.retriever, questions=template.questions)
+        self.search_table = search_table(self.retriever, self.config.topk, self.config.max_passage_chars)
+
+    def _search(self, queries: list[str]) -> list[tuple[PassageDicts, dict[str, str]]]:
+        return self.search_table.search(queries)
+
+    def _schedule_next(self) -> None:
+        # SearchEnv's, without refreshing every agent's ``infos``
+        self._scheduled = self._schedule()
+        self._cursor = 0
+        if not self._scheduled:
+            self._finish()
+            return
+        self.agent_selection = self._scheduled[0]
+
+    def _finish(self) -> None:
+        self.record = workflow_record(self)
+        self.agents = []
+
+    def _log(self, line: str) -> None:
+        pass
+
+
+class LeanHierarchical(LeanEnvironment, hierarchical_search_v1.raw_env):
+    pass
+
+
+class LeanCascade(LeanEnvironment, cascade_search_v1.raw_env):
+    pass
+
+
+_LEAN_CLASSES = {"hierarchical": LeanHierarchical, "cascade": LeanCascade}
+
+
+def lean_option_env(template: OptionWrapper) -> OptionWrapper:
+    """An option-mode environment with ``template``'s settings (workflow, config, questions,
+    retriever, menus, hints, closed book) whose transitions are the lean ones."""
+    raw = template.unwrapped
+    if raw.workflow not in _LEAN_CLASSES:
+        raise ValueError(
+            f"workflow={raw.workflow!r} has no lean option environment; expected one of {sorted(_LEAN_CLASSES)}"
+        )
+    return OptionWrapper(_LEAN_CLASSES[raw.workflow](raw), template.menu_size, template.hints, template.closed_book)
