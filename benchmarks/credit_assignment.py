@@ -14,8 +14,11 @@ the test split stays sealed for the reported figures). The report gives, per sce
 
 A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
 whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
-SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second of
-the vectorized path against the one-episode-at-a-time reference path, in one run.
+SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second, in
+one run, of the vectorized path with lean transitions (``envs.option.lean``, what the benchmark
+trains with), of the same path with text-environment transitions, of the one-episode-at-a-time
+reference path and, with ``--reference-checkout``, of an older checkout's loop; each path in a
+fresh process, so that none inherits another's caches.
 
     python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
     python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 \
@@ -207,7 +210,8 @@ def reference_training(config: MarlConfig) -> int:
 
 
 def vectorized_training(config: MarlConfig) -> int:
-    """The benchmark's path (``training.marl.trainer.train`` without the evaluation)."""
+    """The benchmark's path (``training.marl.trainer.train`` without the evaluation), with the
+    config's transitions (lean or text)."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -221,6 +225,44 @@ def vectorized_training(config: MarlConfig) -> int:
         )
         ppo_update(policy, optimizer, episodes, method(episodes, context), config)
     return config.iterations * config.episodes_per_iteration
+
+
+# The paths ``--speed`` times: today's one-episode-at-a-time ``play`` loop, and the vectorized loop
+# with new transitions from the text environment or from the lean environments.
+SPEED_PATHS = {
+    "reference": (reference_training, "text"),
+    "vectorized_text": (vectorized_training, "text"),
+    "vectorized_lean": (vectorized_training, "lean"),
+}
+
+
+def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
+    """``path`` trained on each of ``seeds`` in turn, in this process (seeds after the first share
+    its caches, as in the benchmark); the world is built before the clock starts."""
+    torch.set_num_threads(1)
+    run, transitions = SPEED_PATHS[path]
+    config = MarlConfig(**{**config, "transitions": transitions})
+    get_scenario(config.scenario).make_env("train")  # world, BM25 index and closed book
+    return [timed(run, replace(config, seed=seed)) for seed in seeds]
+
+
+def timed_path_in_subprocess(path: str, config: MarlConfig, seeds: list[int]) -> list[dict]:
+    """``timed_path`` in a fresh process, so that every path starts with cold caches (retrieval,
+    parses, menus, transitions) instead of inheriting those of the paths timed before it."""
+    code = (
+        "import json, sys\n"
+        "from benchmarks.credit_assignment import timed_path\n"
+        "print(json.dumps(timed_path(*json.loads(sys.argv[1]))))"
+    )
+    settings = json.dumps([path, asdict(config), seeds])
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, settings], env=env, cwd=root, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"--speed: the {path} path failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # The training loop of a reference checkout (``--reference-checkout``), run in a subprocess with
@@ -271,27 +313,28 @@ def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
 
 
 def speed(args: argparse.Namespace, command: str) -> dict:
-    """Training episodes per second: the reference path (no cache, so every seed costs the same) on
-    seed 0, then the vectorized path on every seed in turn with one shared transition cache, as in
-    the benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
+    """Training episodes per second of each path, each in a fresh process: the reference path (no
+    transition cache, so every seed costs the same) on seed 0; the vectorized path with text and
+    with lean transitions on every seed in turn with one shared transition cache, as in the
+    benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
     results = {}
     for scenario in args.scenarios:
         config = MarlConfig(
             method="role", scenario=scenario, iterations=args.iterations, episodes_per_iteration=args.episodes, seed=0
         )
-        get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
-        row = {"reference": timed(reference_training, config)}
+        row: dict = {"reference": timed_path_in_subprocess("reference", config, [0])[0]}
         if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
-        row["vectorized"] = [timed(vectorized_training, replace(config, seed=seed)) for seed in args.seeds]
-        row["speedup_cold"] = row["vectorized"][0]["episodes_per_s"] / row["reference"]["episodes_per_s"]
-        total = sum(run["episodes"] for run in row["vectorized"]) / sum(run["seconds"] for run in row["vectorized"])
-        row["speedup_over_seeds"] = total / row["reference"]["episodes_per_s"]
-        if "checkout" in row:
-            row["speedup_cold_over_checkout"] = (
-                row["vectorized"][0]["episodes_per_s"] / row["checkout"]["episodes_per_s"]
-            )
-            row["speedup_over_seeds_over_checkout"] = total / row["checkout"]["episodes_per_s"]
+        for path in ("vectorized_text", "vectorized_lean"):
+            row[path] = timed_path_in_subprocess(path, config, args.seeds)
+        for path in ("vectorized_text", "vectorized_lean"):
+            cold, over_seeds = rates(row[path])
+            for baseline in ("reference", "checkout"):
+                if baseline in row:
+                    rate = row[baseline]["episodes_per_s"]
+                    row[f"speedup_{path}_over_{baseline}"] = {"cold": cold / rate, "over_seeds": over_seeds / rate}
+        (text_cold, text_seeds), (lean_cold, lean_seeds) = rates(row["vectorized_text"]), rates(row["vectorized_lean"])
+        row["speedup_lean_over_text"] = {"cold": lean_cold / text_cold, "over_seeds": lean_seeds / text_seeds}
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {
@@ -304,6 +347,11 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         "results": results,
         "reference_checkout": str(args.reference_checkout) if args.reference_checkout else None,
     }
+
+
+def rates(runs: list[dict]) -> tuple[float, float]:
+    """Episodes per second of a path's first seed (cold caches) and over all its seeds."""
+    return runs[0]["episodes_per_s"], sum(r["episodes"] for r in runs) / sum(r["seconds"] for r in runs)
 
 
 def timed(run, config: MarlConfig) -> dict:
@@ -349,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-questions", type=int, default=200)
     parser.add_argument("--window", type=int, default=10, help="iterations compared for the search change")
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
-    parser.add_argument("--speed", action="store_true", help="measure episodes/s of both paths instead")
+    parser.add_argument("--speed", action="store_true", help="measure episodes/s of the training paths instead")
     parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
     parser.add_argument(
         "--reference-checkout",

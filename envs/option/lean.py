@@ -99,6 +99,10 @@ class LeanEnvironment:
     def _log(self, line: str) -> None:
         pass
 
+    def _history(self, agent: str) -> tuple[dict[str, str], ...]:
+        # the messages themselves, not copies: an option-mode turn is read by the menus only
+        return tuple(self._messages(agent))
+
 
 class LeanHierarchical(LeanEnvironment, hierarchical_search_v1.raw_env):
     pass

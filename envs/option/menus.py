@@ -79,9 +79,14 @@ class Option:
     size: float = 0.0
     fallback: bool = False
 
-    def features(self) -> list[float]:
+    def features(self) -> tuple[float, ...]:
+        return self._features
+
+    # Computed once per option: menus are memoised (``build_menu``), so an option is observed many times.
+    @functools.cached_property
+    def _features(self) -> tuple[float, ...]:
         finishes = self.kind in ("report", "select", "answer")
-        return [
+        return (
             1.0,
             float(finishes),
             float(self.hint),
@@ -90,7 +95,7 @@ class Option:
             float(self.from_evidence),
             self.size,
             float(self.fallback),
-        ]
+        )
 
 
 def mentions(text: str) -> list[str]:
@@ -279,10 +284,31 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
     return menu
 
 
-def build_menu(
-    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
-) -> list[Option]:
-    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
+class _MenuInputs:
+    """Everything a role's menu depends on before its shuffle, as a hashable key (the turn's role,
+    task, allowed kinds and messages, and the menu's settings), with the turn to build it from."""
+
+    __slots__ = ("_hash", "key", "turn")
+
+    def __init__(self, turn: AgentTurn, num_searchers: int, size: int, book: ClosedBook | None):
+        messages = tuple((message["role"], message["content"]) for message in turn.messages)
+        self.key = (turn.role, turn.task, turn.allowed, messages, num_searchers, size, book)
+        self.turn = turn
+        self._hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _MenuInputs) and self.key == other.key
+
+
+# Episodes that differ elsewhere often give one call the same history (a Searcher's subtask and
+# searches): its options are built once. Bounded, as options hold report and query texts.
+@functools.lru_cache(maxsize=1 << 14)
+def _unshuffled_menu(inputs: _MenuInputs) -> tuple[Option, ...]:
+    turn = inputs.turn
+    _, _, _, _, num_searchers, size, book = inputs.key
     if turn.role == "leader":
         menu = leader_menu(turn, num_searchers)
     elif turn.role == "searcher":
@@ -292,7 +318,14 @@ def build_menu(
     unique: dict[str, Option] = {}
     for option in sorted(menu, key=lambda o: not o.hint):
         unique.setdefault(option.text, option)
-    menu = list(unique.values())[:size]
+    return tuple(unique.values())[:size]
+
+
+def build_menu(
+    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
+) -> list[Option]:
+    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
+    menu = list(_unshuffled_menu(_MenuInputs(turn, num_searchers, size, book)))
     key = f"{salt}|{turn.call_id}|{len(turn.messages)}|{turn.messages[-1]['content'] if turn.messages else ''}"
     random.Random(zlib.crc32(key.encode())).shuffle(menu)
     return menu
