@@ -27,10 +27,12 @@ observations, masks and records.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any
 
 from envs import cascade_search_v1, hierarchical_search_v1, prompts
+from envs.actions import parse_action
 from envs.option.wrapper import OptionWrapper
 from envs.retrieval.base import Retriever
 from envs.search_env import SearchEnv, workflow_record
@@ -79,6 +81,10 @@ class LeanEnvironment:
     def __init__(self, template: SearchEnv):
         super().__init__(template.config, retriever=template.retriever, questions=template.questions)
         self.search_table = search_table(self.retriever, self.config.topk, self.config.max_passage_chars)
+
+    # Every text a lean environment parses is a menu option's (or the empty output of an invalid
+    # choice): few distinct texts, each parsed many times. ParsedAction is frozen, so sharing is safe.
+    _parse_action = staticmethod(functools.lru_cache(maxsize=1 << 16)(parse_action))
 
     def _search(self, queries: list[str]) -> list[tuple[PassageDicts, dict[str, str]]]:
         return self.search_table.search(queries)
