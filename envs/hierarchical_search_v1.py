@@ -48,19 +48,6 @@ from envs.parallel import parallel_wrapper_fn
 from envs.search_env import SearchEnv, Turn, with_notice
 
 
-def leader_allowed(step: int, rounds: int, max_steps: int, max_rounds: int) -> tuple[str, ...]:
-    """Kinds the Leader may use in environment step ``step`` (1-based) after ``rounds`` waves: the
-    last two steps are the selection's and the Answerer's."""
-    if rounds < max_rounds and step <= max_steps - 3:
-        return ("delegate", "select")
-    return ("select",)
-
-
-def leader_last_step(step: int, max_steps: int) -> bool:
-    """Whether step ``step`` is the Leader's last chance to select (then it sees the last-turn notice)."""
-    return step >= max_steps - 1
-
-
 class raw_env(SearchEnv):
     metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "hierarchical_search_v1"}
     workflow = "hierarchical"
@@ -81,10 +68,12 @@ class raw_env(SearchEnv):
         return self.max_steps - 2
 
     def _leader_allowed(self, step: int) -> tuple[str, ...]:
-        return leader_allowed(step, self.rounds, self.max_steps, self.config.max_rounds)
+        if self.rounds < self.config.max_rounds and step <= self.max_steps - 3:
+            return ("delegate", "select")
+        return ("select",)
 
     def _leader_last_step(self, step: int) -> bool:
-        return leader_last_step(step, self.max_steps)
+        return step >= self.max_steps - 1
 
     def _schedule(self) -> list[str]:
         if self.answered:

@@ -585,7 +585,12 @@ class SearchEnv(AECEnv):
         raise NotImplementedError
 
     def _searcher_allowed(self, step: int) -> tuple[str, ...]:
-        return searcher_allowed(step, self._searcher_last_step(), self.config.force_finish)
+        """Kinds a Searcher may use in environment step ``step`` (1-based): report only at the end,
+        unless ``force_finish`` is off (then it may still search, and an unreported call ends
+        without a report)."""
+        if step >= self._searcher_last_step() and self.config.force_finish:
+            return ("report",)
+        return ROLE_ACTION_KINDS["searcher"]
 
     def _searcher_call(self, agent: str) -> SearcherCall | None:
         """The Searcher slot's current assignment, else its last one (None if it had none)."""
@@ -705,22 +710,74 @@ class SearchEnv(AECEnv):
         """The raw outputs that hold the workflow's answer: the Answerer's candidates."""
         return self.answer_turn.outputs if self.answer_turn else []
 
+    def _workflow_record(self) -> dict[str, Any]:
+        """The finished workflow's record (envs/records.py), rewards included; sets the counters
+        that are only known at the end."""
+        refs = self.question.golden_answers
+        candidates = self._candidate_texts()
+        clipped = [c[: self.config.max_action_chars] for c in candidates]
+        extracted = [strict_answer(c) for c in clipped]
+        scores = [R.exact_match(a, refs) for a in extracted]
+        r_em = R.team_outcome(scores)
+        answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, self._candidate_valid)]
+        call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in self.searcher_calls]
+        call_rewards = [
+            R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(self.searcher_calls, call_bonus)
+        ]
+        per_agent: dict[str, list[float]] = {}
+        for call, reward in zip(self.searcher_calls, call_rewards):
+            per_agent.setdefault(call.agent, []).append(reward)
+        leader_reward = self._leader_reward(r_em)
+
+        reward_parts = {
+            "em": r_em,
+            "leader": leader_reward,
+            "answerer": answerer_rewards,
+            "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
+            "searcher_calls": call_rewards,
+            "search_bonus": call_bonus,
+            "assign_bonus": R.assign_bonus(self.counters.tool_steps),
+            **self._workflow_rewards(scores),
+        }
+        self.counters.env_steps = self.env_step
+        self.counters.task_assignments = len(self.subtasks)
+        counters = self.counters.to_dict()
+        if not self.config.force_finish:
+            # only under the option, so that default records keep their keys
+            counters["no_answer"] = int(not self.answered)
+            counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
+        return {
+            "workflow": self.workflow,
+            "question_id": self.question.id,
+            "question": self.question.question,
+            "golden_answers": list(refs),
+            "subtasks": self.subtasks,
+            "dropped_subtasks": self.dropped_subtasks,
+            "reports": self.reports,
+            "selected_reports": self.selected,
+            "searches": self.searches,
+            "candidates": candidates,
+            "extracted_answers": extracted,
+            "candidate_scores": scores,
+            "rewards": reward_parts,
+            "counters": counters,
+            "format_errors": self.format_errors,
+            "calls": self._calls(),
+            "duration_s": time.perf_counter() - self._started,
+        }
+
     def _finish(self) -> None:
-        self.record = workflow_record(self)
-        reward_parts = self.record["rewards"]
-        leader_reward = reward_parts["leader"]
-        extracted = self.record["extracted_answers"]
-        self._log(
-            f"Answer: {extracted[0] if extracted else None!r}  gold: {self.record['golden_answers']}  "
-            f"EM={reward_parts['em']:.0f}"
-        )
+        self.record = self._workflow_record()
+        reward_parts, refs = self.record["rewards"], self.question.golden_answers
+        extracted, r_em = self.record["extracted_answers"], reward_parts["em"]
+        leader_reward, answerer_rewards = reward_parts["leader"], reward_parts["answerer"]
+        self._log(f"Answer: {extracted[0] if extracted else None!r}  gold: {list(refs)}  EM={r_em:.0f}")
 
         for agent in self.agents:
             role = self.role_of(agent)
             if role == "leader":
                 self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
             elif role == "answerer":
-                answerer_rewards = reward_parts["answerer"]
                 self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
             elif role == "solver":
                 self.rewards[agent] = reward_parts["solver"]
@@ -764,15 +821,6 @@ class SearchEnv(AECEnv):
         pass
 
 
-def searcher_allowed(step: int, last_step: int, force_finish: bool) -> tuple[str, ...]:
-    """Kinds a Searcher may use in environment step ``step`` (1-based) when its workflow's last
-    Searcher step is ``last_step``: report only at the end, unless ``force_finish`` is off (then it
-    may still search, and an unreported call ends without a report)."""
-    if step >= last_step and force_finish:
-        return ("report",)
-    return ROLE_ACTION_KINDS["searcher"]
-
-
 def with_notice(messages: list[dict[str, str]], role: str) -> list[dict[str, str]]:
     """``messages`` with the role's last-turn notice appended to the final (user) message."""
     last = messages[-1]
@@ -788,67 +836,6 @@ def _valid_unicode(text: str) -> str:
 def short_text(text: str | None, limit: int = 160) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def workflow_record(state: Any) -> dict[str, Any]:
-    """The finished workflow's record (envs/records.py) and rewards, from the state a workflow keeps.
-
-    ``state`` is a ``SearchEnv`` or the option mode's lean environment (``envs.option.lean``), which
-    keeps the same state attributes and workflow hooks (``_candidate_texts``, ``_leader_reward``,
-    ``_workflow_rewards``, ``_calls``), so that both score and record an episode with this one function.
-    Sets the counters that are only known at the end.
-    """
-    config, counters = state.config, state.counters
-    refs = state.question.golden_answers
-    candidates = state._candidate_texts()
-    clipped = [c[: config.max_action_chars] for c in candidates]
-    extracted = [strict_answer(c) for c in clipped]
-    scores = [R.exact_match(a, refs) for a in extracted]
-    r_em = R.team_outcome(scores)
-    answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, state._candidate_valid)]
-    call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in state.searcher_calls]
-    call_rewards = [
-        R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(state.searcher_calls, call_bonus)
-    ]
-    per_agent: dict[str, list[float]] = {}
-    for call, reward in zip(state.searcher_calls, call_rewards):
-        per_agent.setdefault(call.agent, []).append(reward)
-    reward_parts = {
-        "em": r_em,
-        "leader": state._leader_reward(r_em),
-        "answerer": answerer_rewards,
-        "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
-        "searcher_calls": call_rewards,
-        "search_bonus": call_bonus,
-        "assign_bonus": R.assign_bonus(counters.tool_steps),
-        **state._workflow_rewards(scores),
-    }
-    counters.env_steps = state.env_step
-    counters.task_assignments = len(state.subtasks)
-    counts = counters.to_dict()
-    if not config.force_finish:
-        # only under the option, so that default records keep their keys
-        counts["no_answer"] = int(not state.answered)
-        counts["unreported_calls"] = sum(call.exhausted for call in state.searcher_calls)
-    return {
-        "workflow": state.workflow,
-        "question_id": state.question.id,
-        "question": state.question.question,
-        "golden_answers": list(refs),
-        "subtasks": state.subtasks,
-        "dropped_subtasks": state.dropped_subtasks,
-        "reports": state.reports,
-        "selected_reports": state.selected,
-        "searches": state.searches,
-        "candidates": candidates,
-        "extracted_answers": extracted,
-        "candidate_scores": scores,
-        "rewards": reward_parts,
-        "counters": counts,
-        "format_errors": state.format_errors,
-        "calls": state._calls(),
-        "duration_s": time.perf_counter() - state._started,
-    }
 
 
 def call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:

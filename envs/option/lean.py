@@ -12,7 +12,7 @@ environments here are the text environments' own classes (``hierarchical_search_
 * ``infos``, the transcript and the AEC rewards are not kept (an option-mode learner reads the
   observation, the mask and the record; the record holds the rewards);
 * a finished episode has no agents left (no dead steps) and its record comes from the same
-  ``envs.search_env.workflow_record``.
+  ``SearchEnv._workflow_record``.
 
 Every rule (budgets, forced finish, format failures, rewards) and every text (messages, reports) is
 therefore the text environment's code, and menus and observations are ``OptionWrapper``'s: a lean
@@ -35,7 +35,7 @@ from envs import cascade_search_v1, hierarchical_search_v1, prompts
 from envs.actions import parse_action
 from envs.option.wrapper import OptionWrapper
 from envs.retrieval.base import Retriever
-from envs.search_env import SearchEnv, workflow_record
+from envs.search_env import SearchEnv
 
 PassageDicts = list[dict[str, Any]]
 
@@ -99,7 +99,7 @@ class LeanEnvironment:
         self.agent_selection = self._scheduled[0]
 
     def _finish(self) -> None:
-        self.record = workflow_record(self)
+        self.record = self._workflow_record()
         self.agents = []
 
     def _log(self, line: str) -> None:
