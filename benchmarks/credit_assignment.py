@@ -243,6 +243,7 @@ def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
     run, transitions = SPEED_PATHS[path]
     config = MarlConfig(**{**config, "transitions": transitions})
     get_scenario(config.scenario).make_env("train")  # world, BM25 index and closed book
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its compiler on a first optimizer (seconds)
     return [timed(run, replace(config, seed=seed)) for seed in seeds]
 
 

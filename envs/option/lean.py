@@ -9,6 +9,7 @@ environments here are the text environments' own classes (``hierarchical_search_
 
 * retrieval is looked up per world: a query's passages and its ``<information>`` message are
   built once per process and retriever (``SearchTable``), then shared by every episode;
+* the action parser is memoised: every text parsed is a menu option's;
 * ``infos``, the transcript and the AEC rewards are not kept (an option-mode learner reads the
   observation, the mask and the record; the record holds the rewards);
 * a finished episode has no agents left (no dead steps) and its record comes from the same
@@ -16,19 +17,21 @@ environments here are the text environments' own classes (``hierarchical_search_
 
 Every rule (budgets, forced finish, format failures, rewards) and every text (messages, reports) is
 therefore the text environment's code, and menus and observations are ``OptionWrapper``'s: a lean
-environment is wrapped in ``OptionWrapper`` like any other (``lean_option_env``), so it plugs into
-``OptionVectorEnv`` and ``play_options`` unchanged. tests/envs/test_option_lean.py plays sampled
+environment is wrapped in ``OptionWrapper`` like any other (``lean_option_env``, or
+``lean_option_envs`` for many), so it plugs into ``OptionVectorEnv`` and ``play_options`` unchanged. tests/envs/test_option_lean.py plays sampled
 episodes here and replays them through the scenario's text environment, requiring identical
 observations, masks and records.
 
     env = lean_option_env(scenario.make_env("train"))
-    venv = OptionVectorEnv(lambda: lean_option_env(template), num_envs=64)
+    venv = OptionVectorEnv(lean_option_envs(scenario.make_env("train")), num_envs=64)
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from envs import cascade_search_v1, hierarchical_search_v1, prompts
@@ -121,12 +124,26 @@ class LeanCascade(LeanEnvironment, cascade_search_v1.raw_env):
 _LEAN_CLASSES = {"hierarchical": LeanHierarchical, "cascade": LeanCascade}
 
 
-def lean_option_env(template: OptionWrapper) -> OptionWrapper:
-    """An option-mode environment with ``template``'s settings (workflow, config, questions,
-    retriever, menus, hints, closed book) whose transitions are the lean ones."""
+def lean_option_envs(template: OptionWrapper) -> Callable[[], OptionWrapper]:
+    """A function that makes option-mode environments with ``template``'s settings (workflow,
+    config, questions, retriever, menus, hints, closed book) whose transitions are the lean ones.
+
+    Each is a shallow copy of one prototype: building a ``SearchEnv`` (its spaces) costs about a
+    millisecond, a vector env makes one per slot, and ``reset`` sets every per-episode attribute
+    anew, so copies share only what no episode changes (config, questions, spaces, search table).
+    """
     raw = template.unwrapped
     if raw.workflow not in _LEAN_CLASSES:
-        raise ValueError(
-            f"workflow={raw.workflow!r} has no lean option environment; expected one of {sorted(_LEAN_CLASSES)}"
-        )
-    return OptionWrapper(_LEAN_CLASSES[raw.workflow](raw), template.menu_size, template.hints, template.closed_book)
+        expected = sorted(_LEAN_CLASSES)
+        raise ValueError(f"workflow={raw.workflow!r} has no lean option environment; expected one of {expected}")
+    prototype = _LEAN_CLASSES[raw.workflow](raw)
+
+    def make() -> OptionWrapper:
+        return OptionWrapper(copy.copy(prototype), template.menu_size, template.hints, template.closed_book)
+
+    return make
+
+
+def lean_option_env(template: OptionWrapper) -> OptionWrapper:
+    """One lean option-mode environment with ``template``'s settings (see ``lean_option_envs``)."""
+    return lean_option_envs(template)()

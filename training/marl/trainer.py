@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option.lean import lean_option_env
+from envs.option.lean import lean_option_envs
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
@@ -66,8 +66,7 @@ def vector_env(config: MarlConfig, split: str) -> OptionVectorEnv:
     cache = _CACHES.setdefault(key, TransitionCache())
     if config.transitions == "text":
         return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
-    template = scenario.make_env(split, config.workflow)
-    return OptionVectorEnv(lambda: lean_option_env(template), config.num_envs, cache)
+    return OptionVectorEnv(lean_option_envs(scenario.make_env(split, config.workflow)), config.num_envs, cache)
 
 
 def behaviour(episodes: list[Episode]) -> dict[str, float]:
