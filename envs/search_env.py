@@ -412,9 +412,12 @@ class SearchEnv(AECEnv):
         if not self._scheduled:
             self._finish()
             return
+        self._refresh_infos()
+        self.agent_selection = self._scheduled[0]
+
+    def _refresh_infos(self) -> None:
         for agent in self.agents:
             self.infos[agent] = self._info(agent)
-        self.agent_selection = self._scheduled[0]
 
     def step(self, action: Any) -> None:
         if not hasattr(self, "record"):

@@ -92,14 +92,8 @@ class LeanEnvironment:
     def _search(self, queries: list[str]) -> list[tuple[PassageDicts, dict[str, str]]]:
         return self.search_table.search(queries)
 
-    def _schedule_next(self) -> None:
-        # SearchEnv's, without refreshing every agent's ``infos``
-        self._scheduled = self._schedule()
-        self._cursor = 0
-        if not self._scheduled:
-            self._finish()
-            return
-        self.agent_selection = self._scheduled[0]
+    def _refresh_infos(self) -> None:
+        pass
 
     def _finish(self) -> None:
         self.record = self._workflow_record()
