@@ -18,9 +18,9 @@ environments here are the text environments' own classes (``hierarchical_search_
 Every rule (budgets, forced finish, format failures, rewards) and every text (messages, reports) is
 therefore the text environment's code, and menus and observations are ``OptionWrapper``'s: a lean
 environment is wrapped in ``OptionWrapper`` like any other (``lean_option_env``, or
-``lean_option_envs`` for many), so it plugs into ``OptionVectorEnv`` and ``play_options`` unchanged. tests/envs/test_option_lean.py plays sampled
-episodes here and replays them through the scenario's text environment, requiring identical
-observations, masks and records.
+``lean_option_envs`` for many), so it plugs into ``OptionVectorEnv`` and ``play_options``
+unchanged. tests/envs/test_option_lean.py plays sampled episodes here and replays them through the
+scenario's text environment, requiring identical observations, masks and records.
 
     env = lean_option_env(scenario.make_env("train"))
     venv = OptionVectorEnv(lean_option_envs(scenario.make_env("train")), num_envs=64)
