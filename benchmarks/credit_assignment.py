@@ -273,7 +273,10 @@ CHECKOUT_LOOP = """
 import json, random, sys, time
 import torch
 torch.set_num_threads(1)
-from envs.option.wrapper import MENU_SIZE, option_env
+try:
+    from envs.option.wrapper import MENU_SIZE, option_env
+except ImportError:  # d8996d6 and its time: the option mode in one module
+    from envs.option_mode import MENU_SIZE, option_env
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play
 from training.marl.trainer import MarlConfig, ppo_update

@@ -77,7 +77,10 @@ def assert_same(lean_steps: list[Step], text_steps: list[Step], lean_record: dic
     for (_, lean_obs, lean_mask, _), (_, text_obs, text_mask, _) in zip(lean_steps, text_steps):
         assert lean_obs.dtype == text_obs.dtype and np.array_equal(lean_obs, text_obs)
         assert lean_mask.dtype == text_mask.dtype and np.array_equal(lean_mask, text_mask)
-    assert without_wall_clock(lean_record) == without_wall_clock(text_record)
+    lean_fields, text_fields = without_wall_clock(lean_record), without_wall_clock(text_record)
+    assert lean_fields.keys() == text_fields.keys()
+    for field, value in lean_fields.items():
+        assert value == text_fields[field], f"record field {field!r} differs"
 
 
 def replay_all(text: OptionWrapper, lean: OptionWrapper, chooser: Chooser, questions: list[int]) -> list[dict]:
