@@ -98,7 +98,7 @@ def replay_all(text: OptionWrapper, lean: OptionWrapper, chooser: Chooser, quest
 SETTINGS = {
     **{name: (name, {}, 120) for name in sorted(SCENARIOS)},
     "lazy_searcher_v1, no forced finish": ("lazy_searcher_v1", {"force_finish": False}, 60),
-    "synthwiki_v1's cascade (the OPD Teacher's)": ("synthwiki_v1", {"workflow": "cascade"}, 40),
+    "synthwiki_v1's cascade (the OPD Teacher's)": ("synthwiki_v1", {"workflow": "cascade"}, 100),
     "lazy_searcher_v1's cascade, no forced finish": (
         "lazy_searcher_v1",
         {"workflow": "cascade", "force_finish": False},
