@@ -238,11 +238,11 @@ SPEED_PATHS = {
 
 def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
     """``path`` trained on each of ``seeds`` in turn, in this process (seeds after the first share
-    its caches, as in the benchmark); the world is built before the clock starts."""
+    its caches, as in the benchmark); the world (BM25 index, closed book) is built before the clock starts."""
     torch.set_num_threads(1)
     run, transitions = SPEED_PATHS[path]
     config = MarlConfig(**{**config, "transitions": transitions})
-    get_scenario(config.scenario).make_env("train")  # world, BM25 index and closed book
+    get_scenario(config.scenario).make_env("train")
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its compiler on a first optimizer (seconds)
     return [timed(run, replace(config, seed=seed)) for seed in seeds]
 
@@ -290,14 +290,15 @@ policy = MenuPolicy(MENU_SIZE, config.hidden)
 optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
 context = CreditContext(env, policy)
 method = get_credit_method("role")
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.process_time()
 for _ in range(settings["iterations"]):
     episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
                 for _ in range(settings["episodes"])]
     ppo_update(policy, optimizer, episodes, method(episodes, context), config)
-seconds = time.perf_counter() - started
+seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
 episodes = settings["iterations"] * settings["episodes"]
-print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}))
+print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds,
+                  "cpu_seconds": cpu_seconds, "episodes_per_cpu_s": episodes / cpu_seconds}))
 """
 
 
@@ -320,7 +321,9 @@ def speed(args: argparse.Namespace, command: str) -> dict:
     """Training episodes per second of each path, each in a fresh process: the reference path (no
     transition cache, so every seed costs the same) on seed 0; the vectorized path with text and
     with lean transitions on every seed in turn with one shared transition cache, as in the
-    benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
+    benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop.
+    Speed-ups are given by the wall clock and by each process's CPU time: on a shared machine the
+    wall clock counts other work too, and unevenly between paths timed one after the other."""
     results = {}
     for scenario in args.scenarios:
         config = MarlConfig(
@@ -331,14 +334,15 @@ def speed(args: argparse.Namespace, command: str) -> dict:
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
         for path in ("vectorized_text", "vectorized_lean"):
             row[path] = timed_path_in_subprocess(path, config, args.seeds)
-        for path in ("vectorized_text", "vectorized_lean"):
-            cold, over_seeds = rates(row[path])
-            for baseline in ("reference", "checkout"):
-                if baseline in row:
-                    rate = row[baseline]["episodes_per_s"]
-                    row[f"speedup_{path}_over_{baseline}"] = {"cold": cold / rate, "over_seeds": over_seeds / rate}
-        (text_cold, text_seeds), (lean_cold, lean_seeds) = rates(row["vectorized_text"]), rates(row["vectorized_lean"])
-        row["speedup_lean_over_text"] = {"cold": lean_cold / text_cold, "over_seeds": lean_seeds / text_seeds}
+        for clock in ("seconds", "cpu_seconds"):
+            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "vectorized_lean")}
+            for path, path_rates in rate.items():
+                for baseline in ("reference", "checkout"):
+                    if baseline in row:
+                        base = row[baseline]["episodes"] / row[baseline][clock]
+                        row[f"speedup_{path}_over_{baseline}_{clock}"] = {k: v / base for k, v in path_rates.items()}
+            lean, text = rate["vectorized_lean"], rate["vectorized_text"]
+            row[f"speedup_lean_over_text_{clock}"] = {key: lean[key] / text[key] for key in lean}
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {
@@ -353,16 +357,28 @@ def speed(args: argparse.Namespace, command: str) -> dict:
     }
 
 
-def rates(runs: list[dict]) -> tuple[float, float]:
-    """Episodes per second of a path's first seed (cold caches) and over all its seeds."""
-    return runs[0]["episodes_per_s"], sum(r["episodes"] for r in runs) / sum(r["seconds"] for r in runs)
+def rates(runs: list[dict], clock: str) -> dict[str, float]:
+    """Episodes per second of ``clock`` (``seconds``: wall clock, ``cpu_seconds``: the process's CPU
+    time, which other work on the machine does not inflate) of a path's first seed (cold caches)
+    and over all its seeds."""
+    return {
+        "cold": runs[0]["episodes"] / runs[0][clock],
+        "over_seeds": sum(r["episodes"] for r in runs) / sum(r[clock] for r in runs),
+    }
 
 
 def timed(run, config: MarlConfig) -> dict:
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     episodes = run(config)
-    seconds = time.perf_counter() - started
-    return {"seed": config.seed, "episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    return {
+        "seed": config.seed,
+        "episodes": episodes,
+        "seconds": seconds,
+        "episodes_per_s": episodes / seconds,
+        "cpu_seconds": cpu_seconds,
+        "episodes_per_cpu_s": episodes / cpu_seconds,
+    }
 
 
 def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: dict, plugins: list[str]) -> dict:
