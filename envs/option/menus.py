@@ -79,14 +79,11 @@ class Option:
     size: float = 0.0
     fallback: bool = False
 
-    def features(self) -> tuple[float, ...]:
-        return self._features
-
-    # Computed once per option: menus are memoised (``build_menu``), so an option is observed many times.
-    @functools.cached_property
-    def _features(self) -> tuple[float, ...]:
+    def __post_init__(self) -> None:
+        # Computed once per option: menus are memoised (``build_menu``), so an option is observed
+        # many times (a plain attribute: ``functools.cached_property`` costs more to read than this).
         finishes = self.kind in ("report", "select", "answer")
-        return (
+        features = (
             1.0,
             float(finishes),
             float(self.hint),
@@ -96,6 +93,10 @@ class Option:
             self.size,
             float(self.fallback),
         )
+        object.__setattr__(self, "_features", features)
+
+    def features(self) -> tuple[float, ...]:
+        return self._features
 
 
 def mentions(text: str) -> list[str]:
