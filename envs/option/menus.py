@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from envs.actions import action_contents, parse_subtasks
 from envs.policy import AgentTurn
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
+from envs.prompts import NO_FACTS, parse_passages, parse_reports, passage_texts, user_texts
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import (
     NAME,
@@ -79,11 +79,9 @@ class Option:
     size: float = 0.0
     fallback: bool = False
 
-    def __post_init__(self) -> None:
-        # Computed once per option: menus are memoised (``build_menu``), so an option is observed
-        # many times (a plain attribute: ``functools.cached_property`` costs more to read than this).
+    def features(self) -> list[float]:
         finishes = self.kind in ("report", "select", "answer")
-        features = (
+        return [
             1.0,
             float(finishes),
             float(self.hint),
@@ -92,11 +90,7 @@ class Option:
             float(self.from_evidence),
             self.size,
             float(self.fallback),
-        )
-        object.__setattr__(self, "_features", features)
-
-    def features(self) -> tuple[float, ...]:
-        return self._features
+        ]
 
 
 def mentions(text: str) -> list[str]:
@@ -131,6 +125,19 @@ def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
     for key, value in pairs:
         seen.setdefault(key, value)
     return list(seen.items())
+
+
+# A Searcher's facts grow by one <information> message per search: each menu extends the facts
+# its call's previous menu read instead of parsing every passage again. Shared, so read-only.
+@functools.lru_cache(maxsize=1 << 12)
+def _knowledge(informations: tuple[str, ...]) -> Knowledge:
+    """The facts of the passages of these ``<information>`` messages, in order."""
+    if not informations:
+        return Knowledge()
+    known = _knowledge(informations[:-1]).copy()
+    for _, text in parse_passages(informations[-1]):
+        known.add(text)
+    return known
 
 
 # ----- menus, one function per role, each reading only the role's text turn ------------------------
@@ -192,9 +199,10 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     task = turn.task
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
+    informations = user_texts(turn, "<information>")
     passages = passage_texts(turn)
     missing: list[Step] = []
-    known = Knowledge(passages)
+    known = _knowledge(tuple(informations))
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
@@ -204,7 +212,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     expert_query = next((q for q in wanted if q not in searched), None)
     menu: list[Option] = []
     if "search" in turn.allowed:
-        latest = user_texts(turn, "<information>")[-1:]
+        latest = informations[-1:]
         evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
         candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
         for query, from_evidence in first_seen(candidates):
@@ -285,31 +293,10 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
     return menu
 
 
-class _MenuInputs:
-    """Everything a role's menu depends on before its shuffle, as a hashable key (the turn's role,
-    task, allowed kinds and messages, and the menu's settings), with the turn to build it from."""
-
-    __slots__ = ("_hash", "key", "turn")
-
-    def __init__(self, turn: AgentTurn, num_searchers: int, size: int, book: ClosedBook | None):
-        messages = tuple((message["role"], message["content"]) for message in turn.messages)
-        self.key = (turn.role, turn.task, turn.allowed, messages, num_searchers, size, book)
-        self.turn = turn
-        self._hash = hash(self.key)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _MenuInputs) and self.key == other.key
-
-
-# Episodes that differ elsewhere often give one call the same history (a Searcher's subtask and
-# searches): its options are built once. Bounded, as options hold report and query texts.
-@functools.lru_cache(maxsize=1 << 14)
-def _unshuffled_menu(inputs: _MenuInputs) -> tuple[Option, ...]:
-    turn = inputs.turn
-    _, _, _, _, num_searchers, size, book = inputs.key
+def build_menu(
+    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
+) -> list[Option]:
+    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
     if turn.role == "leader":
         menu = leader_menu(turn, num_searchers)
     elif turn.role == "searcher":
@@ -319,14 +306,7 @@ def _unshuffled_menu(inputs: _MenuInputs) -> tuple[Option, ...]:
     unique: dict[str, Option] = {}
     for option in sorted(menu, key=lambda o: not o.hint):
         unique.setdefault(option.text, option)
-    return tuple(unique.values())[:size]
-
-
-def build_menu(
-    turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
-) -> list[Option]:
-    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
-    menu = list(_unshuffled_menu(_MenuInputs(turn, num_searchers, size, book)))
+    menu = list(unique.values())[:size]
     key = f"{salt}|{turn.call_id}|{len(turn.messages)}|{turn.messages[-1]['content'] if turn.messages else ''}"
     random.Random(zlib.crc32(key.encode())).shuffle(menu)
     return menu

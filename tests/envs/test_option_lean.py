@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envs.option import menus
 from envs.option.lean import lean_option_env
 from envs.option.menus import MENU_SIZE, expert_choice
 from envs.option.scenarios import SCENARIOS, get_scenario
@@ -67,8 +66,6 @@ def played(env: OptionWrapper, question: int, choose: Chooser) -> tuple[dict, li
 
 
 def replayed(env: OptionWrapper, question: int, actions: list[Any]) -> tuple[dict, list[Step]]:
-    # Menus are memoised across environments: the text environment builds every menu of its replay.
-    menus._unshuffled_menu.cache_clear()
     remaining = iter(actions)
     record, steps = played(env, question, lambda env, agent, observation: next(remaining))
     assert next(remaining, None) is None, "the text environment ended the episode earlier"
