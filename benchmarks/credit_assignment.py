@@ -22,8 +22,11 @@ from rliable, ``benchmarks/marl_statistics.py``) gives, with the number of seeds
 
 A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
 whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
-SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second of
-the vectorized path against the one-episode-at-a-time reference path, in one run.
+SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second, in
+one run, of the vectorized path with lean transitions (``envs.option.lean``, what the benchmark
+trains with), of the same path with text-environment transitions, of the one-episode-at-a-time
+reference path and, with ``--reference-checkout``, of an older checkout's loop; each path in a
+fresh process, so that none inherits another's caches.
 
     python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
     python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 \
@@ -33,6 +36,7 @@ the vectorized path against the one-episode-at-a-time reference path, in one run
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -73,6 +77,10 @@ COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
 ALL_SCENARIOS = "all scenarios"  # the key and title of the statistics over every scenario's runs together
 # One line style per method besides its colour, so that methods stay apart in grey print.
 LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
+# A training process keeps many small objects alive (transition, menu and parse caches): with
+# CPython's default thresholds the cyclic collector rescans them every few thousand allocations,
+# 15-20% of the loop's time. Every loop run or timed here collects less often (it still collects).
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def seeds_label(seeds: int, scenarios: int = 1) -> str:
@@ -331,7 +339,8 @@ def reference_training(config: MarlConfig) -> int:
 
 
 def vectorized_training(config: MarlConfig) -> int:
-    """The benchmark's path (``training.marl.trainer.train`` without the evaluation)."""
+    """The benchmark's path (``training.marl.trainer.train`` without the evaluation), with the
+    config's transitions (lean or text)."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -347,14 +356,58 @@ def vectorized_training(config: MarlConfig) -> int:
     return config.iterations * config.episodes_per_iteration
 
 
+# The paths ``--speed`` times: today's one-episode-at-a-time ``play`` loop, and the vectorized loop
+# with new transitions from the text environment or from the lean environments.
+SPEED_PATHS = {
+    "reference": (reference_training, "text"),
+    "vectorized_text": (vectorized_training, "text"),
+    "vectorized_lean": (vectorized_training, "lean"),
+}
+
+
+def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
+    """``path`` trained on each of ``seeds`` in turn, in this process (seeds after the first share
+    its caches, as in the benchmark); the world (BM25 index, closed book) is built before the clock starts."""
+    torch.set_num_threads(1)
+    gc.set_threshold(*GC_THRESHOLDS)
+    run, transitions = SPEED_PATHS[path]
+    config = MarlConfig(**{**config, "transitions": transitions})
+    get_scenario(config.scenario).make_env("train")
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its compiler on a first optimizer (seconds)
+    return [timed(run, replace(config, seed=seed)) for seed in seeds]
+
+
+def timed_path_in_subprocess(path: str, config: MarlConfig, seeds: list[int]) -> list[dict]:
+    """``timed_path`` in a fresh process, so that every path starts with cold caches (retrieval,
+    parses, menus, transitions) instead of inheriting those of the paths timed before it."""
+    code = (
+        "import json, sys\n"
+        "from benchmarks.credit_assignment import timed_path\n"
+        "print(json.dumps(timed_path(*json.loads(sys.argv[1]))))"
+    )
+    settings = json.dumps([path, asdict(config), seeds])
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, settings], env=env, cwd=root, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"--speed: the {path} path failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 # The training loop of a reference checkout (``--reference-checkout``), run in a subprocess with
 # that checkout first on the path: training/marl/trainer.py's one-episode-at-a-time loop, without
 # the vectorized path and without its evaluation. It reads the settings as JSON from argv[1].
 CHECKOUT_LOOP = """
-import json, random, sys, time
+import gc, json, random, sys, time
 import torch
 torch.set_num_threads(1)
-from envs.option.wrapper import MENU_SIZE, option_env
+gc.set_threshold(*json.loads(sys.argv[2]))
+try:
+    from envs.option.wrapper import MENU_SIZE, option_env
+except ImportError:  # d8996d6 and its time: the option mode in one module
+    from envs.option_mode import MENU_SIZE, option_env
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play
 from training.marl.trainer import MarlConfig, ppo_update
@@ -368,14 +421,15 @@ policy = MenuPolicy(MENU_SIZE, config.hidden)
 optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
 context = CreditContext(env, policy)
 method = get_credit_method("role")
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.process_time()
 for _ in range(settings["iterations"]):
     episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
                 for _ in range(settings["episodes"])]
     ppo_update(policy, optimizer, episodes, method(episodes, context), config)
-seconds = time.perf_counter() - started
+seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
 episodes = settings["iterations"] * settings["episodes"]
-print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}))
+print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds,
+                  "cpu_seconds": cpu_seconds, "episodes_per_cpu_s": episodes / cpu_seconds}))
 """
 
 
@@ -384,7 +438,7 @@ def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
     settings = json.dumps({"iterations": iterations, "episodes": episodes})
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", CHECKOUT_LOOP, settings],
+        [sys.executable, "-c", CHECKOUT_LOOP, settings, json.dumps(GC_THRESHOLDS)],
         env=env,
         cwd=checkout,
         capture_output=True,
@@ -395,27 +449,31 @@ def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
 
 
 def speed(args: argparse.Namespace, command: str) -> dict:
-    """Training episodes per second: the reference path (no cache, so every seed costs the same) on
-    seed 0, then the vectorized path on every seed in turn with one shared transition cache, as in
-    the benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop."""
+    """Training episodes per second of each path, each in a fresh process: the reference path (no
+    transition cache, so every seed costs the same) on seed 0; the vectorized path with text and
+    with lean transitions on every seed in turn with one shared transition cache, as in the
+    benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop.
+    Speed-ups are given by the wall clock and by each process's CPU time: on a shared machine the
+    wall clock counts other work too, and unevenly between paths timed one after the other."""
     results = {}
     for scenario in args.scenarios:
         config = MarlConfig(
             method="role", scenario=scenario, iterations=args.iterations, episodes_per_iteration=args.episodes, seed=0
         )
-        get_scenario(scenario).make_env("train")  # world, BM25 index and closed book built before timing
-        row = {"reference": timed(reference_training, config)}
+        row: dict = {"reference": timed_path_in_subprocess("reference", config, [0])[0]}
         if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
-        row["vectorized"] = [timed(vectorized_training, replace(config, seed=seed)) for seed in args.seeds]
-        row["speedup_cold"] = row["vectorized"][0]["episodes_per_s"] / row["reference"]["episodes_per_s"]
-        total = sum(run["episodes"] for run in row["vectorized"]) / sum(run["seconds"] for run in row["vectorized"])
-        row["speedup_over_seeds"] = total / row["reference"]["episodes_per_s"]
-        if "checkout" in row:
-            row["speedup_cold_over_checkout"] = (
-                row["vectorized"][0]["episodes_per_s"] / row["checkout"]["episodes_per_s"]
-            )
-            row["speedup_over_seeds_over_checkout"] = total / row["checkout"]["episodes_per_s"]
+        for path in ("vectorized_text", "vectorized_lean"):
+            row[path] = timed_path_in_subprocess(path, config, args.seeds)
+        for clock in ("seconds", "cpu_seconds"):
+            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "vectorized_lean")}
+            for path, path_rates in rate.items():
+                for baseline in ("reference", "checkout"):
+                    if baseline in row:
+                        base = row[baseline]["episodes"] / row[baseline][clock]
+                        row[f"speedup_{path}_over_{baseline}_{clock}"] = {k: v / base for k, v in path_rates.items()}
+            lean, text = rate["vectorized_lean"], rate["vectorized_text"]
+            row[f"speedup_lean_over_text_{clock}"] = {key: lean[key] / text[key] for key in lean}
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {
@@ -430,16 +488,34 @@ def speed(args: argparse.Namespace, command: str) -> dict:
     }
 
 
+def rates(runs: list[dict], clock: str) -> dict[str, float]:
+    """Episodes per second of ``clock`` (``seconds``: wall clock, ``cpu_seconds``: the process's CPU
+    time, which other work on the machine does not inflate) of a path's first seed (cold caches)
+    and over all its seeds."""
+    return {
+        "cold": runs[0]["episodes"] / runs[0][clock],
+        "over_seeds": sum(r["episodes"] for r in runs) / sum(r[clock] for r in runs),
+    }
+
+
 def timed(run, config: MarlConfig) -> dict:
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     episodes = run(config)
-    seconds = time.perf_counter() - started
-    return {"seed": config.seed, "episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    return {
+        "seed": config.seed,
+        "episodes": episodes,
+        "seconds": seconds,
+        "episodes_per_s": episodes / seconds,
+        "cpu_seconds": cpu_seconds,
+        "episodes_per_cpu_s": episodes / cpu_seconds,
+    }
 
 
 def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: dict, plugins: list[str]) -> dict:
     """Every (method, seed) run of one scenario, in one process: they share its transition cache."""
     torch.set_num_threads(1)
+    gc.set_threshold(*GC_THRESHOLDS)
     load_plugins([Path(path) for path in plugins])
     runs: dict[str, list[dict]] = {}
     for method in methods:
@@ -544,7 +620,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-questions", type=int, default=200)
     parser.add_argument("--window", type=int, default=10, help="iterations compared for the search change")
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
-    parser.add_argument("--speed", action="store_true", help="measure episodes/s of both paths instead")
+    parser.add_argument("--speed", action="store_true", help="measure episodes/s of the training paths instead")
     parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
     parser.add_argument(
         "--reference-checkout",

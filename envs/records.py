@@ -22,7 +22,7 @@ One record per trajectory (one run of a workflow on one question). Keys:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -48,4 +48,5 @@ class Counters:
     output_tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+        # the fields are ints: a copy of the instance's dict is ``asdict``'s result, at a fraction of its cost
+        return dict(vars(self))

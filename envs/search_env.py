@@ -412,9 +412,12 @@ class SearchEnv(AECEnv):
         if not self._scheduled:
             self._finish()
             return
+        self._refresh_infos()
+        self.agent_selection = self._scheduled[0]
+
+    def _refresh_infos(self) -> None:
         for agent in self.agents:
             self.infos[agent] = self._info(agent)
-        self.agent_selection = self._scheduled[0]
 
     def step(self, action: Any) -> None:
         if not hasattr(self, "record"):
@@ -556,8 +559,11 @@ class SearchEnv(AECEnv):
         self.counters.output_tokens += output_tokens
         return texts, input_tokens, output_tokens
 
+    # The action grammar; the option mode's lean environments memoise it (their texts are menu options).
+    _parse_action = staticmethod(parse_action)
+
     def _parse(self, agent: str, text: str, allowed: tuple[str, ...]) -> ParsedAction:
-        parsed = parse_action(text, self.role_of(agent), allowed, self.config.max_action_chars)
+        parsed = self._parse_action(text, self.role_of(agent), allowed, self.config.max_action_chars)
         if not parsed.valid:
             self.counters.format_failures += 1
             self.format_errors.append({"env_step": self.env_step, "agent": agent, "error": parsed.error})
@@ -661,17 +667,24 @@ class SearchEnv(AECEnv):
         if not queries:
             return
         self.counters.tool_steps += 1
-        results = self.retriever.search([q for _, q in queries], self.config.topk)
-        for (call, query), passages in zip(queries, results):
-            passages = passages[: self.config.topk]
+        for (call, query), (passages, message) in zip(queries, self._search([q for _, q in queries])):
             call.search_steps += 1
             self.counters.search_actions += 1
             self.counters.searches_with_passages += bool(passages)
-            call.messages.append(prompts.information_message(passages, self.config.max_passage_chars))
-            self.searches.append(
-                {"wave": call.wave, "agent": call.agent, "query": query, "passages": [p.to_dict() for p in passages]}
-            )
-            self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p.title for p in passages)}")
+            call.messages.append(message)
+            self.searches.append({"wave": call.wave, "agent": call.agent, "query": query, "passages": passages})
+            self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p['title'] for p in passages)}")
+
+    def _search(self, queries: list[str]) -> list[tuple[list[dict[str, Any]], dict[str, str]]]:
+        """Each query's top-``topk`` passages, as the record keeps them, and its ``<information>``
+        message: one retriever batch."""
+        results = self.retriever.search(queries, self.config.topk)
+        found = []
+        for passages in results:
+            passages = passages[: self.config.topk]
+            message = prompts.information_message(passages, self.config.max_passage_chars)
+            found.append(([p.to_dict() for p in passages], message))
+        return found
 
     def _searcher_budget_left(self) -> bool:
         """Whether an active Searcher gets another step after the current one (``self.env_step``)."""
@@ -708,7 +721,9 @@ class SearchEnv(AECEnv):
         """The raw outputs that hold the workflow's answer: the Answerer's candidates."""
         return self.answer_turn.outputs if self.answer_turn else []
 
-    def _finish(self) -> None:
+    def _workflow_record(self) -> dict[str, Any]:
+        """The finished workflow's record (envs/records.py), rewards included; sets the counters
+        that are only known at the end."""
         refs = self.question.golden_answers
         candidates = self._candidate_texts()
         clipped = [c[: self.config.max_action_chars] for c in candidates]
@@ -742,7 +757,7 @@ class SearchEnv(AECEnv):
             # only under the option, so that default records keep their keys
             counters["no_answer"] = int(not self.answered)
             counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
-        self.record = {
+        return {
             "workflow": self.workflow,
             "question_id": self.question.id,
             "question": self.question.question,
@@ -761,6 +776,12 @@ class SearchEnv(AECEnv):
             "calls": self._calls(),
             "duration_s": time.perf_counter() - self._started,
         }
+
+    def _finish(self) -> None:
+        self.record = self._workflow_record()
+        reward_parts, refs = self.record["rewards"], self.question.golden_answers
+        extracted, r_em = self.record["extracted_answers"], reward_parts["em"]
+        leader_reward, answerer_rewards = reward_parts["leader"], reward_parts["answerer"]
         self._log(f"Answer: {extracted[0] if extracted else None!r}  gold: {list(refs)}  EM={r_em:.0f}")
 
         for agent in self.agents:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from envs.actions import action_contents, parse_subtasks
 from envs.policy import AgentTurn
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
+from envs.prompts import NO_FACTS, parse_passages, parse_reports, passage_texts, user_texts
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import (
     NAME,
@@ -127,6 +127,19 @@ def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
     return list(seen.items())
 
 
+# A Searcher's facts grow by one <information> message per search: each menu extends the facts
+# its call's previous menu read instead of parsing every passage again. Shared, so read-only.
+@functools.lru_cache(maxsize=1 << 12)
+def _knowledge(informations: tuple[str, ...]) -> Knowledge:
+    """The facts of the passages of these ``<information>`` messages, in order."""
+    if not informations:
+        return Knowledge()
+    known = _knowledge(informations[:-1]).copy()
+    for _, text in parse_passages(informations[-1]):
+        known.add(text)
+    return known
+
+
 # ----- menus, one function per role, each reading only the role's text turn ------------------------
 def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     question = turn.task
@@ -186,9 +199,10 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     task = turn.task
     plan = parse_question(task)
     searched = set(action_contents(turn.messages, "search"))
+    informations = user_texts(turn, "<information>")
     passages = passage_texts(turn)
     missing: list[Step] = []
-    known = Knowledge(passages)
+    known = _knowledge(tuple(informations))
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
@@ -198,7 +212,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     expert_query = next((q for q in wanted if q not in searched), None)
     menu: list[Option] = []
     if "search" in turn.allowed:
-        latest = user_texts(turn, "<information>")[-1:]
+        latest = informations[-1:]
         evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
         candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
         for query, from_evidence in first_seen(candidates):

@@ -1,18 +1,18 @@
 """Many option-mode episodes stepped together, with every transition computed once.
 
 An option-mode episode is a deterministic function of its question and the indices chosen so far:
-the text environment parses the same outputs, retrieves the same passages and builds the same
-menus. ``OptionVectorEnv`` therefore memoises the text environment: a transition — the
-observation, mask, global state, acting agent and Searcher assignment after an action prefix, or
-the finished workflow record — is computed by the text environment the first time any slot
-reaches that prefix and looked up ever after, across slots, episodes, iterations, seeds and credit
-methods that share the cache. The text environment stays the single source of truth for rules and rewards;
-``tests/envs/test_option_vector.py`` replays sampled vectorized episodes through a fresh text
-environment and gets identical records.
+the environment parses the same outputs, retrieves the same passages and builds the same menus.
+``OptionVectorEnv`` therefore memoises its environment: a transition — the observation, mask,
+global state, acting agent and Searcher assignment after an action prefix, or the finished
+workflow record — is computed the first time any slot reaches that prefix and looked up ever
+after, across slots, episodes, iterations, seeds and credit methods that share the cache. The environment is an
+``OptionWrapper`` over the text environment or over a lean one (``envs.option.lean``);
+``tests/envs/test_option_vector.py`` and ``tests/envs/test_option_lean.py`` replay sampled
+episodes through a fresh text environment and get identical records.
 
-On a cache miss a slot's live text environment is brought to the prefix: it continues from where
-it is when that is a prefix of the wanted one (the common case, a slot exploring a new branch),
-else it is reset and replays the prefix.
+On a cache miss a slot's live environment is brought to the prefix: it continues from where it is
+when that is a prefix of the wanted one (the common case, a slot exploring a new branch), else it
+is reset and replays the prefix.
 
     venv = OptionVectorEnv(lambda: scenario.make_env("train"), num_envs=64)
     venv.reset([3, 17, ...])            # one question index per slot

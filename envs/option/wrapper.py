@@ -194,7 +194,10 @@ def option_observation(
     mask = np.zeros(menu_size, np.int8)
     mask[: len(menu)] = 1.0
     features = np.array(global_features + items, np.float32)
-    return {"observations": np.clip(features, 0.0, 1.0), "action_mask": mask}
+    # np.clip's Python wrapper costs more than these two ufuncs, which give the same values
+    np.maximum(features, 0.0, out=features)
+    np.minimum(features, 1.0, out=features)
+    return {"observations": features, "action_mask": mask}
 
 
 def _searcher_slots(env: SearchEnv) -> list[str]:

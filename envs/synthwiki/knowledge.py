@@ -35,6 +35,13 @@ class Knowledge:
             else:
                 self.values.setdefault((fact.subject, fact.predicate), fact.value)
 
+    def copy(self) -> Knowledge:
+        """Another ``Knowledge`` with these facts. ``add`` replaces an alias group rather than
+        changing it, so the copies share the groups."""
+        other = Knowledge()
+        other.values, other.same = dict(self.values), dict(self.same)
+        return other
+
     def lookup(self, subject: str, predicate: str) -> str | None:
         for name in sorted(self.same.get(subject, {subject})):
             value = self.values.get((name, predicate))

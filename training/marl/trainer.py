@@ -6,7 +6,9 @@ searches per workflow, workflows without a search). With ``method="opd"`` a Teac
 trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
 plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time in an
 ``OptionVectorEnv`` whose transitions are shared by every run of the process (per scenario,
-split and workflow), so seeds and methods after the first mostly look transitions up.
+split, workflow and transitions), so seeds and methods after the first look up the transitions
+they repeat. ``transitions="lean"`` (the default) computes new transitions with the lean option
+environments (``envs.option.lean``), ``"text"`` with the text environment (the reference).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from envs.option.lean import lean_option_envs
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
@@ -42,16 +45,28 @@ class MarlConfig:
     teacher_iterations: int = 30
     eval_questions: int = 100
     num_envs: int = 64
+    transitions: str = "lean"  # a key of TRANSITIONS: what computes a transition the cache lacks
 
 
-_CACHES: dict[tuple[str, str, str | None], TransitionCache] = {}
+TRANSITIONS = ("lean", "text")
+_CACHES: dict[tuple[str, str, str | None, str], TransitionCache] = {}
+
+
+def check_transitions(name: str) -> str:
+    if name not in TRANSITIONS:
+        raise ValueError(f"transitions={name!r} is invalid; expected one of {TRANSITIONS}")
+    return name
 
 
 def vector_env(config: MarlConfig, split: str) -> OptionVectorEnv:
-    """Vectorized episodes of the config's scenario; one transition cache per (scenario, split, workflow)."""
+    """Vectorized episodes of the config's scenario; one transition cache per (scenario, split,
+    workflow, transitions), so that the two implementations never share a transition."""
     scenario = get_scenario(config.scenario)
-    cache = _CACHES.setdefault((config.scenario, split, config.workflow), TransitionCache())
-    return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
+    key = (config.scenario, split, config.workflow, check_transitions(config.transitions))
+    cache = _CACHES.setdefault(key, TransitionCache())
+    if config.transitions == "text":
+        return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
+    return OptionVectorEnv(lean_option_envs(scenario.make_env(split, config.workflow)), config.num_envs, cache)
 
 
 def behaviour(episodes: list[Episode]) -> dict[str, float]:
@@ -108,6 +123,7 @@ def train(
 ) -> tuple[MenuPolicy, dict[str, Any]]:
     method = get_credit_method(config.method)  # fails early on an unknown name
     get_scenario(config.scenario)
+    check_transitions(config.transitions)
     if config.method == "opd" and teacher is None:
         stage_one = replace(config, method="role", workflow="cascade", iterations=config.teacher_iterations)
         teacher, _ = train(stage_one, progress=progress)
