@@ -1,9 +1,9 @@
 """Option-mode transitions without the text environment's overheads, identical to its transitions.
 
-An option-mode transition in ``OptionWrapper`` over the PettingZoo text environment costs about a
-millisecond (benchmarks/results/credit_assignment/README.md), most of it outside the workflow's
-rules: the order-enforcing wrapper, per-agent ``infos`` rebuilt at every step, the transcript,
-retrieval and passage formatting for every search, dead-agent steps at the end. The lean
+Most of what an option-mode transition in ``OptionWrapper`` over the PettingZoo text environment
+costs (benchmarks/results/credit_assignment/README.md) is outside the workflow's rules: the
+order-enforcing wrapper, per-agent ``infos`` rebuilt at every step, the transcript, retrieval and
+passage formatting for every search, dead-agent steps at the end. The lean
 environments here are the text environments' own classes (``hierarchical_search_v1.raw_env``,
 ``cascade_search_v1.raw_env``) with only those parts replaced:
 
@@ -122,8 +122,8 @@ def lean_option_envs(template: OptionWrapper) -> Callable[[], OptionWrapper]:
     """A function that makes option-mode environments with ``template``'s settings (workflow,
     config, questions, retriever, menus, hints, closed book) whose transitions are the lean ones.
 
-    Each is a shallow copy of one prototype: building a ``SearchEnv`` (its spaces) costs about a
-    millisecond, a vector env makes one per slot, and ``reset`` sets every per-episode attribute
+    Each is a shallow copy of one prototype: building a ``SearchEnv`` (its spaces) is not free, a
+    vector env makes one per slot, and ``reset`` sets every per-episode attribute
     anew, so copies share only what no episode changes (config, questions, spaces, search table).
     """
     raw = template.unwrapped

@@ -89,7 +89,7 @@ class OptionVectorEnv:
         self.num_envs = num_envs
         self._make_env = make_env
         # A slot's text environment is built on its first cache miss (slot 0's now, for the question
-        # set): once transitions are cached most slots never need one, and each costs about a millisecond.
+        # set): once transitions are cached most slots never need one, and each costs time to build.
         self.envs: list[OptionWrapper | None] = [make_env()] + [None] * (num_envs - 1)
         self.questions: Sequence[Any] = self.envs[0].unwrapped.questions
         self.cache = cache if cache is not None else TransitionCache()
