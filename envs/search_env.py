@@ -247,6 +247,18 @@ def shared_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retrieve
     return _SHARED_RETRIEVERS[key]
 
 
+def search_results(
+    retriever: Retriever, queries: list[str], topk: int, max_passage_chars: int
+) -> list[tuple[list[dict[str, Any]], dict[str, str]]]:
+    """Each query's top-``topk`` passages, as the record keeps them, and its ``<information>``
+    message: one retriever batch."""
+    found = []
+    for passages in retriever.search(queries, topk):
+        passages = passages[:topk]
+        found.append(([p.to_dict() for p in passages], prompts.information_message(passages, max_passage_chars)))
+    return found
+
+
 class SearchEnv(AECEnv):
     """Base AEC environment; see the module docstring. Subclasses set the class attributes."""
 
@@ -676,15 +688,7 @@ class SearchEnv(AECEnv):
             self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p['title'] for p in passages)}")
 
     def _search(self, queries: list[str]) -> list[tuple[list[dict[str, Any]], dict[str, str]]]:
-        """Each query's top-``topk`` passages, as the record keeps them, and its ``<information>``
-        message: one retriever batch."""
-        results = self.retriever.search(queries, self.config.topk)
-        found = []
-        for passages in results:
-            passages = passages[: self.config.topk]
-            message = prompts.information_message(passages, self.config.max_passage_chars)
-            found.append(([p.to_dict() for p in passages], message))
-        return found
+        return search_results(self.retriever, queries, self.config.topk, self.config.max_passage_chars)
 
     def _searcher_budget_left(self) -> bool:
         """Whether an active Searcher gets another step after the current one (``self.env_step``)."""

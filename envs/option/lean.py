@@ -34,11 +34,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from envs import cascade_search_v1, hierarchical_search_v1, prompts
+from envs import cascade_search_v1, hierarchical_search_v1
 from envs.actions import parse_action
 from envs.option.wrapper import OptionWrapper
 from envs.retrieval.base import Retriever
-from envs.search_env import SearchEnv
+from envs.search_env import SearchEnv, search_results
 
 PassageDicts = list[dict[str, Any]]
 
@@ -59,10 +59,8 @@ class SearchTable:
     def search(self, queries: list[str]) -> list[tuple[PassageDicts, dict[str, str]]]:
         missing = [q for q in dict.fromkeys(queries) if q not in self._found]
         if missing:
-            for query, passages in zip(missing, self.retriever.search(missing, self.topk)):
-                passages = passages[: self.topk]
-                message = prompts.information_message(passages, self.max_passage_chars)
-                self._found[query] = ([p.to_dict() for p in passages], message)
+            found = search_results(self.retriever, missing, self.topk, self.max_passage_chars)
+            self._found.update(zip(missing, found))
         return [self._found[q] for q in queries]
 
 
