@@ -23,10 +23,14 @@ from rliable, ``benchmarks/marl_statistics.py``) gives, with the number of seeds
 A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
 whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
 SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second, in
-one run, of the vectorized path with lean transitions (``envs.option.lean``, what the benchmark
-trains with), of the same path with text-environment transitions, of the one-episode-at-a-time
-reference path and, with ``--reference-checkout``, of an older checkout's loop; each path in a
-fresh process, so that none inherits another's caches.
+one run, of the fast option mode (``envs.option.fast``, what the benchmark trains with), of the
+vectorized path over text environments with its transition cache (``envs.option.vector``), of the
+one-episode-at-a-time reference path and, with ``--reference-checkout``, of an older checkout's
+loop; each path in a fresh process, so that none inherits another's caches.
+
+Every run is saved to ``--out``/runs/ as it finishes; the same command run again (after a crash,
+or on another machine with those files) trains only the runs still missing, and refuses files
+written with another config.
 
     python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
     python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 \
@@ -123,7 +127,7 @@ def search_change(run: dict, window: int) -> float:
     return float(np.mean(searches[-window:]) - np.mean(searches[:window]))
 
 
-def table(runs_by_method: dict[str, list[dict]], window: int = 10) -> str:
+def table(runs_by_method: dict[str, list[dict]], window: int) -> str:
     change_header = f"Δ searches, last {window} − first {window} iterations" if window else "Δ searches"
     header = f"| method | final EM | searches / workflow | workflows without search | {change_header} | seconds / run |"
     lines = [header, "|---|---|---|---|---|---|"]
@@ -339,8 +343,8 @@ def reference_training(config: MarlConfig) -> int:
 
 
 def vectorized_training(config: MarlConfig) -> int:
-    """The benchmark's path (``training.marl.trainer.train`` without the evaluation), with the
-    config's transitions (lean or text)."""
+    """The trainer's loop (``training.marl.trainer.train`` without the evaluation), with the
+    config's transitions (fast or text)."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -356,12 +360,12 @@ def vectorized_training(config: MarlConfig) -> int:
     return config.iterations * config.episodes_per_iteration
 
 
-# The paths ``--speed`` times: today's one-episode-at-a-time ``play`` loop, and the vectorized loop
-# with new transitions from the text environment or from the lean environments.
+# The paths ``--speed`` times: the one-episode-at-a-time ``play`` loop, the vectorized loop over
+# text environments behind a transition cache, and the fast option mode (the trainer's default).
 SPEED_PATHS = {
     "reference": (reference_training, "text"),
     "vectorized_text": (vectorized_training, "text"),
-    "vectorized_lean": (vectorized_training, "lean"),
+    "fast": (vectorized_training, "fast"),
 }
 
 
@@ -450,9 +454,9 @@ def checkout_training(checkout: Path, iterations: int, episodes: int) -> dict:
 
 def speed(args: argparse.Namespace, command: str) -> dict:
     """Training episodes per second of each path, each in a fresh process: the reference path (no
-    transition cache, so every seed costs the same) on seed 0; the vectorized path with text and
-    with lean transitions on every seed in turn with one shared transition cache, as in the
-    benchmark (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop.
+    transition cache, so every seed costs the same) on seed 0; the vectorized text path and the
+    fast option mode on every seed in turn, sharing their caches or tables across seeds as the
+    benchmark does (seed 0 starts cold); with ``--reference-checkout``, also that checkout's loop.
     Speed-ups are given by the wall clock and by each process's CPU time: on a shared machine the
     wall clock counts other work too, and unevenly between paths timed one after the other."""
     results = {}
@@ -463,17 +467,17 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         row: dict = {"reference": timed_path_in_subprocess("reference", config, [0])[0]}
         if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
-        for path in ("vectorized_text", "vectorized_lean"):
+        for path in ("vectorized_text", "fast"):
             row[path] = timed_path_in_subprocess(path, config, args.seeds)
         for clock in ("seconds", "cpu_seconds"):
-            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "vectorized_lean")}
+            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "fast")}
             for path, path_rates in rate.items():
                 for baseline in ("reference", "checkout"):
                     if baseline in row:
                         base = row[baseline]["episodes"] / row[baseline][clock]
                         row[f"speedup_{path}_over_{baseline}_{clock}"] = {k: v / base for k, v in path_rates.items()}
-            lean, text = rate["vectorized_lean"], rate["vectorized_text"]
-            row[f"speedup_lean_over_text_{clock}"] = {key: lean[key] / text[key] for key in lean}
+            fast, text = rate["fast"], rate["vectorized_text"]
+            row[f"speedup_fast_over_vectorized_text_{clock}"] = {key: fast[key] / text[key] for key in fast}
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {
@@ -512,31 +516,40 @@ def timed(run, config: MarlConfig) -> dict:
     }
 
 
-def run_scenario(scenario: str, methods: list[str], seeds: list[int], settings: dict, plugins: list[str]) -> dict:
-    """Every (method, seed) run of one scenario, in one process: they share its transition cache."""
+def run_file(out: Path, scenario: str, method: str, seed: int) -> Path:
+    """Where one run's result is saved as soon as it finishes, so that a stopped benchmark resumes."""
+    return out / "runs" / f"{scenario}__{method}__seed{seed}.json"
+
+
+def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: list[str], out: str) -> dict:
+    """One (scenario, method, seed) run, saved to its ``run_file``; a worker's runs share its world tables."""
     torch.set_num_threads(1)
     gc.set_threshold(*GC_THRESHOLDS)
     load_plugins([Path(path) for path in plugins])
-    runs: dict[str, list[dict]] = {}
-    for method in methods:
-        for seed in seeds:
-            config = MarlConfig(method=method, scenario=scenario, seed=seed, **settings)
-            started = time.perf_counter()
-            _, metrics = train(config, progress=False)
-            metrics["seconds"] = time.perf_counter() - started
-            runs.setdefault(method, []).append({"config": asdict(config), **metrics})
-            print(
-                json.dumps(
-                    {
-                        "scenario": scenario,
-                        "method": method,
-                        "seed": seed,
-                        **{k: round(metrics[k], 4) for k in (*COLUMNS, "seconds")},
-                    }
-                ),
-                flush=True,
-            )
-    return runs
+    config = MarlConfig(method=method, scenario=scenario, seed=seed, **settings)
+    started = time.perf_counter()
+    _, metrics = train(config, progress=False)
+    metrics["seconds"] = time.perf_counter() - started
+    run = {"config": asdict(config), **metrics}
+    path = run_file(Path(out), scenario, method, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, run)
+    summary = {k: round(metrics[k], 4) for k in (*COLUMNS, "seconds")}
+    print(json.dumps({"scenario": scenario, "method": method, "seed": seed, **summary}), flush=True)
+    return run
+
+
+def saved_run(path: Path, config: MarlConfig) -> dict | None:
+    """The run saved at ``path`` if there is one; ValueError when it was trained with another config."""
+    if not path.exists():
+        return None
+    run = read_json_file(path, ValueError, "a saved run")
+    if not isinstance(run, dict) or run.get("config") != asdict(config):
+        raise ValueError(
+            f"{path} holds a run of another config than this command's; pass another --out (a run directory "
+            "never mixes two configs) or delete the file"
+        )
+    return run
 
 
 def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None = None) -> dict:
@@ -561,7 +574,13 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
             f"{len(summary['methods'])} methods × {len(summary['seeds'])} seeds × {len(runs)} scenarios, "
             f"{config['iterations']} PPO iterations × {config['episodes_per_iteration']} episodes each (the OPD "
             f"Teacher: as many on the cascade), greedy evaluation on {config['eval_questions']} questions of "
-            f"{of_split}; total {summary['total_seconds'] / 60:.1f} min on {summary['machine']['cpus']} CPUs.\n"
+            f"{of_split}; total {summary['total_seconds'] / 60:.1f} min on {summary['machine']['cpus']} CPUs"
+            + (
+                f" for the runs trained by this invocation ({summary['resumed_runs']} saved runs of an earlier, "
+                "stopped invocation of the same command were reused).\n"
+                if summary.get("resumed_runs")
+                else ".\n"
+            )
         ),
         (
             "Intervals: 95% stratified bootstrap over seeds, computed with rliable (percentile method, "
@@ -615,13 +634,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--scenarios", nargs="+", default=sorted(SCENARIOS))
     parser.add_argument("--methods", nargs="+", default=None, help="default: every registered method")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--episodes", type=int, default=32, help="episodes per PPO iteration")
     parser.add_argument("--eval-questions", type=int, default=200)
-    parser.add_argument("--window", type=int, default=10, help="iterations compared for the search change")
+    parser.add_argument("--window", type=int, default=40, help="iterations compared for the search change")
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
     parser.add_argument("--speed", action="store_true", help="measure episodes/s of the training paths instead")
-    parser.add_argument("--workers", type=int, default=2, help="processes, one scenario each")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="processes; each trains one (method, seed) run at a time"
+    )
     parser.add_argument(
         "--reference-checkout",
         type=Path,
@@ -672,19 +693,43 @@ def main(argv: list[str] | None = None) -> dict:
         "episodes_per_iteration": args.episodes,
         "eval_questions": args.eval_questions,
     }
-    jobs = [(scenario, methods, args.seeds, settings, [str(p) for p in args.plugin]) for scenario in args.scenarios]
-    if args.workers > 1:
+    # One job per (scenario, method, seed) not saved yet, longest first, so that the workers stay
+    # busy to the end; a run saved by an earlier, stopped invocation of the same command is reused.
+    cost = {"opd": 2.0, "difference": 3.0}  # the OPD Teacher's cascade first; counterfactual replays
+    runs: dict[str, dict[str, list[dict]]] = {
+        scenario: {method: [] for method in methods} for scenario in args.scenarios
+    }
+    jobs = []
+    for scenario in args.scenarios:
+        for method in methods:
+            for seed in args.seeds:
+                path = run_file(args.out, scenario, method, seed)
+                try:
+                    run = saved_run(path, MarlConfig(method=method, scenario=scenario, seed=seed, **settings))
+                except ValueError as exc:
+                    parser.error(str(exc))
+                if run is None:
+                    jobs.append((scenario, method, seed, settings, [str(p) for p in args.plugin], str(args.out)))
+                else:
+                    runs[scenario][method].append(run)
+    jobs.sort(key=lambda job: -cost.get(job[1], 1.0))
+    if jobs and args.workers > 1:
         with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
-            outcomes = pool.starmap(run_scenario, jobs)
+            outcomes = pool.starmap(train_run, jobs, chunksize=1)
     else:
-        outcomes = [run_scenario(*job) for job in jobs]
-    runs = dict(zip(args.scenarios, outcomes))
+        outcomes = [train_run(*job) for job in jobs]
+    for job, run in zip(jobs, outcomes):
+        runs[job[0]][job[1]].append(run)
+    for by_method in runs.values():
+        for method_runs in by_method.values():
+            method_runs.sort(key=lambda run: args.seeds.index(run["config"]["seed"]))
     total = time.perf_counter() - started_all
 
     summary = {
         "command": command,
         "machine": machine(),
         "total_seconds": total,
+        "resumed_runs": sum(len(by) for by_method in runs.values() for by in by_method.values()) - len(jobs),
         "plugins": plugins,
         "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
         "methods": methods,

@@ -571,11 +571,8 @@ class SearchEnv(AECEnv):
         self.counters.output_tokens += output_tokens
         return texts, input_tokens, output_tokens
 
-    # The action grammar; the option mode's lean environments memoise it (their texts are menu options).
-    _parse_action = staticmethod(parse_action)
-
     def _parse(self, agent: str, text: str, allowed: tuple[str, ...]) -> ParsedAction:
-        parsed = self._parse_action(text, self.role_of(agent), allowed, self.config.max_action_chars)
+        parsed = parse_action(text, self.role_of(agent), allowed, self.config.max_action_chars)
         if not parsed.valid:
             self.counters.format_failures += 1
             self.format_errors.append({"env_step": self.env_step, "agent": agent, "error": parsed.error})

@@ -5,10 +5,10 @@ the environment parses the same outputs, retrieves the same passages and builds 
 ``OptionVectorEnv`` therefore memoises its environment: a transition — the observation, mask,
 global state, acting agent and Searcher assignment after an action prefix, or the finished
 workflow record — is computed the first time any slot reaches that prefix and looked up ever
-after, across slots, episodes, iterations, seeds and credit methods that share the cache. The environment is an
-``OptionWrapper`` over the text environment or over a lean one (``envs.option.lean``);
-``tests/envs/test_option_vector.py`` and ``tests/envs/test_option_lean.py`` replay sampled
-episodes through a fresh text environment and get identical records.
+after, across slots, episodes, iterations, seeds and credit methods that share the cache.
+``tests/envs/test_option_vector.py`` replays sampled episodes through a fresh text environment and
+gets identical records. This is the reference vectorized path; the trainer plays the same episodes
+faster in ``envs.option.fast``, whose own rules need no text environment.
 
 On a cache miss a slot's live environment is brought to the prefix: it continues from where it is
 when that is a prefix of the wanted one (the common case, a slot exploring a new branch), else it

@@ -75,3 +75,40 @@ def test_paired_differences_pair_runs_by_seed():
     (row,) = paired_differences(runs)
     assert abs(row["mean"] - 0.1) < 1e-9 and abs(row["low"] - 0.1) < 1e-9 and abs(row["high"] - 0.1) < 1e-9
     assert row["excludes_zero"] and row["seeds"] == 5 and interval([1.0]) is None
+
+
+TINY_RUNS = ["--methods", "role", "--scenarios", "lazy_searcher_v1", "--seeds", "0", "1", "--episodes", "4"]
+TINY_RUNS += ["--eval-questions", "4", "--workers", "1"]
+
+
+@pytest.mark.slow
+def test_a_stopped_benchmark_resumes_from_its_saved_runs_and_refuses_another_config(tmp_path, capsys):
+    out = tmp_path / "out"
+    first = main([*TINY_RUNS, "--iterations", "2", "--out", str(out)])
+    saved = sorted(path.name for path in (out / "runs").iterdir())
+    assert saved == ["lazy_searcher_v1__role__seed0.json", "lazy_searcher_v1__role__seed1.json"]
+    (out / "runs" / saved[1]).unlink()  # as if the command had been killed during that run
+    again = main([*TINY_RUNS, "--iterations", "2", "--out", str(out)])
+    assert again["resumed_runs"] == 1 and first["resumed_runs"] == 0
+    final = [[run["em"] for run in summary["runs"]["lazy_searcher_v1"]["role"]] for summary in (first, again)]
+    assert final[0] == final[1]  # the retrained seed plays the same episodes
+    assert "1 saved runs of an earlier, stopped invocation" in (out / "results.md").read_text()
+    with pytest.raises(SystemExit):
+        main([*TINY_RUNS, "--iterations", "3", "--out", str(out)])
+    assert "holds a run of another config than this command's" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_speed_times_every_path_against_the_same_baselines(tmp_path):
+    out = tmp_path / "speed"
+    main(
+        ["--speed", "--scenarios", "lazy_searcher_v1", "--seeds", "0", "--iterations", "1", "--episodes", "2"]
+        + [
+            "--out",
+            str(out),
+        ]
+    )
+    row = json.loads((out / "speed.json").read_text())["results"]["lazy_searcher_v1"]
+    assert {"reference", "vectorized_text", "fast"} <= row.keys()
+    assert all(run["episodes"] == 2 for path in ("vectorized_text", "fast") for run in row[path])
+    assert row["speedup_fast_over_vectorized_text_seconds"]["cold"] > 0

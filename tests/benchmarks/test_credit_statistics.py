@@ -185,7 +185,7 @@ def test_every_interval_in_the_report_shows_its_seed_count(report):
 def test_a_window_over_half_the_run_shrinks_to_half_and_the_report_says_so(report):
     assert report["saved"]["search_window"]["iterations"] == ITERATIONS // 2
     markdown = report["markdown"]
-    assert "`--window 10` is more than half of the 10 iterations" in markdown
+    assert "`--window 40` is more than half of the 10 iterations" in markdown
     assert "Δ searches, last 5 − first 5 iterations" in markdown
     # 1 search per workflow in the first half, 3 in the second: the change is 2 for every run
     assert markdown.count("| 2.000 [2.000, 2.000] (n=6 seeds) |") == len(SCENARIOS) * len(METHODS)

@@ -4,11 +4,11 @@
 policy and its metrics: greedy dev metrics and a learning curve (per iteration: training EM,
 searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
 trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
-plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time in an
-``OptionVectorEnv`` whose transitions are shared by every run of the process (per scenario,
-split, workflow and transitions), so seeds and methods after the first look up the transitions
-they repeat. ``transitions="lean"`` (the default) computes new transitions with the lean option
-environments (``envs.option.lean``), ``"text"`` with the text environment (the reference).
+plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time. ``transitions="fast"``
+(the default) plays them in the fast option mode (``envs.option.fast.FastVectorEnv``, a second
+implementation of the workflows replay-tested against the text environments), whose world tables
+every run of the process shares; ``"text"`` in the text environments behind a transition cache
+(``envs.option.vector.OptionVectorEnv``, the reference). Both give the same episodes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option.lean import lean_option_envs
+from envs.option.fast import FastVectorEnv, World
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
@@ -45,11 +45,12 @@ class MarlConfig:
     teacher_iterations: int = 30
     eval_questions: int = 100
     num_envs: int = 64
-    transitions: str = "lean"  # a key of TRANSITIONS: what computes a transition the cache lacks
+    transitions: str = "fast"  # a key of TRANSITIONS: which implementation plays the episodes
 
 
-TRANSITIONS = ("lean", "text")
-_CACHES: dict[tuple[str, str, str | None, str], TransitionCache] = {}
+TRANSITIONS = ("fast", "text")
+# What the episodes of one (scenario, split, workflow, transitions) share across every run of the process
+_SHARED: dict[tuple[str, str, str | None, str], World | TransitionCache] = {}
 
 
 def check_transitions(name: str) -> str:
@@ -58,15 +59,19 @@ def check_transitions(name: str) -> str:
     return name
 
 
-def vector_env(config: MarlConfig, split: str) -> OptionVectorEnv:
-    """Vectorized episodes of the config's scenario; one transition cache per (scenario, split,
-    workflow, transitions), so that the two implementations never share a transition."""
+def vector_env(config: MarlConfig, split: str) -> FastVectorEnv | OptionVectorEnv:
+    """Vectorized episodes of the config's scenario. ``"fast"``: the fast option mode, whose world
+    tables are shared per (scenario, split, workflow); ``"text"``: text environments behind one
+    transition cache per (scenario, split, workflow)."""
     scenario = get_scenario(config.scenario)
     key = (config.scenario, split, config.workflow, check_transitions(config.transitions))
-    cache = _CACHES.setdefault(key, TransitionCache())
+    template = scenario.make_env(split, config.workflow)
     if config.transitions == "text":
+        cache = _SHARED.setdefault(key, TransitionCache())
         return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
-    return OptionVectorEnv(lean_option_envs(scenario.make_env(split, config.workflow)), config.num_envs, cache)
+    if key not in _SHARED:
+        _SHARED[key] = World(template)
+    return FastVectorEnv(template, config.num_envs, _SHARED[key])
 
 
 def behaviour(episodes: list[Episode]) -> dict[str, float]:
