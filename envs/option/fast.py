@@ -50,11 +50,11 @@ from envs.actions import strict_answer as _strict_answer
 from envs.datasets import Question
 from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
 from envs.option.vector import Node
-from envs.option.wrapper import OptionWrapper, state_names
+from envs.option.wrapper import OptionWrapper
 from envs.policy import AgentTurn
 from envs.records import Counters
 from envs.retrieval.base import Retriever
-from envs.search_env import call_dict, search_results
+from envs.search_env import call_dict, search_results, with_notice
 from envs.synthwiki.questions import KINDS, question_kind
 
 Message = dict[str, str]
@@ -137,12 +137,10 @@ class History:
         return self.then(("said", text), lambda: {"role": "assistant", "content": text})
 
     def noticed(self, role: str) -> History:
-        """The history with the role's last-turn notice appended to its final message (``with_notice``)."""
+        """The history with the role's last-turn notice appended to its final message."""
         child = self._next.get("notice")
         if child is None:
-            last = self.messages[-1]
-            notice = {**last, "content": f"{last['content']}\n{prompts.LAST_TURN_NOTICE[role]}"}
-            child = self._next["notice"] = History((*self.messages[:-1], notice), self.root)
+            child = self._next["notice"] = History(tuple(with_notice(self.messages, role)), self.root)
             self.root.world.nodes += 1
         return child
 
@@ -170,12 +168,11 @@ class World:
         self.possible_agents = list(raw.possible_agents)
         self.searchers = [agent for agent in self.possible_agents if agent.startswith("searcher")]
         self.menu_size, self.hints, self.closed_book = template.menu_size, template.hints, template.closed_book
-        self.state_size = len(state_names(raw))
         self.search_table = search_table(raw.retriever, self.config.topk, self.config.max_passage_chars)
         self._parsed: dict[tuple[str, str, tuple[str, ...]], ParsedAction] = {}
         self._answers: dict[str, str | None] = {}
         self._roots: dict[tuple[int, str, Any], History] = {}
-        self._kinds: dict[int, tuple[list[float], frozenset[str]]] = {}
+        self._question_features: dict[int, tuple[list[float], frozenset[str]]] = {}
         self.nodes = 0
 
     def history(self, question: int, role: str, key: Any, messages: Callable[[], tuple[Message, ...]]) -> History:
@@ -184,6 +181,7 @@ class World:
         if self.nodes > MAX_HISTORY_NODES:
             self._roots.clear()
             self._parsed.clear()
+            self._answers.clear()
             self.nodes = 0
         node = self._roots.get((question, role, key))
         if node is None:
@@ -207,12 +205,12 @@ class World:
 
     def question_features(self, question: int) -> tuple[list[float], frozenset[str]]:
         """The question's kind one-hot and its supporting passages (SynthWiki metadata; none without it)."""
-        if question not in self._kinds:
+        if question not in self._question_features:
             metadata = self.questions[question].metadata
             kind = question_kind(self.questions[question]) if "type" in metadata and "hops" in metadata else None
             support = frozenset(metadata.get("supporting_passages", ()))
-            self._kinds[question] = ([float(kind == k) for k in KINDS], support)
-        return self._kinds[question]
+            self._question_features[question] = ([float(kind == k) for k in KINDS], support)
+        return self._question_features[question]
 
     def menu(self, history: History, agent: str, call_id: str, allowed: tuple[str, ...]) -> Menu:
         key = (call_id, allowed)
@@ -236,8 +234,10 @@ class World:
 class Call:
     """A Searcher assignment (``SearcherCall``) or another role's call (``Turn``)."""
 
-    __slots__ = ("agent", "role", "wave", "task", "history", "search_steps", "report", "forced", "exhausted")
-    __slots__ += ("format_failed", "outputs", "messages", "input_tokens", "output_tokens")
+    __slots__ = (
+        *("agent", "role", "wave", "task", "history", "search_steps", "report", "forced", "exhausted"),
+        *("format_failed", "outputs", "messages", "input_tokens", "output_tokens"),
+    )
 
     def __init__(self, agent: str, role: str, history: History, wave: int | None = None, task: str = ""):
         self.agent, self.role, self.history, self.wave, self.task = agent, role, history, wave, task

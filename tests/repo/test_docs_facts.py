@@ -76,9 +76,9 @@ def test_credit_benchmark_prints_no_interval_for_one_seed():
     from benchmarks.credit_assignment import COLUMNS, table
 
     run = {**dict.fromkeys(COLUMNS, 0.25), "seconds": 3.0}
-    one = table({"opd": [run]})
+    one = table({"opd": [run]}, window=10)
     assert "[" not in one and "1 seed" in one
-    assert "[" in table({"opd": [run, {**run, COLUMNS[0]: 0.5}]})
+    assert "[" in table({"opd": [run, {**run, COLUMNS[0]: 0.5}]}, window=10)
 
 
 def test_readme_timings_come_from_the_job():
