@@ -622,7 +622,7 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
         "final_em_statistics": statistics,
         "search_window": {"iterations": window, "note": window_note},
     }
-    write_json(out / "results.json", summary, indent=2)
+    write_json(out / "results.json", summary)  # compact: it holds every run's learning curve
     write_json(out / "marl_eval.json", marl_eval_json(runs, COLUMNS))
     (out / "results.md").write_text("\n".join(report))
     print("\n".join(report))
