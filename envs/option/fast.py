@@ -3,8 +3,8 @@
 The text environments (``hierarchical_search_v1``, ``cascade_search_v1`` under ``OptionWrapper``)
 are the reference. A new option-mode transition there costs what a PettingZoo text environment
 costs: the AEC bookkeeping, a chat history copied for every turn, and a menu built from scratch
-for every decision. Here the same rules (schedules, budgets, forced finish, format failures,
-rewards, the workflow record) run on a small state per episode, and everything expensive is
+for every decision. Here the same rules (schedules, budgets, forced finish, format failures) run
+on a small state per episode, and everything expensive is
 looked up in tables built once per world and shared by every episode, seed and method of a
 process:
 
@@ -19,8 +19,9 @@ process:
   retriever (``SearchTable``);
 * **the action grammar**: every text parsed is a menu option's; each is parsed once.
 
-Texts, prompts and menus are the text environments' own functions (``envs.prompts``,
-``envs.option.menus.build_menu``), so only the rules are implemented twice.
+Texts, prompts, menus and the finished record (rewards included) are the text environments' own
+code (``envs.prompts``, ``envs.option.menus.build_menu``, ``SearchEnv._workflow_record``, which
+``FastEpisode`` borrows), so only the rules of the steps are implemented twice.
 tests/envs/test_option_fast.py samples episodes here with random, expert-leaning and trained
 policies (format failures, budget exhaustion, workflows that end without an answer) and replays
 them through the text environment, requiring identical observations, masks, global states and
@@ -37,6 +38,7 @@ records.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,7 +48,6 @@ import numpy as np
 from envs import prompts
 from envs import rewards as R
 from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
-from envs.actions import strict_answer as _strict_answer
 from envs.datasets import Question
 from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
 from envs.option.vector import Node
@@ -54,7 +55,7 @@ from envs.option.wrapper import OptionWrapper
 from envs.policy import AgentTurn
 from envs.records import Counters
 from envs.retrieval.base import Retriever
-from envs.search_env import call_dict, search_results, with_notice
+from envs.search_env import SearchEnv, SearchEnvConfig, call_dict, search_results, with_notice
 from envs.synthwiki.questions import KINDS, question_kind
 
 Message = dict[str, str]
@@ -170,7 +171,6 @@ class World:
         self.menu_size, self.hints, self.closed_book = template.menu_size, template.hints, template.closed_book
         self.search_table = search_table(raw.retriever, self.config.topk, self.config.max_passage_chars)
         self._parsed: dict[tuple[str, str, tuple[str, ...]], ParsedAction] = {}
-        self._answers: dict[str, str | None] = {}
         self._roots: dict[tuple[int, str, Any], History] = {}
         self._question_features: dict[int, tuple[list[float], frozenset[str]]] = {}
         self.nodes = 0
@@ -181,7 +181,6 @@ class World:
         if self.nodes > MAX_HISTORY_NODES:
             self._roots.clear()
             self._parsed.clear()
-            self._answers.clear()
             self.nodes = 0
         node = self._roots.get((question, role, key))
         if node is None:
@@ -197,11 +196,6 @@ class World:
         if parsed is None:
             parsed = self._parsed[key] = parse_action(text, role, allowed, self.config.max_action_chars)
         return parsed
-
-    def strict_answer(self, text: str) -> str | None:
-        if text not in self._answers:
-            self._answers[text] = _strict_answer(text)
-        return self._answers[text]
 
     def question_features(self, question: int) -> tuple[list[float], frozenset[str]]:
         """The question's kind one-hot and its supporting passages (SynthWiki metadata; none without it)."""
@@ -284,8 +278,9 @@ class FastEpisode:
         self.dropped_subtasks: list[str] = []
         self.selected: list[int] = []
         self.answer_turn: Call | None = None
-        self.candidate_valid: list[bool] = []
+        self._candidate_valid: list[bool] = []
         self.record: dict[str, Any] | None = None
+        self._started = time.perf_counter()
         self._pending: dict[str, str] = {}
         self.rounds = 0
         self.leader_out_of_budget = False
@@ -384,7 +379,7 @@ class FastEpisode:
             return (
                 self.leader,
                 history.noticed("leader") if self._leader_last_step(step) else history,
-                (self._leader_allowed(step)),
+                self._leader_allowed(step),
             )
         if agent == "answerer":
             return self.answer_turn, self.answer_turn.history, ("answer",)
@@ -589,63 +584,36 @@ class FastEpisode:
     def _resolve_answer(self, text: str) -> None:
         turn = self.answer_turn
         turn.outputs = [text] * self.world.config.num_candidates
-        self.candidate_valid = []
+        self._candidate_valid = []
         for candidate in turn.outputs:
             valid = self._parse("answerer", candidate, ("answer",)).valid
-            self.candidate_valid.append(valid)
+            self._candidate_valid.append(valid)
             turn.format_failed |= not valid
 
-    def _workflow_record(self) -> dict[str, Any]:
-        """``SearchEnv._workflow_record`` of the finished episode (its ``duration_s`` is 0.0 here)."""
-        world, config, refs = self.world, self.world.config, self.question.golden_answers
-        candidates = self.answer_turn.outputs if self.answer_turn else []
-        extracted = [world.strict_answer(c[: config.max_action_chars]) for c in candidates]
-        scores = [R.exact_match(a, refs) for a in extracted]
-        r_em = R.team_outcome(scores)
-        answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, self.candidate_valid)]
-        call_bonus = [R.search_bonus(call.search_steps, call.done and not call.forced) for call in self.searcher_calls]
-        call_rewards = [
-            R.searcher_reward(r_em, bonus, call.format_failed) for call, bonus in zip(self.searcher_calls, call_bonus)
-        ]
-        per_agent: dict[str, list[float]] = {}
-        for call, reward in zip(self.searcher_calls, call_rewards):
-            per_agent.setdefault(call.agent, []).append(reward)
+    # ----- the record: SearchEnv's own code, which reads what follows ---------------------------------
+    _workflow_record = SearchEnv._workflow_record
+
+    @property
+    def workflow(self) -> str:
+        return self.world.workflow
+
+    @property
+    def config(self) -> SearchEnvConfig:
+        return self.world.config
+
+    def _candidate_texts(self) -> list[str]:
+        return self.answer_turn.outputs if self.answer_turn else []
+
+    def _leader_reward(self, r_em: float) -> float | None:
         leader = self.leader
-        rewards = {
-            "em": r_em,
-            "leader": R.leader_reward(r_em, self.counters.tool_steps, leader.format_failed) if leader else None,
-            "answerer": answerer_rewards,
-            "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
-            "searcher_calls": call_rewards,
-            "search_bonus": call_bonus,
-            "assign_bonus": R.assign_bonus(self.counters.tool_steps),
-        }
-        self.counters.env_steps = self.env_step
-        self.counters.task_assignments = len(self.subtasks)
-        counters = self.counters.to_dict()
-        if not config.force_finish:
-            counters["no_answer"] = int(not self.answered)
-            counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
-        turns = [turn for turn in (leader, self.answer_turn) if turn is not None]
-        return {
-            "workflow": world.workflow,
-            "question_id": self.question.id,
-            "question": self.question.question,
-            "golden_answers": list(refs),
-            "subtasks": self.subtasks,
-            "dropped_subtasks": self.dropped_subtasks,
-            "reports": self.reports,
-            "selected_reports": self.selected,
-            "searches": self.searches,
-            "candidates": candidates,
-            "extracted_answers": extracted,
-            "candidate_scores": scores,
-            "rewards": rewards,
-            "counters": counters,
-            "format_errors": self.format_errors,
-            "calls": [call.as_dict() for call in [*self.searcher_calls, *turns]],
-            "duration_s": 0.0,
-        }
+        return R.leader_reward(r_em, self.counters.tool_steps, leader.format_failed) if leader else None
+
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+        return {}
+
+    def _calls(self) -> list[dict[str, Any]]:
+        turns = [turn for turn in (self.leader, self.answer_turn) if turn is not None]
+        return [call.as_dict() for call in [*self.searcher_calls, *turns]]
 
 
 class FastVectorEnv:
