@@ -101,13 +101,8 @@ def test_a_stopped_benchmark_resumes_from_its_saved_runs_and_refuses_another_con
 @pytest.mark.slow
 def test_speed_times_every_path_against_the_same_baselines(tmp_path):
     out = tmp_path / "speed"
-    main(
-        ["--speed", "--scenarios", "lazy_searcher_v1", "--seeds", "0", "--iterations", "1", "--episodes", "2"]
-        + [
-            "--out",
-            str(out),
-        ]
-    )
+    settings = ["--scenarios", "lazy_searcher_v1", "--seeds", "0", "--iterations", "1", "--episodes", "2"]
+    main(["--speed", *settings, "--out", str(out)])
     row = json.loads((out / "speed.json").read_text())["results"]["lazy_searcher_v1"]
     assert {"reference", "vectorized_text", "fast"} <= row.keys()
     assert all(run["episodes"] == 2 for path in ("vectorized_text", "fast") for run in row[path])
