@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from envs import prompts
+from envs import hierarchical_search_v1, prompts
 from envs import rewards as R
-from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
+from envs.actions import ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
 from envs.datasets import Question
 from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
 from envs.option.vector import Node
@@ -358,18 +358,14 @@ class FastEpisode:
     def _searcher_last_step(self) -> int:
         return self.world.max_steps - (2 if self.world.workflow == "hierarchical" else 1)
 
-    def _searcher_allowed(self, step: int) -> tuple[str, ...]:
-        if step >= self._searcher_last_step() and self.world.config.force_finish:
-            return ("report",)
-        return ROLE_ACTION_KINDS["searcher"]
+    # The budget rules are the text environments' own methods (they read config, max_steps, rounds).
+    _searcher_allowed = SearchEnv._searcher_allowed
+    _leader_allowed = hierarchical_search_v1.raw_env._leader_allowed
+    _leader_last_step = hierarchical_search_v1.raw_env._leader_last_step
 
-    def _leader_allowed(self, step: int) -> tuple[str, ...]:
-        if self.rounds < self.world.config.max_rounds and step <= self.world.max_steps - 3:
-            return ("delegate", "select")
-        return ("select",)
-
-    def _leader_last_step(self, step: int) -> bool:
-        return step >= self.world.max_steps - 1
+    @property
+    def max_steps(self) -> int:
+        return self.world.max_steps
 
     def _turn(self, agent: str) -> tuple[Call, History, tuple[str, ...]]:
         """The acting ``agent``'s call, the history it reads now and the kinds it may use."""
