@@ -424,12 +424,9 @@ class SearchEnv(AECEnv):
         if not self._scheduled:
             self._finish()
             return
-        self._refresh_infos()
-        self.agent_selection = self._scheduled[0]
-
-    def _refresh_infos(self) -> None:
         for agent in self.agents:
             self.infos[agent] = self._info(agent)
+        self.agent_selection = self._scheduled[0]
 
     def step(self, action: Any) -> None:
         if not hasattr(self, "record"):
@@ -676,16 +673,15 @@ class SearchEnv(AECEnv):
         if not queries:
             return
         self.counters.tool_steps += 1
-        for (call, query), (passages, message) in zip(queries, self._search([q for _, q in queries])):
+        config = self.config
+        found = search_results(self.retriever, [q for _, q in queries], config.topk, config.max_passage_chars)
+        for (call, query), (passages, message) in zip(queries, found):
             call.search_steps += 1
             self.counters.search_actions += 1
             self.counters.searches_with_passages += bool(passages)
             call.messages.append(message)
             self.searches.append({"wave": call.wave, "agent": call.agent, "query": query, "passages": passages})
             self._log(f"  {call.agent} <- {len(passages)} passages: {', '.join(p['title'] for p in passages)}")
-
-    def _search(self, queries: list[str]) -> list[tuple[list[dict[str, Any]], dict[str, str]]]:
-        return search_results(self.retriever, queries, self.config.topk, self.config.max_passage_chars)
 
     def _searcher_budget_left(self) -> bool:
         """Whether an active Searcher gets another step after the current one (``self.env_step``)."""
