@@ -29,7 +29,7 @@ records.
 
 ``FastVectorEnv`` steps many episodes at once with ``OptionVectorEnv``'s interface::
 
-    venv = FastVectorEnv(scenario.make_env("train"), num_envs=64)
+    venv = FastVectorEnv(World(scenario.make_env("train")), num_envs=64)
     venv.reset([3, 17, ...])            # one question index per slot
     while pending := venv.pending():   # [(slot, Node)] of the slots whose agent must act
         venv.step({slot: choose(node) for slot, node in pending})
@@ -615,11 +615,11 @@ class FastEpisode:
 class FastVectorEnv:
     """Many ``FastEpisode``s stepped together, with ``OptionVectorEnv``'s interface."""
 
-    def __init__(self, template: OptionWrapper, num_envs: int, world: World | None = None):
+    def __init__(self, world: World, num_envs: int):
         if num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} is invalid: must be at least 1")
         self.num_envs = num_envs
-        self.world = world if world is not None else World(template)
+        self.world = world
         self.questions: Sequence[Question] = self.world.questions
         self.episodes = [FastEpisode(self.world) for _ in range(num_envs)]
         self._used = 0

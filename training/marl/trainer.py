@@ -65,13 +65,12 @@ def vector_env(config: MarlConfig, split: str) -> FastVectorEnv | OptionVectorEn
     transition cache per (scenario, split, workflow)."""
     scenario = get_scenario(config.scenario)
     key = (config.scenario, split, config.workflow, check_transitions(config.transitions))
-    template = scenario.make_env(split, config.workflow)
     if config.transitions == "text":
         cache = _SHARED.setdefault(key, TransitionCache())
         return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
     if key not in _SHARED:
-        _SHARED[key] = World(template)
-    return FastVectorEnv(template, config.num_envs, _SHARED[key])
+        _SHARED[key] = World(scenario.make_env(split, config.workflow))
+    return FastVectorEnv(_SHARED[key], config.num_envs)
 
 
 def behaviour(episodes: list[Episode]) -> dict[str, float]:
