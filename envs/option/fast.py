@@ -100,10 +100,10 @@ def search_table(retriever: Retriever, topk: int, max_passage_chars: int) -> Sea
 
 
 class Menu:
-    """A menu built on a history: its options and their item features, hints already zeroed
-    when the scenario hides them."""
+    """A menu built on a history: its options, their item features (hints already zeroed when the
+    scenario hides them) and the action mask."""
 
-    __slots__ = ("options", "items")
+    __slots__ = ("options", "items", "mask")
 
     def __init__(self, options: list[Option], menu_size: int, hints: bool):
         self.options = options
@@ -111,7 +111,9 @@ class Menu:
         items += [0.0] * (menu_size * ITEM_FEATURES - len(items))
         if not hints:
             items[HINT_FEATURE::ITEM_FEATURES] = [0.0] * menu_size
-        self.items = items
+        self.items = np.array(items, np.float32)
+        self.mask = np.zeros(menu_size, np.int8)
+        self.mask[: len(options)] = 1
 
 
 class History:
@@ -286,6 +288,11 @@ class FastEpisode:
         self.leader_out_of_budget = False
         self._wave_start = 0
         self._node: Node | None = None
+        self._acting: tuple[str, Call, tuple[str, ...], Menu] | None = None
+        # what state() reads, kept as the episode goes instead of recounted at every decision
+        self._reports_with_facts = 0
+        self._last_call: dict[str, Call] = {}
+        self._assignments = dict.fromkeys(world.searchers, 0)
         if world.workflow == "hierarchical":
             text = self.question.question
             leader = world.history(
@@ -321,7 +328,7 @@ class FastEpisode:
     def _schedule_next(self) -> None:
         self._scheduled = self._schedule()
         self._cursor = 0
-        self._node = None
+        self._node = self._acting = None
         if not self._scheduled:
             self.record = self._workflow_record()
 
@@ -329,12 +336,10 @@ class FastEpisode:
         """Act for the agent of ``node()``: a menu index (anything else is a format failure)."""
         if self.record is not None:
             raise RuntimeError("FastEpisode.step(): the episode is over; reset it to start another")
-        agent = self._scheduled[self._cursor]
-        options = self._menu(agent).options
-        valid = isinstance(action, (int, np.integer)) and not isinstance(action, bool) and 0 <= action < len(options)
-        self._pending[agent] = options[int(action)].text if valid else ""
+        agent = self._acting_turn()[0]
+        self._pending[agent] = self._chosen_text(action)
         self._cursor += 1
-        self._node = None
+        self._node = self._acting = None
         if self._cursor < len(self._scheduled):
             return
         self.env_step += 1
@@ -346,6 +351,19 @@ class FastEpisode:
         else:
             self._resolve_searchers(actions)
         self._schedule_next()
+
+    def _chosen_text(self, action: Any) -> str:
+        """The text of the acting agent's menu option ``action`` names; "" (a format failure) if it names none."""
+        options = self._acting_turn()[3].options
+        valid = isinstance(action, (int, np.integer)) and not isinstance(action, bool) and 0 <= action < len(options)
+        return options[int(action)].text if valid else ""
+
+    def query(self, action: Any) -> str | None:
+        """The query ``action`` would search: the acting agent is a Searcher and it names a search."""
+        if self.record is not None or self._acting_turn()[1].role != "searcher":
+            return None
+        parsed = self.world.parse(self._chosen_text(action), "searcher", self._acting_turn()[2])
+        return parsed.content if parsed.kind == "search" else None
 
     # ----- what the acting agent sees ----------------------------------------------------------------
     @property
@@ -382,13 +400,17 @@ class FastEpisode:
         call, allowed = self.active[agent], self._searcher_allowed(step)
         return call, call.history.noticed("searcher") if allowed == ("report",) else call.history, allowed
 
-    def _menu(self, agent: str) -> Menu:
-        call, history, allowed = self._turn(agent)
-        return self.world.menu(history, agent, call.call_id, allowed)
+    def _acting_turn(self) -> tuple[str, Call, tuple[str, ...], Menu]:
+        """The acting agent, its call, the kinds it may use and its menu, kept until it acts."""
+        if self._acting is None:
+            agent = self._scheduled[self._cursor]
+            call, history, allowed = self._turn(agent)
+            self._acting = (agent, call, allowed, self.world.menu(history, agent, call.call_id, allowed))
+        return self._acting
 
     def menu(self) -> list[Option]:
         """The acting agent's options (empty once the episode is over)."""
-        return [] if self.record is not None else self._menu(self._scheduled[self._cursor]).options
+        return [] if self.record is not None else self._acting_turn()[3].options
 
     def node(self) -> Node:
         """Who acts, its observation, mask and the global state; or the finished record."""
@@ -398,30 +420,25 @@ class FastEpisode:
 
     def _acting_node(self) -> Node:
         world, config = self.world, self.world.config
-        agent = self._scheduled[self._cursor]
-        role = agent.split("_")[0]
-        call, history, allowed = self._turn(agent)
-        menu = world.menu(history, agent, call.call_id, allowed)
-        max_steps, menu_size = world.max_steps, world.menu_size
+        agent, call, allowed, menu = self._acting_turn()
+        role = call.role
+        max_steps = world.max_steps
         max_reports = config.num_searchers * config.max_rounds
-        active = self.active.get(agent)
+        search_steps = call.search_steps if role == "searcher" else 0
         features = [
             *(float(role == r) for r in TEAM_ROLES),
             self.env_step / max_steps,
             self.rounds / config.max_rounds,
             min(len(self.reports), max_reports) / max_reports,
-            min(active.search_steps if active else 0, max_steps) / max_steps,
-            len(menu.options) / menu_size,
+            min(search_steps, max_steps) / max_steps,
+            len(menu.options) / world.menu_size,
             *(float(kind in allowed) for kind in ACTION_KINDS),
-            *menu.items,
         ]
-        observation = np.array(features, np.float32)
+        observation = np.concatenate((np.array(features, np.float32), menu.items))
         np.maximum(observation, 0.0, out=observation)
         np.minimum(observation, 1.0, out=observation)
-        mask = np.zeros(menu_size, np.int8)
-        mask[: len(menu.options)] = 1
-        call_index = self.searcher_calls.index(active) if role == "searcher" else None
-        return Node(agent, role, call_index, observation, mask, state=self.state())
+        call_index = self.searcher_calls.index(call) if role == "searcher" else None
+        return Node(agent, role, call_index, observation, menu.mask.copy(), state=self.state())
 
     def state(self) -> np.ndarray:
         """``OptionWrapper.state()`` of the same situation (``envs.option.wrapper.option_state``)."""
@@ -430,12 +447,11 @@ class FastEpisode:
         max_reports = len(slots) * config.max_rounds
         kinds, support = world.question_features(self.question_index)
         acting = self.acting_agents()
-        with_facts = sum(not r["forced"] and r["text"].strip() != prompts.NO_FACTS for r in self.reports)
         features = [
             self.env_step / max_steps,
             self.counters.delegation_rounds / config.max_rounds,
             len(self.reports) / max_reports,
-            with_facts / max_reports,
+            self._reports_with_facts / max_reports,
             self.counters.search_actions / (max_steps * len(slots)),
             len(support & self.retrieved) / len(support) if support else 0.0,
             len(self.selected) / max_reports,
@@ -445,15 +461,18 @@ class FastEpisode:
             *(float(agent in acting) for agent in world.possible_agents),
         ]
         for agent in slots:
-            last = next((call for call in reversed(self.searcher_calls) if call.agent == agent), None)
+            last = self._last_call.get(agent)
             features += [
                 float(agent in self.active),
                 last.search_steps / max_steps if last else 0.0,
-                sum(call.agent == agent for call in self.searcher_calls) / config.max_rounds,
+                self._assignments[agent] / config.max_rounds,
                 float(last is not None and last.done and not last.forced),
                 float(last is not None and last.format_failed),
             ]
-        return np.clip(np.array(features, np.float32), 0.0, 1.0)
+        state = np.array(features, np.float32)
+        np.maximum(state, 0.0, out=state)
+        np.minimum(state, 1.0, out=state)
+        return state
 
     # ----- the rules (SearchEnv and its workflows) ---------------------------------------------------
     def _parse(self, agent: str, text: str, allowed: tuple[str, ...]) -> ParsedAction:
@@ -478,6 +497,8 @@ class FastEpisode:
         call = Call(agent, "searcher", history, wave, task)
         self.active[agent] = call
         self.searcher_calls.append(call)
+        self._last_call[agent] = call
+        self._assignments[agent] += 1
 
     def _resolve_searchers(self, actions: dict[str, str]) -> None:
         allowed = self._searcher_allowed(self.env_step)
@@ -525,6 +546,7 @@ class FastEpisode:
                     "forced": call.forced,
                 }
                 self.reports.append(report)
+                self._reports_with_facts += not call.forced and call.report.strip() != prompts.NO_FACTS
                 del self.active[agent]
             elif not budget_left:
                 call.exhausted = True
@@ -642,6 +664,10 @@ class FastVectorEnv:
         return out
 
     def step(self, actions: dict[int, int]) -> None:
+        # Retrieval first, for every query of these actions in one call: the retriever's cost is
+        # mostly per call, and each episode would otherwise search its queries alone.
+        queries = [self.episodes[slot].query(action) for slot, action in actions.items()]
+        self.world.search_table.search([query for query in queries if query is not None])
         for slot, action in actions.items():
             self.episodes[slot].step(action)
 

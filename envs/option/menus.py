@@ -33,12 +33,13 @@ from dataclasses import dataclass
 
 from envs.actions import action_contents, parse_subtasks
 from envs.policy import AgentTurn
-from envs.prompts import NO_FACTS, parse_passages, parse_reports, passage_texts, user_texts
+from envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
 from envs.synthwiki.closed_book import ClosedBook
 from envs.synthwiki.grammar import (
     NAME,
     VALUE,
     Chain,
+    Fact,
     fact_sentence,
     parse_facts,
     parse_question,
@@ -111,6 +112,7 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(text.lower()))
 
 
+@functools.lru_cache(maxsize=1 << 18)  # a Searcher's menu scores the same queries against its task at every step
 def overlap(a: str, b: str) -> float:
     """Jaccard overlap of the lowercased word sets of ``a`` and ``b``."""
     x, y = _words(a), _words(b)
@@ -129,15 +131,26 @@ def first_seen(pairs: Sequence[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 # A Searcher's facts grow by one <information> message per search: each menu extends the facts
 # its call's previous menu read instead of parsing every passage again. Shared, so read-only.
-@functools.lru_cache(maxsize=1 << 12)
+@functools.lru_cache(maxsize=1 << 14)
 def _knowledge(informations: tuple[str, ...]) -> Knowledge:
     """The facts of the passages of these ``<information>`` messages, in order."""
     if not informations:
         return Knowledge()
     known = _knowledge(informations[:-1]).copy()
-    for _, text in parse_passages(informations[-1]):
-        known.add(text)
+    known.add_facts(_information_facts(informations[-1]))
     return known
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _information_facts(information: str) -> tuple[Fact, ...]:
+    """The facts of every passage of one ``<information>`` message, in order."""
+    return tuple(fact for _, text in parse_passages(information) for fact in parse_facts(text))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _information_mentions(information: str) -> tuple[str, ...]:
+    """The entity mentions of one ``<information>`` message: the queries its passages suggest."""
+    return _mentions(information.replace("<information>", ""))
 
 
 # ----- menus, one function per role, each reading only the role's text turn ------------------------
@@ -195,57 +208,38 @@ def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
     return menu
 
 
-def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
-    task = turn.task
+@dataclass(frozen=True)
+class SearcherReading:
+    """What a Searcher's menu reads from its task and the passages found so far (everything but
+    which queries it has searched): shared by every history that found the same passages."""
+
+    wanted: tuple[str, ...]  # the queries of the missing hops, the expert's first
+    candidates: tuple[tuple[str, bool], ...]  # (query, from the latest passages) of the search options
+    resolved: tuple[Step, ...]
+    hops: int
+    more_reports: tuple[Option, ...]  # the facts about the task's entities; a report from memory
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def searcher_reading(task: str, informations: tuple[str, ...], book: ClosedBook | None) -> SearcherReading:
     plan = parse_question(task)
-    searched = set(action_contents(turn.messages, "search"))
-    informations = user_texts(turn, "<information>")
-    passages = passage_texts(turn)
     missing: list[Step] = []
-    known = _knowledge(tuple(informations))
+    known = _knowledge(informations)
     if plan is None:
         wanted, resolved, hops = [task], [], 1
     else:
         resolved, missing = resolve(plan, known)
         wanted = [q for step in missing for q in (subquestion(step.predicate, step.subject), step.subject)]
         hops = len(resolved) + len(missing)
-    expert_query = next((q for q in wanted if q not in searched), None)
-    menu: list[Option] = []
-    if "search" in turn.allowed:
-        latest = informations[-1:]
-        evidence = [m for text in latest for m in mentions(text.replace("<information>", ""))]
-        candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
-        for query, from_evidence in first_seen(candidates):
-            menu.append(
-                Option(
-                    "search",
-                    f"<search>{query}</search>",
-                    query,
-                    hint=query == expert_query,
-                    repeated=query in searched,
-                    overlap=overlap(query, task),
-                    from_evidence=from_evidence,
-                    fallback=query == task,
-                )
-            )
-    report = " ".join(step.sentence() for step in resolved) or NO_FACTS
-    menu.append(
-        Option(
-            "report",
-            f"<report>{report}</report>",
-            report,
-            hint=expert_query is None or "search" not in turn.allowed,
-            from_evidence=bool(resolved),
-            size=len(resolved) / hops,
-            fallback=not resolved,
-        )
-    )
+    evidence = [m for text in informations[-1:] for m in _information_mentions(text)]
+    candidates = [(q, False) for q in [*wanted, task, *mentions(task)]] + [(m, True) for m in evidence]
+    more_reports = []
     # Every fact the passages state about an entity the task names: useful for entity-only tasks.
     named = set(mentions(task))
-    facts = [f for text in passages for f in parse_facts(text) if f.subject in named]
+    facts = [f for text in informations for f in _information_facts(text) if f.subject in named]
     if facts:
         digest = " ".join(dict.fromkeys(fact_sentence(f.predicate, f.subject, f.value) for f in facts))
-        menu.append(
+        more_reports.append(
             Option(
                 "report", f"<report>{digest}</report>", digest, from_evidence=True, size=min(len(facts), hops) / hops
             )
@@ -254,7 +248,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
         recalled = [step for step in book.recall_steps(plan, known) if step.value]
         if recalled:
             memory = " ".join(step.sentence() for step in [*resolved, *recalled])
-            menu.append(
+            more_reports.append(
                 Option(
                     "report",
                     f"<report>{memory}</report>",
@@ -262,7 +256,48 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
                     size=(len(resolved) + len(recalled)) / hops,
                 )
             )
-    return menu
+    return SearcherReading(tuple(wanted), tuple(first_seen(candidates)), tuple(resolved), hops, tuple(more_reports))
+
+
+@functools.lru_cache(maxsize=1 << 16)  # options are frozen: the same query on the same task is one object
+def search_option(query: str, task: str, hint: bool, repeated: bool, from_evidence: bool) -> Option:
+    return Option(
+        "search",
+        f"<search>{query}</search>",
+        query,
+        hint=hint,
+        repeated=repeated,
+        overlap=overlap(query, task),
+        from_evidence=from_evidence,
+        fallback=query == task,
+    )
+
+
+def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
+    task = turn.task
+    searched = set(action_contents(turn.messages, "search"))
+    reading = searcher_reading(task, tuple(user_texts(turn, "<information>")), book)
+    expert_query = next((q for q in reading.wanted if q not in searched), None)
+    menu: list[Option] = []
+    if "search" in turn.allowed:
+        menu += [
+            search_option(query, task, query == expert_query, query in searched, from_evidence)
+            for query, from_evidence in reading.candidates
+        ]
+    resolved = reading.resolved
+    report = " ".join(step.sentence() for step in resolved) or NO_FACTS
+    menu.append(
+        Option(
+            "report",
+            f"<report>{report}</report>",
+            report,
+            hint=expert_query is None or "search" not in turn.allowed,
+            from_evidence=bool(resolved),
+            size=len(resolved) / reading.hops,
+            fallback=not resolved,
+        )
+    )
+    return menu + list(reading.more_reports)
 
 
 def answerer_menu(turn: AgentTurn) -> list[Option]:

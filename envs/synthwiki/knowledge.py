@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from envs.prompts import strip_label
 from envs.rewards import report_has_gold
-from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts, parse_question
+from envs.synthwiki.grammar import Chain, Comparison, Fact, fact_sentence, parse_facts, parse_question
 from envs.synthwiki.schema import ATTRIBUTES
 
 
@@ -27,7 +27,10 @@ class Knowledge:
             self.add(text)
 
     def add(self, text: str) -> None:
-        for fact in parse_facts(text):
+        self.add_facts(parse_facts(text))
+
+    def add_facts(self, facts: Iterable[Fact]) -> None:
+        for fact in facts:
             if fact.predicate == "alias":
                 group = self.same.get(fact.subject, {fact.subject}) | self.same.get(fact.value, {fact.value})
                 for name in group:
