@@ -16,7 +16,8 @@ process:
   features as a float32 block, so a history reached again costs a dictionary look-up instead of
   parsing passages and questions;
 * **retrieval**: a query's passages and its ``<information>`` message are computed once per
-  retriever (``SearchTable``);
+  retriever (``SearchTable``), and ``FastVectorEnv`` retrieves the new queries of every episode
+  of a tick in one retriever call;
 * **the action grammar**: every text parsed is a menu option's; each is parsed once.
 
 Texts, prompts, menus and the finished record (rewards included) are the text environments' own

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import bm25s
+import numpy as np
 
 from envs.retrieval.base import Passage
 from envs.retrieval.corpus import Corpus, CorpusError
@@ -65,16 +66,30 @@ class BM25Retriever:
             return []
         k = max(1, min(k, len(self.corpus)))
         tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False, allow_empty=True)
-        doc_ids, scores = self._index.retrieve(
-            tokens, k=k, show_progress=False, n_threads=0
-        )  # 0: no thread pool per call
         results = []
-        for row_ids, row_scores in zip(doc_ids, scores):
+        for query_tokens in bm25s.tokenization.convert_tokenized_to_string_list(tokens):
+            # bm25s's own scores; an empty query (or one of stopwords only) matches nothing
+            scores = self._index.get_scores(query_tokens) if query_tokens else np.zeros(len(self.corpus))
             passages = []
-            for idx, score in zip(row_ids, row_scores):
-                if score <= 0:
+            for idx in top_k(scores, k):
+                if scores[idx] <= 0:
                     continue
                 doc = self.corpus.documents[int(idx)]
-                passages.append(Passage(doc.id, doc.title, doc.text, float(score)))
+                passages.append(Passage(doc.id, doc.title, doc.text, float(scores[idx])))
             results.append(passages)
         return results
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest scores, highest first, equal scores in corpus order.
+
+    Not bm25s's selection: it takes numpy's ``argpartition``, whose order among equal scores depends
+    on the CPU's SIMD instructions (AVX-512 or not), so the same query returned other passages on
+    other machines wherever scores tie at the cut, as templated passages often do.
+    """
+    if k < len(scores):
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]  # the k-th highest score
+        candidates = np.flatnonzero(scores >= kth)
+    else:
+        candidates = np.arange(len(scores))
+    return candidates[np.lexsort((candidates, -scores[candidates]))[:k]]
