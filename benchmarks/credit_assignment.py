@@ -45,7 +45,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import platform
 import random
 import runpy
 import subprocess
@@ -70,9 +69,11 @@ from benchmarks.marl_statistics import (
     mean_over_runs,
     performance_profiles,
 )
+from benchmarks.provenance import git_commit
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
 from maopd.base.json_files import read_json_file, write_json
+from maopd.base.machine import machine as base_machine
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
 from training.marl.policy import MenuPolicy, play, play_batch
 from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
@@ -316,8 +317,7 @@ def load_plugins(paths: list[Path]) -> list[dict]:
 
 def machine() -> dict:
     return {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+        **base_machine(),
         "torch_threads": torch.get_num_threads(),
         "load_average_at_end": list(os.getloadavg()),
     }
@@ -530,7 +530,8 @@ def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: li
     started = time.perf_counter()
     _, metrics = train(config, progress=False)
     metrics["seconds"] = time.perf_counter() - started
-    run = {"config": asdict(config), **metrics}
+    # the commit and the machine: a run replays bit for bit only on both (docs/findings.md, "Reproducibility")
+    run = {"config": asdict(config), "commit": git_commit(short=True), "machine": base_machine(), **metrics}
     path = run_file(Path(out), scenario, method, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, run)
@@ -712,6 +713,14 @@ def main(argv: list[str] | None = None) -> dict:
                     jobs.append((scenario, method, seed, settings, [str(p) for p in args.plugin], str(args.out)))
                 else:
                     runs[scenario][method].append(run)
+    commit = git_commit(short=True)
+    earlier = {run.get("commit", "unrecorded") for by in runs.values() for rs in by.values() for run in rs} - {commit}
+    if earlier:
+        print(
+            f"note: {args.out / 'runs'} holds runs trained at commit {', '.join(sorted(earlier))}, not {commit}; "
+            "they are reused: if the code changed what a run does since, pass another --out",
+            file=sys.stderr,
+        )
     jobs.sort(key=lambda job: -cost.get(job[1], 1.0))
     if jobs and args.workers > 1:
         with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
@@ -727,6 +736,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     summary = {
         "command": command,
+        "commit": commit,
         "machine": machine(),
         "total_seconds": total,
         "resumed_runs": sum(len(by) for by_method in runs.values() for by in by_method.values()) - len(jobs),

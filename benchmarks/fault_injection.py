@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -54,6 +53,7 @@ from pathlib import Path
 
 from benchmarks.eval.records import RecordError
 from maopd.base.json_files import iter_json_lines, write_json
+from maopd.base.machine import machine
 from training.run_logging import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "OMP_NUM_THREADS=1 python benchmarks/fault_injection.py " + " ".join(argv or sys.argv[1:]),
         "pipeline_command": "python -m maopd.cli train --preset smoke --run-dir RUN_DIR",
         "commit": commit,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine(),
         "reference_seconds": ref["seconds"],
         "total_seconds": round(time.time() - started, 1),
         "points": len(results),

@@ -41,6 +41,7 @@ import torch
 from benchmarks.fact_recall import greedy_answers, recall_report
 from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
 from maopd.base.json_files import write_json
+from maopd.base.machine import simd_extensions
 
 RESULTS = Path(__file__).parent / "results" / "knowledge_probe"
 GROUP = 8  # statements per pretraining text, shuffled together
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python benchmarks/knowledge_probe.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "commit": git_commit(short=True),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), Python "
-        f"{platform.python_version()}, torch {torch.__version__}",
+        f"{platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}",
         **run_probe(config, progress=not args.no_progress),
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import torch
 
 from envs.actions import ROLES
 from maopd.base.json_files import write_json
+from maopd.base.machine import machine
 from training.config import load_config
 from training.trainer import Trainer
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
                 runs.append({"repeat": repeat, **run})
     result = {
         "command": "python benchmarks/rollout_engines.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+        "machine": {**machine(), "load_average_at_end": os.getloadavg()},
         "config": args.config,
         "overrides": overrides,
         "engines": args.engines,

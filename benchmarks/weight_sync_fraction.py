@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from agents.vllm_policy import VLLMPolicy
 from maopd.base.json_files import write_json
+from maopd.base.machine import machine
 from training.config import build_config
 from training.trainer import Trainer
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {
         "command": "python benchmarks/weight_sync_fraction.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
+        "machine": {**machine(), "load_average_at_end": os.getloadavg()},
         "setting": {"stage": "stage1", "B": 8, "G": 4, "max_new_tokens": 48, "model": args.model},
         "train_step_s": step_s,
         "sync_s": syncs,

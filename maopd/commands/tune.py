@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from maopd.base.json_files import write_json
+from maopd.base.machine import simd_extensions
 from maopd.cli import bounded_int, seed_int
 
 
@@ -168,7 +169,7 @@ def _gates(args) -> int:
         "command": " ".join(args.command_line),
         "commit": git_commit(short=True),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
-        f"Python {platform.python_version()}, torch {torch.__version__}",
+        f"Python {platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}",
         **result,
     }
     table = markdown_table(result["rows"])

@@ -25,14 +25,13 @@ is refused. The config and seed are saved in
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
 from maopd.base.config import to_record
 from maopd.base.json_files import write_json
+from maopd.base.machine import machine
 from maopd.base.run_dir import owning, start_over, write_record
 from maopd.pipeline.config import (
     SINGLE_AGENT_BASE,
@@ -183,7 +182,7 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
     report = {
         "config": to_record(config),
         "seconds": timings,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": machine(),
         "base_model": str(base_model),
         "stage1_run": str(stage1_run),
         "stage2_runs": {v: str(r) for v, r in stage2_runs.items()},

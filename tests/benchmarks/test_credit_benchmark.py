@@ -93,6 +93,11 @@ def test_a_stopped_benchmark_resumes_from_its_saved_runs_and_refuses_another_con
     final = [[run["em"] for run in summary["runs"]["lazy_searcher_v1"]["role"]] for summary in (first, again)]
     assert final[0] == final[1]  # the retrained seed plays the same episodes
     assert "1 saved runs of an earlier, stopped invocation" in (out / "results.md").read_text()
+    assert "note:" not in capsys.readouterr().err  # every saved run is of this commit
+    kept = out / "runs" / saved[0]
+    kept.write_text(json.dumps({**json.loads(kept.read_text()), "commit": "0000000"}))
+    main([*TINY_RUNS, "--iterations", "2", "--out", str(out)])
+    assert "holds runs trained at commit 0000000" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*TINY_RUNS, "--iterations", "3", "--out", str(out)])
     assert "holds a run of another config than this command's" in capsys.readouterr().err

@@ -1,8 +1,8 @@
 """BM25 breaks equal scores by corpus order, the same on every CPU.
 
 bm25s selects the top k with numpy's ``argpartition``, whose order among equal scores depends on
-the CPU's SIMD instructions: on SynthWiki's templated passages about a quarter of the queries a
-training run searches returned other passages on an AVX-512 machine than on one without.
+the CPU's SIMD instructions: on SynthWiki's templated passages, where scores often tie at the cut,
+the same query returned other passages on an AVX-512 machine than on one without.
 """
 
 from __future__ import annotations
