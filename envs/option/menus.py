@@ -222,6 +222,8 @@ class SearcherReading:
 
 @functools.lru_cache(maxsize=1 << 14)
 def searcher_reading(task: str, informations: tuple[str, ...], book: ClosedBook | None) -> SearcherReading:
+    """The reading of ``task`` after these ``<information>`` messages (with ``book``, what the
+    Searcher would recall for the hops still missing)."""
     plan = parse_question(task)
     missing: list[Step] = []
     known = _knowledge(informations)
@@ -261,6 +263,7 @@ def searcher_reading(task: str, informations: tuple[str, ...], book: ClosedBook 
 
 @functools.lru_cache(maxsize=1 << 16)  # options are frozen: the same query on the same task is one object
 def search_option(query: str, task: str, hint: bool, repeated: bool, from_evidence: bool) -> Option:
+    """The option of searching ``query`` on ``task``."""
     return Option(
         "search",
         f"<search>{query}</search>",

@@ -140,12 +140,13 @@ def play_batch(
                 if greedy_play
                 else torch.distributions.Categorical(logits=logits, validate_args=False).sample()
             )
-            logprobs = torch.log_softmax(logits, dim=-1)
+            # as numpy and lists: indexing a tensor element by element costs more than the forward pass
+            logprobs = torch.log_softmax(logits, dim=-1).numpy()
             actions = {}
-            for row, (slot, node) in enumerate(pending):
+            for row, ((slot, node), action) in enumerate(zip(pending, chosen.tolist())):
                 episode = batch[slot]
                 decision = Decision(
-                    node.agent, node.role, node.call, node.observation, node.mask, int(chosen[row]), 0.0, node.state
+                    node.agent, node.role, node.call, node.observation, node.mask, action, 0.0, node.state
                 )
                 if override is not None:
                     forced = override(start + slot, len(episode.decisions), decision)
