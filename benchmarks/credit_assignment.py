@@ -267,7 +267,9 @@ def plot_performance_profiles(runs_by_panel: dict[str, dict[str, dict[str, list[
     import matplotlib.pyplot as plt
     from rliable import plot_utils
 
-    fig, axes = plt.subplots(1, len(runs_by_panel), figsize=(4.6 * len(runs_by_panel), 4.2), squeeze=False)
+    # at least 8 inches wide: one panel alone would cut the title and the legend of six methods
+    width = max(4.6 * len(runs_by_panel), 8.0)
+    fig, axes = plt.subplots(1, len(runs_by_panel), figsize=(width, 4.2), squeeze=False)
     for (title, runs), ax in zip(runs_by_panel.items(), axes[0]):
         scores = final_scores(runs)
         profiles = performance_profiles(scores)
