@@ -48,7 +48,7 @@ from envs.synthwiki.schema import RECALL_STATEMENTS
 from envs.synthwiki.world import SIZES as WORLD_SIZES
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
+from maopd.base.config import MAX_SEED, ConfigError, check_fields, checked, probability, seed_field, to_dict
 from maopd.base.json_files import write_json
 from maopd.base.run_dir import cache_entry, write_record
 
@@ -114,6 +114,12 @@ class SFTConfig:
     """Everything that determines π_0. Defaults: the base model used by the training recipes."""
 
     seed: int = seed_field()
+    # The seed of the fine-tuning's own draws (the demonstrating team, the judge's examples, the
+    # replayed knowledge texts, the batch order); None: ``seed``. Set, it varies the fine-tuning of
+    # one pretraining, whose draws stay ``seed``'s: the build-to-build spread of a recipe.
+    finetune_seed: int | None = checked(
+        None, ge=0, le=MAX_SEED, null="seed", what="a seed", metadata={KEYED_WHEN_SET: True, FINE_TUNING: True}
+    )
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
     world_seed: int = seed_field()
     world_size: str = checked("small", choices=tuple(WORLD_SIZES))
@@ -217,6 +223,10 @@ class SFTConfig:
     def key(self) -> str:
         """A hash of the config and the build version: the cache key of the model it builds."""
         return config_hash(keyed_values(self))
+
+    @property
+    def finetuning_seed(self) -> int:
+        return self.seed if self.finetune_seed is None else self.finetune_seed
 
     def pretraining_key(self) -> str:
         """A hash of what the language model of ``pretrained/`` depends on: the key's values less
@@ -322,14 +332,14 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
         )
         judge_played = facts if config.critic_labels == "gold" else None
         for workflow in config.workflows:
-            team = NoisyTeam(config.noise_config(), config.seed + index, book)
+            team = NoisyTeam(config.noise_config(), config.finetuning_seed + index, book)
             calls = demonstrations(workflow, team, retriever, questions, config.successful_only, judge_played)
             rows += tqdm(calls, desc=f"demos (world {seed}, {workflow})", unit="call", disable=not progress)
         if facts is not None and judge_played is None:
-            rows += decidable_judgements(judge_examples(questions, facts, config.seed + index))
+            rows += decidable_judgements(judge_examples(questions, facts, config.finetuning_seed + index))
         if known and seed != config.world_seed and config.knowledge.lookup_demos:
             lookups = [lookup_question(f) for f in graph_facts(seed, world_graph(seed, config.world_size), curve)]
-            team = NoisyTeam(config.noise_config(), config.seed + index, book)
+            team = NoisyTeam(config.noise_config(), config.finetuning_seed + index, book)
             calls = demonstrations(LOOKUP_WORKFLOW, team, retriever, lookups, config.successful_only)
             rows += [call for call in calls if call["role"] == "searcher"]
     return rows
@@ -397,11 +407,11 @@ def pretraining_examples(config: SFTConfig, tokenizer) -> tuple[list, list]:
 
 
 def replayed(config: SFTConfig, windows: list) -> list:
-    """The share ``knowledge.replay`` of the knowledge windows, drawn with the seed: read again in
-    fine-tuning."""
+    """The share ``knowledge.replay`` of the knowledge windows, drawn with the fine-tuning's seed:
+    read again in fine-tuning."""
     if config.knowledge is None or not windows:
         return []
-    return random.Random(config.seed).sample(windows, round(config.knowledge.replay * len(windows)))
+    return random.Random(config.finetuning_seed).sample(windows, round(config.knowledge.replay * len(windows)))
 
 
 def tail_mean(losses: list[float], last: int = 20) -> float:
@@ -523,7 +533,8 @@ def build_base_model(
     else:
         pretrained_figures = {name: None for name in PRETRAINING_FIGURES}
     replay = replayed(config, knowledge)
-    losses = train_sft(model, examples + replay, schedule, tokenizer.pad_token_id, progress)
+    finetuning = replace(schedule, seed=config.finetuning_seed)
+    losses = train_sft(model, examples + replay, finetuning, tokenizer.pad_token_id, progress)
 
     out_dir = save_model(model, tokenizer, out_dir)
     write_record(config, out_dir, CONFIG_FILE)

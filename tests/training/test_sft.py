@@ -474,6 +474,25 @@ def test_a_build_reuses_a_pretraining_and_gives_the_same_weights(tmp_path):
     assert "pretrained_from" not in json.loads((other / METRICS_FILE).read_text())
 
 
+def test_a_finetune_seed_varies_the_fine_tuning_alone(tmp_path):
+    """``finetune_seed`` keeps the pretraining (key and weights, reused) and draws the fine-tuning
+    anew; unset it is ``seed`` and stays out of the key, so existing π_0s keep theirs."""
+    from training.base_model import KnowledgeConfig, demonstration_chats, replayed
+
+    config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02), noise=0.3)
+    varied = replace(config, finetune_seed=1)
+    assert replace(config, finetune_seed=0).key() != config.key() == replace(config, finetune_seed=None).key()
+    assert varied.pretraining_key() == config.pretraining_key() and varied.key() != config.key()
+    assert demonstration_chats(varied, progress=False) != demonstration_chats(config, progress=False)
+    windows = list(range(100))
+    assert replayed(varied, windows) != replayed(config, windows) == replayed(replace(config, seed=0), windows)
+    first = build_base_model(config, tmp_path / "base-first", progress=False)
+    second = build_base_model(varied, tmp_path / "second", progress=False, reuse_from=[tmp_path])
+    weights = "model.safetensors"
+    assert (first / "pretrained" / weights).read_bytes() == (second / "pretrained" / weights).read_bytes()
+    assert (first / weights).read_bytes() != (second / weights).read_bytes()
+
+
 def test_lookup_demos_show_the_searcher_each_fact_of_the_question_answer_world():
     """``lookup_demos``: one Searcher call per fact of the question/answer world, reported from
     memory exactly when the fact is in the popular band, searched otherwise; none of the RL world."""
