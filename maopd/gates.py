@@ -23,6 +23,12 @@ figures (``maopd.tuning.gate_figures`` measures them, ``maopd tune gates`` print
 
 A check is ``met``, ``not met`` or ``not measured``; the verdict is ``all met`` only when every
 check is met.
+
+**A recipe's gates** (``recipe_gates``, ``maopd tune recipe-gates``): one π_0 config built with
+several fine-tuning seeds (``SFTConfig.finetune_seed``) is read as one testbed. Each figure is
+averaged over the builds (a ratio's parts, not the ratio) and every check applies to the means;
+each build's own values and verdicts are shown beside them, so the build-to-build spread is read
+with the verdict rather than decided by one build's draw.
 """
 
 from __future__ import annotations
@@ -166,10 +172,10 @@ def judge_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
             _row(gate, "judge rate on own dev reports", "—", rate_threshold, NOT_MEASURED, reason),
         ]
     balanced = figures["balanced"]
-    checks = figures["gate"]["checks"]
+    rate = figures["critic/judge_rate"]
+    checks = judge_checks(balanced["balanced_accuracy"], balanced["negatives"], rate)
     value = f"{_f(balanced['balanced_accuracy'])} ({balanced['negatives']} negatives)"
     ok = checks["balanced_accuracy"] and checks["negatives"]
-    rate = figures["critic/judge_rate"]
     return [
         _row(gate, "balanced accuracy", value, accuracy_threshold, verdict(ok), f"{balanced['examples']} examples"),
         _row(
@@ -207,6 +213,86 @@ def level_rows(systems: dict[str, dict[str, Any]], attempts: int) -> list[dict[s
             )
         )
     return rows
+
+
+def gate_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
+    """Every gate's rows from ``maopd.tuning.gate_figures``'s ``figures`` (its four parts)."""
+    recall, level = figures["closed_book_recall"], figures["level"]
+    systems = {name: part for name, part in level.items() if isinstance(part, dict)}  # one per workflow
+    return [
+        *recall_rows("recall after pretraining", recall["pretrained"]),
+        retention_row(recall["finetuned_language_model"]),
+        *recall_rows("recall as Searcher, no search", recall["searcher"]),
+        *forced_search_rows(figures["forced_search"]),
+        *judge_rows(figures["judge"]),
+        *level_rows(systems, level["attempts"]),
+    ]
+
+
+def mean_figures(parts: list[Any]) -> Any:
+    """The mean of several builds' figures, leaf by leaf: numbers are averaged (a leaf missing or
+    None in one build is None; equal ones, such as counts, kept as they are), anything else is kept
+    when every build has the same; a part one build could not measure is not measured for the recipe."""
+    first = parts[0]
+    if isinstance(first, dict):
+        unmeasured = [p["not_measured"] for p in parts if isinstance(p, dict) and "not_measured" in p]
+        if unmeasured:
+            return {"not_measured": unmeasured[0]}
+        if not all(isinstance(p, dict) for p in parts):
+            return None
+        return {key: mean_figures([p.get(key) for p in parts]) for key in first}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        numbers = [p for p in parts if isinstance(p, (int, float)) and not isinstance(p, bool)]
+        if len(numbers) < len(parts):
+            return None
+        return first if all(n == first for n in numbers) else sum(numbers) / len(numbers)  # counts stay ints
+    if isinstance(first, list) and all(isinstance(p, list) and len(p) == len(first) for p in parts):
+        return [mean_figures(list(column)) for column in zip(*parts)]
+    return first if all(p == first for p in parts) else None
+
+
+def recipe_gates(builds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gates of one recipe from its builds' ``maopd tune gates`` results (module docstring):
+    rows on the mean figures, each with every build's value and verdict."""
+    try:
+        settings = [(b["world"], b["eval_world"], b["quick"], b["figures"]["level"]) for b in builds]
+        settings = [(*rest, level["questions"], level["attempts"]) for *rest, level in settings]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"a build's gates.json lacks {exc}; pass the files maopd tune gates wrote") from None
+    if len(builds) < 2 or any(s != settings[0] for s in settings):
+        raise ValueError(
+            "a recipe's gates need two or more builds measured alike (world, questions, attempts, --quick); "
+            "run maopd tune gates with the same options on each build"
+        )
+    mean = mean_figures([b["figures"] for b in builds])
+    rows = gate_rows(mean)
+    per_build = [gate_rows(b["figures"]) for b in builds]
+    for index, row in enumerate(rows):
+        row["builds"] = [{"value": own[index]["value"], "verdict": own[index]["verdict"]} for own in per_build]
+    return {
+        "builds": [{"model": b["model"], "config_key": b["config_key"], "verdict": b["verdict"]} for b in builds],
+        "rows": rows,
+        "verdict": overall(rows),
+        "figures": mean,
+    }
+
+
+def recipe_table(result: dict[str, Any]) -> str:
+    """``recipe_gates``' rows as markdown: every build's value (✗ where its own check fails), then
+    the mean and its verdict."""
+    names = [f"build {i + 1}" for i in range(len(result["builds"]))]
+    lines = [
+        "| gate | check | threshold | " + " | ".join(names) + " | mean | verdict on the mean |",
+        "|---|---|---|" + "---|" * (len(names) + 2),
+    ]
+    for row in result["rows"]:
+        values = [b["value"] + (" ✗" if b["verdict"] in (NOT_MET, NOT_MEASURED) else "") for b in row["builds"]]
+        lines.append(
+            f"| {row['gate']} | {row['check']} | {row['threshold']} | "
+            + " | ".join(values)
+            + f" | {row['value']} | {row['verdict']} |"
+        )
+    return "\n".join(lines)
 
 
 def overall(rows: list[dict[str, str]]) -> str:

@@ -463,15 +463,8 @@ def gate_figures(
             return {"not_measured": str(exc)}
 
     judged = timed("judge", judge)
-    systems = {w: levels[w] for w in WORKFLOWS}
-    rows = [
-        *gates.recall_rows("recall after pretraining", recall["pretrained"]),
-        gates.retention_row(recall["finetuned_language_model"]),
-        *gates.recall_rows("recall as Searcher, no search", recall["searcher"]),
-        *gates.forced_search_rows(forced),
-        *gates.judge_rows(judged),
-        *gates.level_rows(systems, attempts),
-    ]
+    figures = {"closed_book_recall": recall, "forced_search": forced, "level": levels, "judge": judged}
+    rows = gates.gate_rows(figures)
     return {
         "model": str(model),
         "config_key": key,
@@ -482,5 +475,5 @@ def gate_figures(
         "rows": rows,
         "verdict": gates.overall(rows),
         "seconds": seconds,
-        "figures": {"closed_book_recall": recall, "forced_search": forced, "level": levels, "judge": judged},
+        "figures": figures,
     }

@@ -96,6 +96,54 @@ def register(subparsers) -> None:
     gates.add_argument("--quick", action="store_true", help="a few facts and questions per part (a smoke run)")
     gates.set_defaults(func=_gates)
 
+    recipe = commands.add_parser(
+        "recipe-gates",
+        help="the gates of one π_0 recipe over its builds (fine-tuning seeds)",
+        description="Reads the gates.json `maopd tune gates` wrote for each build of one SFTConfig "
+        "(built with several finetune_seed values, measured with the same options) and applies "
+        "every check to the figures averaged over the builds, each build's values beside "
+        "(maopd/gates.py). Prints the table and writes OUT/recipe_gates.json and OUT/recipe_gates.md.",
+    )
+    recipe.add_argument("gates_files", nargs="+", metavar="GATES_JSON", help="a build's gates.json, two or more")
+    recipe.add_argument("--out", required=True, help="output directory")
+    recipe.set_defaults(func=_recipe_gates)
+
+
+def _recipe_gates(args) -> int:
+    from benchmarks.provenance import git_commit
+    from maopd.base.config import ConfigError
+    from maopd.gates import recipe_gates, recipe_table
+
+    builds = []
+    for path in args.gates_files:
+        try:
+            builds.append(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a readable gates.json ({exc}); pass the files maopd tune gates wrote")
+        if not isinstance(builds[-1], dict) or "figures" not in builds[-1]:
+            raise ConfigError(f"{path}: has no gate figures; pass the gates.json maopd tune gates wrote")
+    try:
+        result = recipe_gates(builds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = recipe_table(result)
+    listing = "\n".join(
+        f"{i + 1}. `{b['model']}` (config key {b['config_key']}): {b['verdict']}" for i, b in enumerate(builds)
+    )
+    head = (
+        f"# Gates of one recipe over {len(builds)} builds, on dev\n\n- **Command**: `{result['command']}`\n"
+        f"- **Commit**: {result['commit']}\n- **Verdict on the means**: {result['verdict']}\n\n"
+        f"Builds (each build's own verdict):\n\n{listing}\n\n"
+    )
+    write_json(out / "recipe_gates.json", result, indent=1)
+    (out / "recipe_gates.md").write_text(head + table + "\n", encoding="utf-8")
+    print(table)
+    print(f"verdict on the means: {result['verdict']}; written to {out}/recipe_gates.json and recipe_gates.md")
+    return 0
+
 
 def _judge(args) -> int:
     from benchmarks.provenance import git_commit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,53 @@ def test_what_fine_tuning_kept_is_a_description_row():
     assert row["verdict"] == gates.DESCRIPTION and row["value"] == "0.500 / 0.250 / 0.000"
     met = {**row, "verdict": MET}
     assert gates.overall([met, row]) == gates.ALL_MET  # a description never decides the verdict
+
+
+GATE_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results/testbed_gates").glob("*.json"))
+
+
+def test_the_rows_follow_from_the_saved_figures_alone():
+    for path in GATE_RESULTS:
+        result = json.loads(path.read_text())
+        assert gates.gate_rows(result["figures"]) == result["rows"], path.name
+
+
+def test_a_recipe_applies_every_check_to_its_builds_mean_figures_and_shows_each_build():
+    first, second = (json.loads(path.read_text()) for path in GATE_RESULTS[:2])
+    first["figures"]["forced_search"] |= {"no_search": {"em": 0.5}, "search": {"em": 0.8}}  # 0.625 x: not met
+    second["figures"]["forced_search"] |= {"no_search": {"em": 0.7}, "search": {"em": 0.9}}  # 0.78 x: met
+    result = gates.recipe_gates([first, second])
+    forced = next(row for row in result["rows"] if row["gate"] == "forced no search vs search")
+    assert forced["value"] == "0.600 / 0.850" and forced["verdict"] == MET  # 0.6 >= 0.7 x 0.85
+    assert [b["verdict"] for b in forced["builds"]] == [NOT_MET, MET]
+    level = [row for row in result["rows"] if row["gate"] == "level"]
+    for row in level:
+        values = [float(b["value"]) for b in row["builds"]]
+        assert float(row["value"]) == pytest.approx(sum(values) / 2, abs=6e-4)
+    assert result["verdict"] == gates.overall(result["rows"])
+    assert [b["config_key"] for b in result["builds"]] == [first["config_key"], second["config_key"]]
+    table = gates.recipe_table(result)
+    assert "| build 1 | build 2 | mean | verdict on the mean |" in table and "0.500 / 0.800 ✗" in table
+
+    # a part one build could not measure is not measured for the recipe
+    second["figures"]["judge"] = {"not_measured": "no reports"}
+    judge = [row for row in gates.recipe_gates([first, second])["rows"] if row["gate"] == "judge"]
+    assert {row["verdict"] for row in judge} == {NOT_MEASURED}
+    with pytest.raises(ValueError, match="measured alike"):
+        gates.recipe_gates([first, {**second, "quick": not second["quick"]}])
+    with pytest.raises(ValueError, match="two or more builds"):
+        gates.recipe_gates([first])
+
+
+def test_recipe_gates_writes_its_table_and_refuses_unreadable_input(tmp_path, capsys):
+    from maopd.cli import main
+
+    out = tmp_path / "recipe"
+    assert main(["tune", "recipe-gates", *map(str, GATE_RESULTS[:3]), "--out", str(out)]) == 0
+    result = json.loads((out / "recipe_gates.json").read_text())
+    assert len(result["builds"]) == 3 and result["command"].startswith("maopd tune recipe-gates")
+    assert "| build 1 | build 2 | build 3 | mean |" in (out / "recipe_gates.md").read_text()
+    (tmp_path / "broken.json").write_text("{")
+    assert main(["tune", "recipe-gates", str(tmp_path / "broken.json"), str(GATE_RESULTS[0]), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("maopd tune recipe-gates:") and "broken.json" in error and "\n" not in error
