@@ -138,10 +138,15 @@ def _recipe_gates(args) -> int:
         f"- **Commit**: {result['commit']}\n- **Verdict on the means**: {result['verdict']}\n\n"
         f"Builds (each build's own verdict):\n\n{listing}\n\n"
     )
-    write_json(out / "recipe_gates.json", result, indent=1)
-    (out / "recipe_gates.md").write_text(head + table + "\n", encoding="utf-8")
+    return _write_gates(out, "recipe_gates", result, head, table)
+
+
+def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:
+    """Save ``result`` as OUT/NAME.json and ``head`` + ``table`` as OUT/NAME.md; print the table."""
+    write_json(out / f"{name}.json", result, indent=1)
+    (out / f"{name}.md").write_text(head + table + "\n", encoding="utf-8")
     print(table)
-    print(f"verdict on the means: {result['verdict']}; written to {out}/recipe_gates.json and recipe_gates.md")
+    print(f"verdict: {result['verdict']}; written to {out / name}.json and .md")
     return 0
 
 
@@ -227,8 +232,4 @@ def _gates(args) -> int:
         f"- **Machine**: {result['machine']}\n- **Seconds per part**: {result['seconds']}\n"
         f"- **Verdict**: {result['verdict']}\n\n"
     )
-    write_json(out / "gates.json", result, indent=1)
-    (out / "gates.md").write_text(head + table + "\n", encoding="utf-8")
-    print(table)
-    print(f"verdict: {result['verdict']}; written to {out / 'gates.json'} and {out / 'gates.md'}")
-    return 0
+    return _write_gates(out, "gates", result, head, table)
