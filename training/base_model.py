@@ -48,7 +48,7 @@ from envs.synthwiki.schema import RECALL_STATEMENTS
 from envs.synthwiki.world import SIZES as WORLD_SIZES
 from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.config import MAX_SEED, ConfigError, check_fields, checked, probability, seed_field, to_dict
+from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
 from maopd.base.json_files import write_json
 from maopd.base.run_dir import cache_entry, write_record
 
@@ -117,9 +117,7 @@ class SFTConfig:
     # The seed of the fine-tuning's own draws (the demonstrating team, the judge's examples, the
     # replayed knowledge texts, the batch order); None: ``seed``. Set, it varies the fine-tuning of
     # one pretraining, whose draws stay ``seed``'s: the build-to-build spread of a recipe.
-    finetune_seed: int | None = checked(
-        None, ge=0, le=MAX_SEED, null="seed", what="a seed", metadata={KEYED_WHEN_SET: True, FINE_TUNING: True}
-    )
+    finetune_seed: int | None = seed_field(None, null="seed", **{KEYED_WHEN_SET: True, FINE_TUNING: True})
     # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
     world_seed: int = seed_field()
     world_size: str = checked("small", choices=tuple(WORLD_SIZES))

@@ -133,9 +133,10 @@ def probability(default: float, **metadata: Any) -> Any:
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
 
 
-def seed_field(default: int = 0, **metadata: Any) -> Any:
-    """A field holding a random seed: ``checked`` in [0, ``MAX_SEED``]."""
-    return checked(default, ge=0, le=MAX_SEED, what="a seed", metadata=metadata or None)
+def seed_field(default: int | None = 0, null: str | None = None, **metadata: Any) -> Any:
+    """A field holding a random seed: ``checked`` in [0, ``MAX_SEED``]; with ``null``, None too
+    (meaning what ``null`` names)."""
+    return checked(default, ge=0, le=MAX_SEED, null=null, what="a seed", metadata=metadata or None)
 
 
 def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
