@@ -5,16 +5,18 @@ analysis were fixed before any figure could steer them. ``preregistration`` writ
 the code itself:
 
 * **the testbed** (``testbed_components``): the world's format and test-split versions with a hash
-  of the sealed test split's questions, the environments' names, every prompt the model reads, π_0
-  (its config key and a hash of its weights) and the resolved config of every pre-registered run;
+  of the sealed test split's questions, the environments' names, every prompt the model reads, the
+  π_0 of each training seed (its config key and a hash of its weights) and the resolved config of
+  every pre-registered run;
   ``testbed_hash`` is a hash of them all. ``tests/repo/test_preregistration.py`` recomputes them
   from the code, so a change to any of them after the pre-registration fails until it is
   registered as a new testbed version;
-* **the gates** measured on dev before any RL (``maopd tune gates``), and the share of dev and
-  test questions per popularity band of the entity they start from;
+* **the gates** measured on dev before any RL (``maopd tune gates`` on each π_0, ``maopd tune
+  recipe-gates`` over them), and the share of dev and test questions per popularity band of the
+  entity they start from;
 * **the runs** (``PLAN``): each stage's steps, questions per step B and workflows per question G,
-  the training seeds of each system (a seed reseeds Stage I and Stage II; π_0 is fixed), and the
-  commands that run them;
+  the training seeds (a seed reseeds Stage I and Stage II and picks its π_0), and the resumable
+  commands that run them, in parts;
 * **the statistics and the verdict rules** (``benchmarks.eval.seed_statistics``): the paired
   question bootstrap and the seed-level interval side by side; *reproduces* when both exclude zero
   in the paper's direction, *contradicts* when both exclude it the other way, *inconclusive*
@@ -52,20 +54,35 @@ class StagePlan:
 class Plan:
     """The report's runs: one Stage II length for every Table 3 variant (the paper runs them all
     the same length), Stage I as the main job trains it, and the single agent given the questions
-    Stage I and Stage II see together, so the baseline is not starved of training."""
+    Stage I and Stage II see together, so the baseline is not starved of training.
+
+    Training seed s trains from the π_0 of fine-tuning seed s (``pi0_per_seed``): the seeds are the
+    recipe's builds whose gates were measured, so the claims and their preconditions are read over
+    the same draws. The table runs in ``parts``, each a resumable command of its own (a later part
+    adds Stage II variants to the same run directory, which reuses what the earlier ones trained
+    and evaluated), so that none runs past a session."""
 
     stage1: StagePlan = StagePlan(40, 8, 5)
     stage2: StagePlan = StagePlan(120, 4, 5)
     single: StagePlan = StagePlan(100, 8, 5)
-    seeds_all: tuple[int, ...] = (0, 1, 2)  # every system
-    seeds_more: tuple[int, ...] = (3, 4)  # MultiAgent-OPD and outcome-based Searcher RL again
-    more_variants: tuple[str, ...] = ("full", "outcome_searcher_rl")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    parts: tuple[tuple[str, tuple[str, ...]], ...] = (  # (name, the Stage II variants trained so far)
+        ("stage1_and_single_agent", ()),
+        ("opd_and_outcome_rl", ("full", "outcome_searcher_rl")),
+        ("teacher_ablations", ("full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision")),
+        (
+            "prompted_critic",
+            ("full", "outcome_searcher_rl", "base_model_teacher", "no_searcher_supervision", "prompted_critic"),
+        ),
+    )
     attempts: int = 4
     searches_window: int = 10  # Stage II steps averaged at the start and at the end of training
+    run_dir: str = "runs/report"
 
     def overrides(self) -> list[str]:
         """The settings every pre-registered run adds to ``maopd experiment table3``."""
         return [
+            "pi0_per_seed=true",
             f"stages.steps={self.stage1.steps}",
             f"stage1.rollout.batch_size={self.stage1.batch_size}",
             f"stages.rollout.group_size={self.stage1.group_size}",
@@ -76,16 +93,18 @@ class Plan:
             f"eval.attempts={self.attempts}",
         ]
 
-    def commands(self, run_dir: str = "runs/report") -> list[str]:
-        """The two studies, each in a run directory of its own (each pools its own seeds)."""
-        settings = " ".join(self.overrides())
-        seeds_all, seeds_more = " ".join(map(str, self.seeds_all)), " ".join(map(str, self.seeds_more))
-        variants = ", ".join(self.more_variants)
+    def part_overrides(self, variants: tuple[str, ...]) -> list[str]:
+        return [*self.overrides(), f"variants=[{', '.join(variants)}]"]
+
+    def commands(self) -> list[str]:
+        """One command per part, in order; each resumes a part cut short."""
+        seeds = " ".join(map(str, self.seeds))
         # the settings before --seeds, which takes every number after it
         return [
-            f"maopd experiment table3 {settings} --run-dir {run_dir}/all_seeds --seeds {seeds_all}",
-            f"maopd experiment table3 {settings} 'variants=[{variants}]' --run-dir {run_dir}/more_seeds"
-            f" --seeds {seeds_more}",
+            "maopd experiment table3 "
+            + " ".join(f"'{o}'" if " " in o else o for o in self.part_overrides(variants))
+            + f" --run-dir {self.run_dir} --seeds {seeds}"
+            for _, variants in self.parts
         ]
 
 
@@ -191,16 +210,24 @@ def _sha256(data: bytes) -> str:
 
 
 def report_configs(plan: Plan = PLAN) -> dict[str, Any]:
-    """The resolved pipeline config of each pre-registered command, without its run directory."""
+    """The resolved pipeline config of each pre-registered part, without its run directory."""
     from maopd.base.config import to_dict
     from maopd.pipeline.config import load_experiment
 
     configs = {}
-    for name, extra in (("all_seeds", []), ("more_seeds", [f"variants={list(plan.more_variants)}"])):
-        resolved = to_dict(load_experiment("table3", [*plan.overrides(), *extra]))
+    for name, variants in plan.parts:
+        resolved = to_dict(load_experiment("table3", plan.part_overrides(variants)))
         resolved.pop("run_dir", None)
         configs[name] = resolved
     return configs
+
+
+def registered_pi0s(plan: Plan = PLAN) -> list[tuple[int, Any]]:
+    """(training seed, π_0's ``SFTConfig``) of every pre-registered seed."""
+    from maopd.pipeline.config import load_experiment
+
+    config = load_experiment("table3", plan.overrides())
+    return [(seed, config.pi0_for_seed(seed)) for seed in plan.seeds]
 
 
 def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
@@ -208,15 +235,21 @@ def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
     from envs import prompts
     from envs.synthwiki.world import FORMAT_VERSION, TEST_SPLIT_VERSION, load_default_world
     from envs.workflows import WORKFLOWS, env_module
-    from maopd.pipeline.config import load_preset
     from training.base_model import base_model_dir
 
-    base_model = load_preset("default").base_model
+    pi0s = registered_pi0s(plan)
+    base_model = pi0s[0][1]
     world = load_default_world(base_model.world_seed, base_model.world_size)
     test = "\n".join(json.dumps(q.to_dict(), sort_keys=True) for q in world.splits["test"])
-    weights = base_model_dir(base_model) / "model.safetensors"
-    if not weights.is_file():
-        raise ConfigError(f"π_0 of the default preset is not built ({weights} is missing): build it first")
+    pi0 = []
+    for seed, config in pi0s:
+        weights = base_model_dir(config) / "model.safetensors"
+        if not weights.is_file():
+            raise ConfigError(
+                f"π_0 of training seed {seed} is not built ({weights} is missing): build it first "
+                f"(maopd sft --config models/base-{config.key()}/sft_config.yaml, or run the seed)"
+            )
+        pi0.append({"training_seed": seed, "key": config.key(), "weights_sha256": _sha256(weights.read_bytes())})
     return {
         "world": {
             "seed": base_model.world_seed,
@@ -232,7 +265,7 @@ def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
                 sort_keys=True,
             ).encode()
         ),
-        "pi0": {"key": base_model.key(), "weights_sha256": _sha256(weights.read_bytes())},
+        "pi0": pi0,
         "configs_sha256": _sha256(json.dumps(report_configs(plan), sort_keys=True).encode()),
     }
 
@@ -276,16 +309,18 @@ def claim_status(claim: Claim, rows: list[dict[str, str]]) -> str:
 def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> dict[str, Any]:
     """The pre-registration as a JSON-ready dict (module docstring)."""
     components = testbed_components(plan)
-    if gates.get("config_key") != components["pi0"]["key"]:
+    measured = [build.get("config_key") for build in gates.get("builds", [gates])]
+    registered = [pi0["key"] for pi0 in components["pi0"]]
+    if sorted(map(str, measured)) != sorted(registered):
         raise ConfigError(
-            f"the gates were measured on π_0 {gates.get('config_key')}, the default preset's is "
-            f"{components['pi0']['key']}: run maopd tune gates on the preset's π_0"
+            f"the gates were measured on π_0 {', '.join(map(str, measured))}, the registered seeds train from "
+            f"{', '.join(registered)}: run maopd tune gates on each of them and maopd tune recipe-gates over them"
         )
     return {
         "testbed_hash": testbed_hash(components),
         "testbed": components,
         "applies_to_commit": commit,
-        "gates": {key: gates.get(key) for key in ("verdict", "rows", "model", "config_key", "command", "commit")},
+        "gates": {key: gates[key] for key in ("verdict", "rows", "builds", "command", "commit") if key in gates},
         "band_shares": band_shares(),
         "plan": {**asdict(plan), "overrides": plan.overrides(), "commands": plan.commands()},
         "statistics": STATISTICS,
@@ -296,7 +331,7 @@ def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> di
 
 def markdown(record: dict[str, Any]) -> str:
     """The pre-registration for a reader: the same record as ``preregistration.json``."""
-    from maopd.gates import markdown_table
+    from maopd.gates import markdown_table, recipe_table
 
     plan, testbed = record["plan"], record["testbed"]
     lines = [
@@ -314,15 +349,22 @@ def markdown(record: dict[str, Any]) -> str:
         " on it before the report)",
         f"- environments: {', '.join(f'`{name}`' for name in testbed['environments'])}; prompts sha256"
         f" `{testbed['prompts_sha256'][:16]}…`",
-        f"- π_0: `models/base-{testbed['pi0']['key']}/` (weights sha256 `{testbed['pi0']['weights_sha256'][:16]}…`)",
+        "- π_0 of each training seed (the recipe over fine-tuning seeds: training seed s trains from the π_0 of"
+        " fine-tuning seed s):",
+        *(
+            f"  - seed {pi0['training_seed']}: `models/base-{pi0['key']}/` (weights sha256"
+            f" `{pi0['weights_sha256'][:16]}…`)"
+            for pi0 in testbed["pi0"]
+        ),
         f"- the registered runs' resolved configs: sha256 `{testbed['configs_sha256'][:16]}…`",
         "",
         f"## Gates on dev, before any RL: {record['gates']['verdict']}",
         "",
-        f"`{record['gates']['command']}` (commit {record['gates']['commit']}); figures:"
-        " [`testbed_gates/`](../testbed_gates/README.md).",
+        f"`{record['gates']['command']}` (commit {record['gates']['commit']}); every check applies to the mean"
+        " over the builds, each build's value beside it (✗: not met by that build alone); figures:"
+        " [`testbed_recipe_gates/`](../testbed_recipe_gates/README.md).",
         "",
-        markdown_table(record["gates"]["rows"]),
+        recipe_table(record["gates"]) if "builds" in record["gates"] else markdown_table(record["gates"]["rows"]),
         "",
         "## Questions per popularity band of the entity they name",
         "",
@@ -339,9 +381,12 @@ def markdown(record: dict[str, Any]) -> str:
             f" G = {plan[stage]['group_size']} workflows per question"
         )
     lines += [
-        f"- seeds: {plan['seeds_all']} for every system; also {plan['seeds_more']} for"
-        f" {', '.join(plan['more_variants'])}; a seed reseeds Stage I and Stage II, π_0 is fixed",
+        f"- seeds: {', '.join(map(str, plan['seeds']))} for every system; a seed reseeds Stage I, Stage II and the"
+        " single agent, and picks its π_0",
         f"- evaluation: every test question, {plan['attempts']} workflows each",
+        "",
+        "The table runs in parts, in this order, each a resumable command (a part cut short resumes from its last"
+        " checkpoint when run again); each adds Stage II variants to the same run directory:",
         "",
         "```bash",
         *plan["commands"],

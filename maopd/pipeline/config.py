@@ -83,6 +83,10 @@ class PipelineConfig:
     seed: int = seed_field()
     run_dir: str = "runs/main"
     base_model: SFTConfig = field(default_factory=SFTConfig)
+    # true: each training seed s trains from its own π_0, base_model fine-tuned with finetune_seed s
+    # (a testbed read as its recipe over fine-tuning seeds, benchmarks/results/testbed_gates/), so
+    # the seed-level interval carries π_0's build-to-build spread as well as RL's
+    pi0_per_seed: bool = False
     stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares
     stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
     stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
@@ -110,6 +114,7 @@ class PipelineConfig:
         if not self.run_dir.strip():
             raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
         check_fields(self)
+        self.base_model = self.pi0_for_seed(self.seed)
         if self.ptx_source == "pretraining" and self.base_model.pretrain_worlds < 1:
             raise ConfigError("ptx_source: 'pretraining' needs base_model.pretrain_worlds > 0: π_0 was not pretrained")
         for i, variant in enumerate(self.variants):
@@ -149,6 +154,19 @@ class PipelineConfig:
                 key = str(exc).partition(":")[0]
                 section = "stages" if _has_key(self.stages, key) and not _has_key(getattr(self, stage), key) else stage
                 raise ConfigError(f"{section}.{exc}{where}") from None
+
+    def pi0_for_seed(self, seed: int) -> SFTConfig:
+        """π_0's config for training seed ``seed``: ``base_model``, fine-tuned with ``finetune_seed``
+        ``seed`` under ``pi0_per_seed``."""
+        if not self.pi0_per_seed:
+            return self.base_model
+        if self.base_model.finetune_seed not in (None, self.seed):
+            raise ConfigError(
+                f"base_model.finetune_seed: is {self.base_model.finetune_seed}, but pi0_per_seed fine-tunes each "
+                f"seed's π_0 with its training seed ({self.seed}); remove base_model.finetune_seed or set "
+                "pi0_per_seed: false"
+            )
+        return dataclasses.replace(self.base_model, finetune_seed=seed)
 
     def stage_runs(self) -> list[tuple[str, str]]:
         """(stage, variant) of every stage run, in the order the pipeline trains them."""

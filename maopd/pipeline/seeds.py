@@ -16,9 +16,25 @@ def seed_dir(config: PipelineConfig, seed: int) -> Path:
     return Path(config.run_dir) / f"seed_{seed}"
 
 
+def seed_config(config: PipelineConfig, seed: int) -> PipelineConfig:
+    """The job of one training seed: its seed, its directory, its π_0 (``pi0_per_seed``) and its
+    evaluation seed. Each seed samples its evaluation with its own seed: the base model's workflows,
+    which no training seed changes, are then new samples in every seed rather than copies."""
+    from dataclasses import replace
+
+    return replace(
+        config,
+        seed=seed,
+        base_model=config.pi0_for_seed(seed),
+        run_dir=str(seed_dir(config, seed)),
+        eval=replace(config.eval, seed=config.eval.seed + seed),
+    )
+
+
 def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> dict:
     """The job once per training seed, all seeds at once with one torch thread each (one process
-    per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``), then the report pooled over
+    per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``; with ``pi0_per_seed``, each
+    from its own π_0), then the report pooled over
     them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job. The
     run directory and the seeds' directories are held for the whole run; the seeds' processes
     work under that hold (``maopd.base.lock``)."""
@@ -31,32 +47,21 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
 def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
     import subprocess
     import sys
-    from dataclasses import replace
 
     from benchmarks.seed_report import write_report
     from training.base_model import base_model_dir
 
-    # each seed also samples its evaluation with its own seed: the base model's workflows, which no
-    # training seed changes, are then new samples in every seed rather than copies
-    configs = {
-        seed: replace(
-            config,
-            seed=seed,
-            run_dir=str(seed_dir(config, seed)),
-            eval=replace(config.eval, seed=config.eval.seed + seed),
-        )
-        for seed in seeds
-    }
-    for seed_config in configs.values():  # every seed's directory is checked before any work
-        check_run_dir(seed_config, base_model_dir(seed_config.base_model), fresh)
+    configs = {seed: seed_config(config, seed) for seed in seeds}
+    for one_seed in configs.values():  # every seed's directory is checked before any work
+        check_run_dir(one_seed, base_model_dir(one_seed.base_model), fresh)
     run_dir = Path(config.run_dir)
     write_record(config, run_dir, PIPELINE_RECORD)
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     logs = {seed: run_dir / f"seed_{seed}.log" for seed in seeds}
     jobs = {}
-    for seed, seed_config in configs.items():
+    for seed, one_seed in configs.items():
         config_file = run_dir / f"seed_{seed}.yaml"
-        save_yaml(seed_config, config_file)
+        save_yaml(one_seed, config_file)
         command = [
             sys.executable,
             "-m",

@@ -1,15 +1,17 @@
 """The main job at smoke size: every stage runs, every output is written, and a rerun resumes."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from envs.synthwiki import load_default_world
-from maopd.base.config import ConfigError
+from maopd.base.config import ConfigError, save_yaml
 from maopd.cli import main
 from maopd.pipeline.config import load_experiment, load_preset, ptx_data_path, stage_config, stage_settings
 from maopd.pipeline.job import held_out_manifest, ptx_rows
+from maopd.pipeline.seeds import seed_config
 
 
 def test_held_out_manifest_is_the_test_split_by_question_type():
@@ -63,6 +65,21 @@ def test_derived_presets_change_only_what_they_name_and_write_elsewhere():
         for c in (default, paper_beta)
     ]
     assert beta[1] == 0.01 and beta[0] != 0.01
+
+
+def test_pi0_per_seed_trains_each_seed_from_the_pi0_of_its_fine_tuning_seed(tmp_path):
+    fixed, paired = load_preset("default", ["seed=2"]), load_preset("default", ["seed=2", "pi0_per_seed=true"])
+    assert fixed.base_model.finetune_seed is None and fixed.pi0_for_seed(5) == fixed.base_model
+    assert paired.base_model == replace(fixed.base_model, finetune_seed=2)
+    five = seed_config(paired, 5)
+    assert five.base_model == replace(fixed.base_model, finetune_seed=5) and five.seed == 5
+    assert five.base_model.pretraining_key() == fixed.base_model.pretraining_key()  # one pretraining
+    save_yaml(five, tmp_path / "seed_5.yaml")  # what run_seeds hands the seed's process
+    assert load_preset(str(tmp_path / "seed_5.yaml")) == five
+    with pytest.raises(ConfigError, match="base_model.finetune_seed: is 3, but pi0_per_seed"):
+        load_preset("default", ["pi0_per_seed=true", "base_model.finetune_seed=3"])
+    with pytest.raises(ConfigError, match="base_model.finetune_seed: is 2"):
+        replace(paired, seed=5)  # a seed's π_0 follows its seed
 
 
 def test_the_job_refuses_a_pi0_that_cannot_play_a_baseline_it_runs():

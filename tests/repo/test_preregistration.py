@@ -8,7 +8,8 @@ import pytest
 
 from envs.synthwiki.popularity import BANDS
 from maopd import preregistration
-from maopd.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, report_configs
+from maopd.pipeline.config import VARIANT_METHODS
+from maopd.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, registered_pi0s, report_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTERED = ROOT / "benchmarks" / "results" / "preregistration" / "preregistration.json"
@@ -33,12 +34,25 @@ def test_a_claim_is_not_tested_when_a_gate_it_needs_was_not_met():
 
 def test_the_registered_runs_resolve_to_valid_configs_of_the_planned_lengths():
     configs = report_configs()
-    for config in configs.values():
+    assert list(configs) == [name for name, _ in PLAN.parts]
+    for (_, variants), config in zip(PLAN.parts, configs.values(), strict=True):
         assert config["stage2"]["steps"] == PLAN.stage2.steps >= 120
         assert config["single"]["steps"] == PLAN.single.steps
         assert config["eval"]["attempts"] == PLAN.attempts
-    assert configs["more_seeds"]["variants"] == list(PLAN.more_variants)
-    assert len(PLAN.seeds_all) >= 3 and len(PLAN.seeds_all + PLAN.seeds_more) >= 5
+        assert config["variants"] == list(variants) and config["pi0_per_seed"]
+    every_variant = configs[PLAN.parts[-1][0]]["variants"]
+    assert set(every_variant) == set(VARIANT_METHODS)
+    for (_, earlier), (_, later) in zip(PLAN.parts, PLAN.parts[1:]):
+        assert later[: len(earlier)] == earlier  # a part only adds variants: it resumes the earlier ones
+    assert len(PLAN.seeds) >= 3
+
+
+def test_each_seed_trains_from_its_own_pi0_of_the_recipe():
+    pi0s = registered_pi0s()
+    assert [seed for seed, _ in pi0s] == list(PLAN.seeds)
+    assert [config.finetuning_seed for _, config in pi0s] == list(PLAN.seeds)
+    assert len({config.key() for _, config in pi0s}) == len(pi0s)
+    assert len({config.pretraining_key() for _, config in pi0s}) == 1  # one pretraining, fine-tuned per seed
 
 
 @pytest.mark.slow
@@ -60,7 +74,7 @@ def test_the_registered_commands_parse():
 
     for command in PLAN.commands():
         args = build_parser().parse_args(shlex.split(command)[1:])
-        assert args.seeds and all(isinstance(seed, int) for seed in args.seeds)
+        assert args.seeds == list(PLAN.seeds)
         assert f"stage2.steps={PLAN.stage2.steps}" in args.overrides
 
 
@@ -75,13 +89,13 @@ def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypat
         },
         "environments": ["envs.cascade_search_v1"],
         "prompts_sha256": "b" * 64,
-        "pi0": {"key": "k", "weights_sha256": "c" * 64},
+        "pi0": [{"training_seed": 0, "key": "k", "weights_sha256": "c" * 64}],
         "configs_sha256": "d" * 64,
     }
     monkeypatch.setattr(preregistration, "testbed_components", lambda plan: components)
     monkeypatch.setattr(preregistration, "band_shares", lambda: {"dev": {"all": dict.fromkeys(BANDS, 1 / 3)}})
     rows = [_row("judge", "not met"), _row("level", "met")]
-    gates = {"verdict": "not all met", "rows": rows, "command": "c", "config_key": "k"}
+    gates = {"verdict": "not all met", "rows": rows, "command": "c", "commit": "abc", "config_key": "k"}
     record = preregistration.preregistration(gates, "abc1234")
     text = preregistration.markdown(record)
     assert record["testbed_hash"] == preregistration.testbed_hash(components)
@@ -91,9 +105,13 @@ def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypat
     assert all(command in text for command in PLAN.commands())
 
 
-def test_gates_of_another_model_than_the_presets_are_refused(monkeypatch):
+def test_gates_of_other_models_than_the_registered_seeds_are_refused(monkeypatch):
     from maopd.base.config import ConfigError
 
-    monkeypatch.setattr(preregistration, "testbed_components", lambda plan: {"pi0": {"key": "k"}})
+    pi0 = [{"training_seed": 0, "key": "a"}, {"training_seed": 1, "key": "b"}]
+    monkeypatch.setattr(preregistration, "testbed_components", lambda plan: {"pi0": pi0})
     with pytest.raises(ConfigError, match="measured on π_0 other"):
         preregistration.preregistration({"rows": [], "config_key": "other"}, "abc1234")
+    recipe = {"rows": [], "builds": [{"config_key": "a"}, {"config_key": "c"}]}
+    with pytest.raises(ConfigError, match="measured on π_0 a, c, the registered seeds train from a, b"):
+        preregistration.preregistration(recipe, "abc1234")
