@@ -1,9 +1,12 @@
 """Intervals that count the training seeds, beside the question bootstrap, and the verdict rule.
 
-From a score matrix (``score_matrix``), for one system's accuracy or a difference A − B:
+From a score matrix (``score_matrix``), for one system's accuracy or a difference A − B, in one of
+the ``METRICS``: avg@k (the mean score of a seed's k attempts), pass@k (one of them correct) or k/k
+(all of them correct), always over one seed's k attempts, the paper's k:
 
-* **Paired question bootstrap.** Each question's value is its mean score over every attempt of
-  every seed; the estimate is the dataset-macro mean (``metrics.macro_mean``), and each draw
+* **Paired question bootstrap.** Each question's value is the mean over seeds of its per-seed
+  figure (for avg@k, its mean score over every attempt of every seed); the estimate is the
+  dataset-macro mean (``metrics.macro_mean``), and each draw
   resamples questions within each dataset with all their attempts and seeds (``metrics``' draws,
   seed and percentile interval), the same questions for A and B. It counts the sampling of
   questions and of workflows, and treats the trained models as fixed.
@@ -26,10 +29,12 @@ from benchmarks.eval.metrics import (
     BOOTSTRAP_DRAWS,
     BOOTSTRAP_SEED,
     Estimate,
+    all_correct_per_question,
     avg_per_question,
     bootstrap_indices,
     estimate,
     macro_mean,
+    pass_per_question,
 )
 from benchmarks.eval.score_matrix import ScoreMatrix
 from benchmarks.eval.student_t import t_half_width
@@ -37,6 +42,8 @@ from benchmarks.eval.student_t import t_half_width
 # The expected direction of A − B: A's accuracy higher or lower than B's.
 EXPECTATIONS = {"higher": 1, "lower": -1}
 VERDICTS = ("reproduces", "contradicts", "inconclusive", "not tested")
+# per question, a figure over one seed's attempts (questions × attempts → questions)
+METRICS = {"avg": avg_per_question, "pass": pass_per_question, "all": all_correct_per_question}
 
 
 @dataclass
@@ -59,30 +66,43 @@ class SeedInterval:
         }
 
 
-def _per_question(matrix: ScoreMatrix, a: str, b: str | None, seed: int | None = None) -> np.ndarray:
-    """Per question, the mean score of A (minus B's) over its attempts of one seed, or of all seeds."""
+def _per_question(
+    matrix: ScoreMatrix, a: str, b: str | None, seed: int | None = None, metric: str = "avg"
+) -> np.ndarray:
+    """Per question, A's figure (minus B's) over its attempts of one seed, or its mean over seeds."""
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: give one of {', '.join(METRICS)}")
+    per_seed = METRICS[metric]
 
     def values(name: str) -> np.ndarray:
-        scores = matrix.system(name)
-        scores = scores.reshape(len(scores), -1) if seed is None else scores[:, :, seed]
-        return avg_per_question(scores)
+        scores = matrix.system(name)  # questions × attempts × seeds
+        if seed is not None:
+            return per_seed(scores[:, :, seed])
+        if metric == "avg":  # every attempt of every seed weighs the same
+            return avg_per_question(scores.reshape(len(scores), -1))
+        return np.mean([per_seed(scores[:, :, index]) for index in range(scores.shape[2])], axis=0)
 
     return values(a) if b is None else values(a) - values(b)
 
 
 def question_bootstrap(
-    matrix: ScoreMatrix, a: str, b: str | None = None, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
+    matrix: ScoreMatrix,
+    a: str,
+    b: str | None = None,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = BOOTSTRAP_SEED,
+    metric: str = "avg",
 ) -> Estimate:
-    """A's macro accuracy, or the paired difference A − B, pooled over seeds, with the question
+    """A's macro figure, or the paired difference A − B, pooled over seeds, with the question
     bootstrap's interval."""
-    per_dataset = matrix.by_dataset(_per_question(matrix, a, b))
+    per_dataset = matrix.by_dataset(_per_question(matrix, a, b, metric=metric))
     return estimate(per_dataset, bootstrap_indices({d: len(v) for d, v in per_dataset.items()}, draws, seed))
 
 
-def seed_interval(matrix: ScoreMatrix, a: str, b: str | None = None) -> SeedInterval:
-    """A's macro accuracy, or the difference A − B, per training seed, with the t-interval over seeds."""
+def seed_interval(matrix: ScoreMatrix, a: str, b: str | None = None, metric: str = "avg") -> SeedInterval:
+    """A's macro figure, or the difference A − B, per training seed, with the t-interval over seeds."""
     per_seed = {
-        label: macro_mean(matrix.by_dataset(_per_question(matrix, a, b, index)))
+        label: macro_mean(matrix.by_dataset(_per_question(matrix, a, b, index, metric)))
         for index, label in enumerate(matrix.seeds)
     }
     values = np.array(list(per_seed.values()))
@@ -126,12 +146,13 @@ def side_by_side(
     tested: bool = True,
     draws: int = BOOTSTRAP_DRAWS,
     seed: int = BOOTSTRAP_SEED,
+    metric: str = "avg",
 ) -> dict:
-    """Both intervals of A (or A − B) and, for a pair with an expected direction, the verdict."""
+    """Both intervals of A (or A − B) in ``metric`` and, for a pair with an expected direction, the verdict."""
     if expect is not None and b is None:
         raise ValueError("an expected direction needs a pair of systems A B")
-    bootstrap = question_bootstrap(matrix, a, b, draws, seed)
-    seeds = seed_interval(matrix, a, b)
+    bootstrap = question_bootstrap(matrix, a, b, draws, seed, metric)
+    seeds = seed_interval(matrix, a, b, metric)
     out = {"a": a, "b": b, "question_bootstrap": bootstrap.to_dict(), "seed_interval": seeds.to_dict()}
     if expect is not None:
         out["expect"] = expect

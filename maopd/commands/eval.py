@@ -170,6 +170,12 @@ def register(subparsers) -> None:
     matrix.add_argument(
         "--gates-failed", action="store_true", help="a precondition of the test failed: every verdict is 'not tested'"
     )
+    matrix.add_argument(
+        "--metric",
+        choices=["avg", "pass", "all"],
+        default="avg",
+        help="over each seed's k attempts: avg@k (default), pass@k (one correct) or k/k (all correct)",
+    )
     matrix.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
     matrix.add_argument("--seed", type=seed_int, default=None, help="bootstrap seed (default 20260912)")
     matrix.add_argument("--out", help="also write every figure, unrounded, to this JSON file")
@@ -392,10 +398,13 @@ def _matrix(args) -> int:
     draws = BOOTSTRAP_DRAWS if args.draws is None else args.draws
     seed = BOOTSTRAP_SEED if args.seed is None else args.seed
     pairs = [tuple(pair) for pair in args.compare] or [(name, None) for name in matrix.systems]
-    results = [side_by_side(matrix, a, b, args.expect, not args.gates_failed, draws, seed) for a, b in pairs]
+    results = [
+        side_by_side(matrix, a, b, args.expect, not args.gates_failed, draws, seed, args.metric) for a, b in pairs
+    ]
+    metric = {"avg": "avg@k", "pass": "pass@k", "all": "k/k"}[args.metric]
     print(
         f"{args.matrix}: {len(matrix.questions)} questions x {matrix.attempts} attempts x {len(matrix.seeds)} "
-        f"seeds x {len(matrix.systems)} systems; {100 * CONFIDENCE:.0f}% intervals of macro avg@k "
+        f"seeds x {len(matrix.systems)} systems; {100 * CONFIDENCE:.0f}% intervals of macro {metric} "
         "in percent, of differences in points"
     )
     verdicts = args.expect is not None
@@ -414,7 +423,7 @@ def _matrix(args) -> int:
         from maopd.base.atomic import write_text_atomically
         from maopd.base.json_files import json_text
 
-        protocol = {"bootstrap_draws": draws, "bootstrap_seed": seed, "confidence": CONFIDENCE}
+        protocol = {"bootstrap_draws": draws, "bootstrap_seed": seed, "confidence": CONFIDENCE, "metric": metric}
         document = {"matrix": args.matrix, "protocol": protocol, "results": results}
         write_text_atomically(Path(args.out), json_text(document, args.out, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")

@@ -164,6 +164,11 @@ def test_the_command_recomputes_both_intervals_from_the_matrix_file_alone(tmp_pa
     assert "| A | 100.00 [100.00, 100.00] | 100.00 [100.00, 100.00] |" in capsys.readouterr().out
     assert main(["eval", "matrix", str(path), "--compare", "A", "B", "--expect", "lower", "--gates-failed"]) == 0
     assert "| not tested |" in capsys.readouterr().out
+    assert main(["eval", "matrix", str(path), "--compare", "A", "B", "--metric", "pass"]) == 0
+    printed = capsys.readouterr().out  # B's first attempt is always right: both pass every question
+    assert "macro pass@k" in printed and "| A − B | 0.00 [0.00, 0.00] | 0.00 [0.00, 0.00] |" in printed
+    assert main(["eval", "matrix", str(path), "--compare", "A", "B", "--metric", "all"]) == 0
+    assert "| A − B | 100.00 [100.00, 100.00] | 100.00 [100.00, 100.00] |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -189,3 +194,19 @@ def test_the_command_names_a_file_that_is_no_matrix(tmp_path, capsys):
         assert main(["eval", "matrix", str(tmp_path / name)]) == 2
         error = capsys.readouterr().err
         assert f"{name}: {message}" in error and "seed report writes" in error and error.count("\n") == 1
+
+
+def test_pass_and_all_count_each_seeds_own_attempts():
+    """pass@k and k/k are over one seed's k attempts (the paper's k), pooled as the mean over seeds."""
+    a = np.zeros((2, 2, 2))
+    a[0, 0, 0] = 1  # question 0: one correct attempt in seed 0, none in seed 1
+    a[1, :, :] = 1  # question 1: every attempt correct
+    a[1, 1, 1] = 0  # ... but one in seed 1
+    m = matrix(a, np.zeros_like(a))
+    assert seed_interval(m, "A", metric="pass").per_seed == {"seed_0": 1.0, "seed_1": 0.5}
+    assert seed_interval(m, "A", metric="all").per_seed == {"seed_0": 0.5, "seed_1": 0.0}
+    assert question_bootstrap(m, "A", metric="pass").macro == pytest.approx((0.5 + 1.0) / 2)
+    assert question_bootstrap(m, "A", metric="all").macro == pytest.approx((0.0 + 0.5) / 2)
+    assert question_bootstrap(m, "A").macro == pytest.approx((1 / 4 + 3 / 4) / 2)
+    with pytest.raises(ValueError, match="metric 'best'"):
+        seed_interval(m, "A", metric="best")
