@@ -64,6 +64,8 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         "env_steps",
     ):
         metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
+    # the share of workflows that never searched: where search collapse shows first
+    metrics["workflow/no_search"] = float(np.mean([r["counters"]["search_actions"] == 0 for r in records]))
     for role in ROLES:
         sequences = [s for s in batch.sequences if s.role == role]
         if sequences:

@@ -46,6 +46,7 @@ def test_stage1_runs_three_steps_and_writes_everything(stage1_run):
         "reward/searcher",
         "reward/answerer",
         "workflow/search_actions",
+        "workflow/no_search",
         "searcher/entropy",
         "answerer/entropy",
         "loss/total",
@@ -53,6 +54,10 @@ def test_stage1_runs_three_steps_and_writes_everything(stage1_run):
     ):
         assert key in rows[0], key
     assert "reward/leader" not in rows[0]  # the cascade has no Leader
+    for row in rows:  # every workflow searched ⇒ at least one search each; none did ⇔ no search at all
+        assert 0 <= row["workflow/no_search"] <= 1
+        assert row["workflow/no_search"] > 0 or row["workflow/search_actions"] >= 1
+        assert (row["workflow/no_search"] == 1) == (row["workflow/search_actions"] == 0)
     assert [p.name for p in list_checkpoints(stage1_run / "checkpoints")] == ["step_2", "step_3"]
     assert (stage1_run / "config.yaml").is_file()
     assert list((stage1_run / "tb").glob("events.out.tfevents.*"))
