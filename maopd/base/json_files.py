@@ -6,7 +6,8 @@ characters (read no further, so a file without newlines cannot fill the memory),
 UTF-8, invalid JSON, nesting deeper than ``MAX_JSON_DEPTH`` (Python's parser would overflow its
 stack; the records, manifests, corpora and metrics the project reads nest a handful of levels) and
 lone surrogates (``"\\ud800"`` decodes to a string no UTF-8 file can hold). A UTF-8 byte order
-mark at the start of a file is skipped, as editors on Windows write one.
+mark at the start of a file is skipped, as editors on Windows write one. A JSONL file whose name
+ends in ``.gz`` is read through gzip (committed results keep their records so).
 
 Writing (``json_text``, and ``write_json`` for a whole file): NaN and infinities are not JSON;
 Python's ``json`` writes them as ``NaN``/``Infinity``, which other readers refuse. ``json_text``
@@ -16,10 +17,12 @@ always standard JSON and the lost value is reported.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,17 +95,25 @@ def iter_json_lines(path: str | Path, error: type[Exception], what: str) -> Iter
     """
     path = Path(path)
     _check_file(path, error, what)
-    with path.open(encoding="utf-8-sig", errors="surrogateescape") as handle:
-        number = 0
-        while line := handle.readline(MAX_LINE_CHARS + 1):
-            number += 1
-            where = f"{path}:{number}"
-            if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
-                raise error(f"{where}: a line longer than {MAX_LINE_CHARS:,} characters; is this a JSONL file?")
-            if _UNDECODABLE_BYTE.search(line):
-                raise error(f"{where}: not UTF-8 text (a binary file?)")
-            if line.strip():
-                yield where, parse_json(line, where, error)
+    opened = (
+        gzip.open(path, "rt", encoding="utf-8-sig", errors="surrogateescape")
+        if path.suffix == ".gz"
+        else path.open(encoding="utf-8-sig", errors="surrogateescape")
+    )
+    number = 0
+    try:
+        with opened as handle:
+            while line := handle.readline(MAX_LINE_CHARS + 1):
+                number += 1
+                where = f"{path}:{number}"
+                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                    raise error(f"{where}: a line longer than {MAX_LINE_CHARS:,} characters; is this a JSONL file?")
+                if _UNDECODABLE_BYTE.search(line):
+                    raise error(f"{where}: not UTF-8 text (a binary file?)")
+                if line.strip():
+                    yield where, parse_json(line, where, error)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # a damaged or cut .gz file
+        raise error(f"{path}:{number + 1}: not a readable gzip file ({exc}); write it again") from None
 
 
 def drop_torn_last_line(path: str | Path, shown_chars: int = 200) -> str | None:

@@ -153,3 +153,22 @@ def test_a_torn_last_line_is_dropped_reading_from_the_end(tmp_path, tail):
     path.write_text(tail)
     assert json_files.drop_torn_last_line(path) == tail[:200] and path.read_text() == ""
     assert json_files.drop_torn_last_line(path) is None
+
+
+def test_a_gzipped_jsonl_file_is_read_and_a_damaged_one_is_named(tmp_path):
+    import gzip
+
+    from benchmarks.eval.records import RecordError
+
+    row = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"]}
+    path = tmp_path / "records.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({**row, "final_output": "a"}) + "\n")
+    (record,) = iter_records(path)
+    assert record.final_output == "a" and record.question_id == "q"
+    path.write_bytes(path.read_bytes()[:-12])  # cut short
+    with pytest.raises(RecordError, match="not a readable gzip file"):
+        list(iter_records(path))
+    (tmp_path / "plain.gz").write_text("{}\n")
+    with pytest.raises(RecordError, match="plain.gz:1: not a readable gzip file"):
+        list(iter_records(tmp_path / "plain.gz"))
