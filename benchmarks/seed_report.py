@@ -53,14 +53,20 @@ TRAINING_EM = "reward/em"
 DIVERGENCE = ("teacher/searcher_kl_k1", "teacher/searcher_kl_k3", "teacher/decision_log_ratio")
 JUDGE = ("critic/format_rate", "critic/agreement", "critic/gold_rate", "critic/judge_rate")
 RECORDS = Path("eval") / "records.jsonl"
+SAVED_RECORDS = Path("eval") / "records.jsonl.gz"  # the records a saved run keeps (``maopd report save``)
+
+
+def records_file(run: Path) -> Path | None:
+    """A run directory's evaluation records: the pipeline's, or those a saved run keeps."""
+    return next((run / name for name in (RECORDS, SAVED_RECORDS) if (run / name).is_file()), None)
 
 
 def seed_records(run_dirs: Sequence[Path]) -> list[list[EvalRecord]]:
     """Each run directory's evaluation records; a missing file is named in the error."""
-    missing = [str(run / RECORDS) for run in run_dirs if not (run / RECORDS).is_file()]
+    missing = [str(run / RECORDS) for run in run_dirs if records_file(run) is None]
     if missing:
         raise FileNotFoundError(f"no evaluation records in {', '.join(missing)}: run the pipeline there first")
-    return [load_records([run / RECORDS]) for run in run_dirs]
+    return [load_records([records_file(run)]) for run in run_dirs]
 
 
 def pooled(per_seed: Sequence[Sequence[EvalRecord]]) -> list[EvalRecord]:
@@ -81,17 +87,16 @@ def _nanmean(values: np.ndarray) -> float | None:
     return float(np.nanmean(values)) if np.isfinite(values).any() else None
 
 
-def window_change(
-    series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
-) -> dict:
-    """Mean of the last ``window`` steps minus the first ``window``, pooled over seeds (each seed's
-    series weighted equally), with a bootstrap CI resampling steps within each window and seed."""
-    rng = np.random.default_rng(seed)
+def window_draws(
+    series: Sequence[np.ndarray], window: int, rng: np.random.Generator, draws: int = BOOTSTRAP_DRAWS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per seed, the mean of the first and of the last ``window`` logged steps, and ``draws``
+    bootstrap draws of the change (last − first) averaged over seeds, resampling steps within each
+    window and seed; None when a seed has no step logged in a window."""
     firsts = [s[:window][~np.isnan(s[:window])] for s in series]
     lasts = [s[-window:][~np.isnan(s[-window:])] for s in series]
     if any(len(f) == 0 or len(x) == 0 for f, x in zip(firsts, lasts)):
-        return {}
-    point = float(np.mean([x.mean() - f.mean() for f, x in zip(firsts, lasts)]))
+        return None
     samples = np.mean(
         [
             x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)
@@ -100,10 +105,22 @@ def window_change(
         ],
         axis=0,
     )
+    return np.array([f.mean() for f in firsts]), np.array([x.mean() for x in lasts]), samples
+
+
+def window_change(
+    series: Sequence[np.ndarray], window: int, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
+) -> dict:
+    """Mean of the last ``window`` steps minus the first ``window``, pooled over seeds (each seed's
+    series weighted equally), with a bootstrap CI resampling steps within each window and seed."""
+    drawn = window_draws(series, window, np.random.default_rng(seed), draws)
+    if drawn is None:
+        return {}
+    firsts, lasts, samples = drawn
     return {
-        "first": float(np.mean([f.mean() for f in firsts])),
-        "last": float(np.mean([x.mean() for x in lasts])),
-        "change": point,
+        "first": float(firsts.mean()),
+        "last": float(lasts.mean()),
+        "change": float((lasts - firsts).mean()),
         "ci": list(percentile_interval(samples)),
         "window": window,
     }

@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "maopd.commands.sft",
     "maopd.commands.tune",
     "maopd.commands.preregister",
+    "maopd.commands.report",
 ]
 
 

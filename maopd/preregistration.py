@@ -78,6 +78,7 @@ class Plan:
     attempts: int = 4
     searches_window: int = 10  # Stage II steps averaged at the start and at the end of training
     run_dir: str = "runs/report"
+    report_dir: str = "benchmarks/results/popularity_testbed_report"  # committed: runs/ after each part, the report
 
     def overrides(self) -> list[str]:
         """The settings every pre-registered run adds to ``maopd experiment table3``."""
@@ -106,6 +107,16 @@ class Plan:
             + f" --run-dir {self.run_dir} --seeds {seeds}"
             for _, variants in self.parts
         ]
+
+    def save_command(self) -> str:
+        """Run after each part, then commit its output: the report is built from what it saved."""
+        return f"maopd report save --run-dir {self.run_dir} --out {self.report_dir}/runs"
+
+    def build_command(self) -> str:
+        return (
+            f"maopd report build --runs {self.report_dir}/runs --preregistration"
+            f" benchmarks/results/preregistration/preregistration.json --out {self.report_dir}"
+        )
 
 
 PLAN = Plan()
@@ -322,7 +333,13 @@ def preregistration(gates: dict[str, Any], commit: str, plan: Plan = PLAN) -> di
         "applies_to_commit": commit,
         "gates": {key: gates[key] for key in ("verdict", "rows", "builds", "command", "commit") if key in gates},
         "band_shares": band_shares(),
-        "plan": {**asdict(plan), "overrides": plan.overrides(), "commands": plan.commands()},
+        "plan": {
+            **asdict(plan),
+            "overrides": plan.overrides(),
+            "commands": plan.commands(),
+            "save_command": plan.save_command(),
+            "build_command": plan.build_command(),
+        },
         "statistics": STATISTICS,
         "verdict_rules": VERDICT_RULES,
         "claims": [{**asdict(claim), "status": claim_status(claim, gates["rows"])} for claim in CLAIMS],
@@ -386,10 +403,13 @@ def markdown(record: dict[str, Any]) -> str:
         f"- evaluation: every test question, {plan['attempts']} workflows each",
         "",
         "The table runs in parts, in this order, each a resumable command (a part cut short resumes from its last"
-        " checkpoint when run again); each adds Stage II variants to the same run directory:",
+        " checkpoint when run again); each adds Stage II variants to the same run directory. After each part,"
+        f" `{plan['save_command']}` saves its seeds' configs, training metrics and evaluation records, which are"
+        " committed; the report and the claims' verdicts are built from them alone:",
         "",
         "```bash",
         *plan["commands"],
+        plan["build_command"],
         "```",
         "",
         "## Statistics",

@@ -15,7 +15,11 @@ def register(subparsers) -> None:
             "the seeds, the statistics, the verdict rules and the claims, in OUT/preregistration.json."
         ),
     )
-    command.add_argument("--gates", required=True, help="gates.json of `maopd tune gates` on the default π_0")
+    command.add_argument(
+        "--gates",
+        required=True,
+        help="recipe_gates.json of `maopd tune recipe-gates` over the registered seeds' π_0 (or one gates.json)",
+    )
     command.add_argument("--out", required=True, help="output directory")
     command.set_defaults(func=_preregister)
 
@@ -27,7 +31,10 @@ def _preregister(args) -> int:
 
     gates = Path(args.gates)
     if not gates.is_file():
-        raise UserError(f"--gates {gates} does not exist; run `maopd tune gates --model DIR --out DIR` first")
+        raise UserError(
+            f"--gates {gates} does not exist; run `maopd tune gates --model DIR --out DIR` on each π_0 and "
+            "`maopd tune recipe-gates` over them first"
+        )
     path = write_preregistration(gates, Path(args.out), git_commit(short=True))
     print(f"pre-registration written to {path}")
     return 0

@@ -76,6 +76,8 @@ def test_the_registered_commands_parse():
         args = build_parser().parse_args(shlex.split(command)[1:])
         assert args.seeds == list(PLAN.seeds)
         assert f"stage2.steps={PLAN.stage2.steps}" in args.overrides
+    for command in (PLAN.save_command(), PLAN.build_command()):
+        assert build_parser().parse_args(shlex.split(command)[1:]).func
 
 
 def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypatch):
@@ -102,7 +104,7 @@ def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypat
     for claim in record["claims"]:
         assert f"| {claim['name']} |" in text and claim["status"] in ("open", "not tested")
     assert {c["name"]: c["status"] for c in record["claims"]}["vs_prompted_critic"] == "not tested"
-    assert all(command in text for command in PLAN.commands())
+    assert all(command in text for command in [*PLAN.commands(), PLAN.save_command(), PLAN.build_command()])
 
 
 def test_gates_of_other_models_than_the_registered_seeds_are_refused(monkeypatch):

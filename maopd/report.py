@@ -1,0 +1,262 @@
+"""The report on a pre-registered testbed, assembled from saved runs on any machine.
+
+The pre-registered table runs in parts (``maopd.preregistration.Plan``), each a resumable command
+whose run directory stays on the machine that ran it. After each part:
+
+* ``save_runs`` copies what the report needs from the run directory into a folder to commit: per
+  seed, its config (``seed_<s>.yaml``), its job's record and timings (``pipeline.yaml``,
+  ``pipeline.json``), every stage run's ``config.yaml`` and ``metrics.jsonl``, and its evaluation
+  records without their trajectories (scores and counters kept) as ``eval/records.jsonl.gz``.
+  Checkpoints are not kept: a later part resumes from the run directory it shares with the
+  earlier ones.
+* ``build_report`` checks that the saved seeds ran the pre-registered configs on the registered
+  testbed, writes the seed report over them (``benchmarks.seed_report``: pooled and per-seed
+  accuracy, both intervals, the score matrix, searches and training EM over training, the
+  Teacher–student divergence, the judge), and the verdict of every claim of the pre-registration
+  by its rules (``claims.json``, ``claims.md``). A claim whose systems have not run yet is
+  "not run yet"; one whose gates failed is "not tested" whatever its figures.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from maopd.base.config import ConfigError
+from maopd.base.json_files import write_json
+
+METRICS = {"avg@4": "avg", "pass@4": "pass", "4/4": "all"}  # a claim's metric: seed_statistics' name
+SEARCHES_CHANGE = "searches_change"
+NOT_RUN = "not run yet"
+
+
+def save_runs(run_dir: Path, out: Path) -> list[Path]:
+    """Copy every seed of ``run_dir`` (``seed_<s>/``, from ``maopd experiment --seeds``) into ``out``
+    (module docstring); returns the seeds' saved directories."""
+    seeds = sorted(p for p in run_dir.glob("seed_*") if p.is_dir())
+    if not seeds:
+        raise ConfigError(f"{run_dir} holds no seed_<s>/ directory: give the --run-dir of a --seeds run")
+    saved = []
+    for seed in seeds:
+        target = out / seed.name
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(run_dir / f"{seed.name}.yaml", out / f"{seed.name}.yaml")
+        for name in ("pipeline.yaml", "pipeline.json"):
+            if (seed / name).is_file():
+                shutil.copy2(seed / name, target / name)
+        for stage in sorted(p for p in seed.iterdir() if (p / "metrics.jsonl").is_file()):
+            (target / stage.name).mkdir(exist_ok=True)
+            for name in ("config.yaml", "metrics.jsonl"):
+                shutil.copy2(stage / name, target / stage.name / name)
+        records = seed / "eval" / "records.jsonl"
+        if records.is_file():
+            (target / "eval").mkdir(exist_ok=True)
+            _save_records(records, target / "eval" / "records.jsonl.gz")
+        saved.append(target)
+    return saved
+
+
+def _save_records(source: Path, target: Path) -> None:
+    """The records without their trajectories, gzipped with a fixed timestamp (the same records
+    give the same bytes), written whole before it replaces an older copy."""
+    from benchmarks.eval.records import iter_records, record_line
+
+    partial = target.with_name(target.name + ".partial")
+    with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+        for record in iter_records(source):
+            record.trajectory = None
+            handle.write(record_line(record).encode("utf-8"))
+    partial.replace(target)
+
+
+def check_saved_configs(runs: Path, record: dict[str, Any]) -> dict[int, str]:
+    """Each saved seed's part (its Stage II variants): refuse a seed the plan lacks or a config
+    that is not the pre-registered one of its part."""
+    from maopd.base.config import load_yaml, to_dict
+    from maopd.pipeline.config import PipelineConfig, load_experiment
+    from maopd.pipeline.seeds import seed_config
+    from maopd.preregistration import Plan, StagePlan
+
+    plan_fields = dict(record["plan"])
+    for stage in ("stage1", "stage2", "single"):
+        plan_fields[stage] = StagePlan(**plan_fields[stage])
+    plan_fields["parts"] = tuple((name, tuple(variants)) for name, variants in plan_fields["parts"])
+    plan_fields["seeds"] = tuple(plan_fields["seeds"])
+    plan = Plan(**{key: plan_fields[key] for key in Plan.__dataclass_fields__})
+    parts = {}
+    for path in sorted(runs.glob("seed_*.yaml")):
+        saved = load_yaml(PipelineConfig, path)
+        if saved.seed not in plan.seeds:
+            raise ConfigError(f"{path}: seed {saved.seed} is not pre-registered (seeds {list(plan.seeds)})")
+        part = next((name for name, variants in plan.parts if list(variants) == saved.variants), None)
+        if part is None:
+            raise ConfigError(f"{path}: variants {saved.variants} are no pre-registered part's")
+        registered = seed_config(load_experiment("table3", plan.part_overrides(dict(plan.parts)[part])), saved.seed)
+        wanted, got = to_dict(registered), to_dict(saved)
+        wanted.pop("run_dir"), got.pop("run_dir")
+        if wanted != got:
+            changed = sorted(key for key in wanted if wanted[key] != got.get(key))
+            raise ConfigError(f"{path}: not the pre-registered config of part {part} (differs in {changed})")
+        parts[saved.seed] = part
+    if not parts:
+        raise ConfigError(f"{runs} holds no saved seed (seed_<s>.yaml): run maopd report save first")
+    return parts
+
+
+def searches_by_stage(seed_dirs: list[Path]) -> dict[str, dict[str, np.ndarray]]:
+    """Per stage run, per seed, the searches per workflow at each training step."""
+    from benchmarks.seed_report import SEARCHES, metric_series
+    from training.plot import stage_dirs
+    from training.run_logging import read_metrics
+
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for seed in seed_dirs:
+        for stage in stage_dirs(seed):
+            rows = [row for row in read_metrics(stage) if "error" not in row]
+            if rows:
+                out.setdefault(stage.name, {})[seed.name] = metric_series(rows, SEARCHES)
+    return out
+
+
+def searches_change_difference(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], window: int, expect: str, tested: bool
+) -> dict[str, Any]:
+    """The change in searches per workflow (last ``window`` Stage II steps − first) of A minus B's,
+    over the seeds both ran: the bootstrap over each window's steps and the seed-level t-interval."""
+    from benchmarks.eval.metrics import BOOTSTRAP_SEED, percentile_interval
+    from benchmarks.eval.seed_statistics import verdict
+    from benchmarks.eval.student_t import t_half_width
+    from benchmarks.seed_report import window_draws
+
+    seeds = sorted(set(a) & set(b))
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    drawn_a = window_draws([a[s] for s in seeds], window, rng)
+    drawn_b = window_draws([b[s] for s in seeds], window, rng)
+    if drawn_a is None or drawn_b is None:
+        raise ConfigError(f"a seed logged no search count in the first or last {window} steps: cannot compare")
+    per_seed = (drawn_a[1] - drawn_a[0]) - (drawn_b[1] - drawn_b[0])
+    mean = float(per_seed.mean())
+    bootstrap_ci = list(percentile_interval(drawn_a[2] - drawn_b[2]))
+    seed_ci = None
+    if len(seeds) > 1:
+        half = float(t_half_width(per_seed))
+        seed_ci = [mean - half, mean + half]
+    return {
+        "question_bootstrap": {"macro": mean, "ci": bootstrap_ci, "resamples": "steps within each window and seed"},
+        "seed_interval": {
+            "mean": mean,
+            "ci": seed_ci,
+            "seeds": len(seeds),
+            "per_seed": dict(zip(seeds, per_seed.tolist())),
+        },
+        "expect": expect,
+        "verdict": verdict(bootstrap_ci, seed_ci, expect, tested),
+        "window": window,
+    }
+
+
+def claim_verdicts(record: dict[str, Any], matrix, searches: dict[str, dict[str, np.ndarray]]) -> list[dict]:
+    """Every claim of the pre-registration ``record`` with its figures and verdict by the rules."""
+    from benchmarks.eval.seed_statistics import side_by_side
+    from maopd.pipeline.config import VARIANT_METHODS
+
+    stage_of = {method: f"stage2_{variant}" for variant, method in VARIANT_METHODS.items()}
+    window = record["plan"]["searches_window"]
+    out = []
+    for claim in record["claims"]:
+        tested = claim["status"] == "open"
+        row = {key: claim[key] for key in ("name", "paper", "a", "b", "metric", "direction", "needs", "status")}
+        if claim["metric"] == SEARCHES_CHANGE:
+            runs = [searches.get(stage_of.get(system, ""), {}) for system in (claim["a"], claim["b"])]
+            if not all(runs):
+                out.append({**row, "verdict": NOT_RUN})
+                continue
+            figures = searches_change_difference(runs[0], runs[1], window, claim["direction"], tested)
+        else:
+            if not {claim["a"], claim["b"]} <= set(matrix.systems):
+                out.append({**row, "verdict": NOT_RUN})
+                continue
+            figures = side_by_side(
+                matrix, claim["a"], claim["b"], claim["direction"], tested, metric=METRICS[claim["metric"]]
+            )
+        out.append({**row, **{k: v for k, v in figures.items() if k not in ("a", "b", "expect")}})
+    return out
+
+
+def claims_markdown(claims: list[dict], record: dict[str, Any]) -> str:
+    def interval(figure: dict, scale: float) -> str:
+        mean = figure["macro"] if "macro" in figure else figure["mean"]
+        if figure.get("ci") is None:
+            return f"{scale * mean:+.2f} (no interval)"
+        low, high = figure["ci"]
+        return f"{scale * mean:+.2f} [{scale * low:+.2f}, {scale * high:+.2f}]"
+
+    lines = [
+        f"# Claim by claim: the verdicts of the pre-registration (testbed `{record['testbed_hash']}`)",
+        "",
+        "Differences A − B in points of the metric (searches per workflow for the change in searches); the"
+        " question bootstrap (for the change in searches: the bootstrap over each window's steps) beside the"
+        " seed-level t-interval over the training seeds. Rules:",
+        "",
+        *(f"- **{name}**: {text}" for name, text in record["verdict_rules"].items()),
+        "",
+        "| claim | what the paper reports | A − B | metric | bootstrap | seeds: t-interval | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for claim in claims:
+        scale = 1.0 if claim["metric"] == SEARCHES_CHANGE else 100.0
+        if "question_bootstrap" in claim:
+            figures = [
+                interval(claim["question_bootstrap"], scale),
+                f"{interval(claim['seed_interval'], scale)} ({claim['seed_interval']['seeds']} seeds)",
+            ]
+        else:
+            figures = ["–", "–"]
+        lines.append(
+            f"| {claim['name']} | {claim['paper']} | {claim['a']} − {claim['b']} | {claim['metric']} | "
+            + " | ".join(figures)
+            + f" | **{claim['verdict']}** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]:
+    """The report from saved runs (module docstring); returns ``claims.json``'s content."""
+    from benchmarks.eval.score_matrix import read_matrix
+    from benchmarks.seed_report import write_report
+    from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, load_experiment
+    from maopd.pipeline.job import pipeline_comparisons
+    from maopd.preregistration import testbed_components, testbed_hash
+
+    record = json.loads(preregistration.read_text(encoding="utf-8"))
+    now = testbed_hash(testbed_components())
+    if now != record["testbed_hash"]:
+        raise ConfigError(
+            f"the testbed is {now}, the pre-registration's is {record['testbed_hash']}: these runs are not on the"
+            " registered testbed (tests/repo/test_preregistration.py names what changed)"
+        )
+    parts = check_saved_configs(runs, record)
+    seed_dirs = [runs / f"seed_{seed}" for seed in sorted(parts)]
+    every_variant = load_experiment("table3")
+    labels = {
+        "stage1": "Stage I: C-MAS + RL",
+        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
+        "single": SINGLE_AGENT_RL,
+    }
+    # the seed report's pairs carry no verdict: the claims' verdicts follow their own gates (claims.md)
+    write_report(seed_dirs, pipeline_comparisons(every_variant), out, labels, window=record["plan"]["searches_window"])
+    claims = claim_verdicts(record, read_matrix(out / "score_matrix.json"), searches_by_stage(seed_dirs))
+    result = {
+        "testbed_hash": record["testbed_hash"],
+        "preregistration": str(preregistration),
+        "parts": {f"seed_{seed}": part for seed, part in sorted(parts.items())},
+        "claims": claims,
+    }
+    write_json(out / "claims.json", result, indent=1, ensure_ascii=False)
+    (out / "claims.md").write_text(claims_markdown(claims, record), encoding="utf-8")
+    return result
