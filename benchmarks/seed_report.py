@@ -21,13 +21,14 @@ NAME --seeds 0 1 2`` writes ``<run_dir>/seed_<s>``), each with its evaluation re
   each training step of every stage run (Stage I, each Stage II variant, the single agent), mean
   over seeds with the min–max band; for each run the change from the first to the last ``window``
   steps, with a bootstrap CI that resamples steps within each window and seed (is the
-  search rate over the last 10 training steps below the first 10?).
+  search rate over the last 10 training steps below the first 10?). Below it, and in
+  ``report.json["no_search"]``, the same for the share of workflows without a search.
 * ``training_em_over_training.png`` and ``report.json["training_em"]``: the same for the team
   outcome R_EM of the training rollouts (the learning curves).
 * ``report.json["divergence"]``: the Teacher–student figures Stage II logs
   (``training.divergence``), mean over the first and last ``window`` steps, per seed.
 * ``report.json["judge"]``: the Prompted Critic's judge figures (``training.critic``), mean over
-  its steps, per seed.
+  its steps, per seed; ``judge_over_training.png`` the same figures at each step.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ SEARCHES = "workflow/search_actions"
 TRAINING_EM = "reward/em"
 DIVERGENCE = ("teacher/searcher_kl_k1", "teacher/searcher_kl_k3", "teacher/decision_log_ratio")
 JUDGE = ("critic/format_rate", "critic/agreement", "critic/gold_rate", "critic/judge_rate")
+JUDGE_LABELS = {  # training.critic's figures
+    "critic/format_rate": "judge calls with a parseable verdict",
+    "critic/agreement": "parseable verdicts that agree with gold correctness",
+    "critic/gold_rate": "judged reports that are gold-correct",
+    "critic/judge_rate": "judged reports the judge calls useful",
+}
+NO_SEARCH = "workflow/no_search"
 RECORDS = Path("eval") / "records.jsonl"
 SAVED_RECORDS = Path("eval") / "records.jsonl.gz"  # the records a saved run keeps (``maopd report save``)
 
@@ -127,33 +135,36 @@ def window_change(
 
 
 def plot_over_training(
-    curves: dict[str, list[np.ndarray]], path: Path, labels: dict[str, str], ylabel: str, title: str, scale: float = 1.0
+    panels: Sequence[tuple[dict[str, list[np.ndarray]], str, float]], path: Path, labels: dict[str, str], title: str
 ) -> Path:
-    """One line per stage run: the mean over seeds of a metric (times ``scale``), each seed's
-    series smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of the run),
-    with the seeds' min–max band."""
+    """One panel per (curves, y label, scale), stacked over one training-step axis; in each, one
+    line per curve (a stage run, or a figure): the mean over seeds of a metric (times ``scale``),
+    each seed's series smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of
+    the run), with the seeds' min–max band. A panel no run logged is left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 5))
+    panels = [panel for panel in panels if any(np.isfinite(s).any() for c in panel[0].values() for s in c)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4.5 * len(panels)), sharex=True, squeeze=False)
     styles = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
-    for (name, series), style in zip(sorted(curves.items()), styles * 3):
-        length = min(len(s) for s in series)
-        window = max(1, length // 10)
-        values = scale * np.stack([smooth(s[:length], window) for s in series])
-        steps = np.arange(1, length + 1)
-        seeds = f"{len(series)} seed{'s' if len(series) > 1 else ''}"
-        (line,) = ax.plot(
-            steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2, label=f"{labels.get(name, name)} ({seeds})"
-        )
-        ax.fill_between(steps, np.nanmin(values, axis=0), np.nanmax(values, axis=0), color=line.get_color(), alpha=0.15)
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} (mean over seeds, smoothed; band: min–max over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    for ax, (curves, ylabel, scale) in zip(axes[:, 0], panels):
+        for (name, series), style in zip(sorted(curves.items()), styles * 3):
+            length = min(len(s) for s in series)
+            window = max(1, length // 10)
+            values = scale * np.stack([smooth(s[:length], window) for s in series])
+            steps = np.arange(1, length + 1)
+            seeds = f"{len(series)} seed{'s' if len(series) > 1 else ''}"
+            label = f"{labels.get(name, name)} ({seeds})"
+            (line,) = ax.plot(steps, np.nanmean(values, axis=0), linestyle=style, linewidth=2, label=label)
+            band = (np.nanmin(values, axis=0), np.nanmax(values, axis=0))
+            ax.fill_between(steps, *band, color=line.get_color(), alpha=0.15)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    axes[-1, 0].set_xlabel("training step")
+    axes[0, 0].set_title(f"{title} (mean over seeds, smoothed; band: min–max over seeds)")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -287,7 +298,9 @@ def write_report(
     expected = expected or {}
 
     searches: dict[str, list[np.ndarray]] = {}
+    no_search: dict[str, list[np.ndarray]] = {}
     training_em: dict[str, list[np.ndarray]] = {}
+    judge_curves: dict[str, list[np.ndarray]] = {}
     divergence: dict[str, dict] = {}
     judge: dict[str, dict] = {}
     for run in run_dirs:
@@ -296,32 +309,26 @@ def write_report(
             if not rows:
                 continue
             searches.setdefault(stage.name, []).append(metric_series(rows, SEARCHES))
+            no_search.setdefault(stage.name, []).append(metric_series(rows, NO_SEARCH))
             training_em.setdefault(stage.name, []).append(metric_series(rows, TRAINING_EM))
             if stage.name == "stage2_full":
                 divergence[run.name] = {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
             if stage.name == "stage2_prompted_critic":
                 judge[run.name] = {key: _nanmean(metric_series(rows, key)) for key in JUDGE}
-    plots = (
-        [
-            plot_over_training(
-                searches,
-                out / "searches_over_training.png",
-                labels,
-                "search actions per workflow (count)",
-                "Searches per workflow over training",
-            ),
-            plot_over_training(
-                training_em,
-                out / "training_em_over_training.png",
-                labels,
-                "team outcome R_EM of the training rollouts (%)",
-                "Training exact match",
-                scale=100,
-            ),
-        ]
-        if searches
-        else []
-    )
+                for key in JUDGE:
+                    judge_curves.setdefault(key, []).append(metric_series(rows, key))
+    plots = []
+    if searches:
+        panels = [(searches, "search actions per workflow (count)", 1.0)]
+        panels.append((no_search, "workflows without a search (%)", 100.0))
+        title = "Searches per workflow and workflows without a search over training"
+        plots.append(plot_over_training(panels, out / "searches_over_training.png", labels, title))
+        panels = [(training_em, "team outcome R_EM of the training rollouts (%)", 100.0)]
+        plots.append(plot_over_training(panels, out / "training_em_over_training.png", labels, "Training exact match"))
+    if judge_curves:
+        panels = [(judge_curves, "share (%)", 100.0)]
+        title = "The Prompted Critic's judge over Stage II"
+        plots.append(plot_over_training(panels, out / "judge_over_training.png", JUDGE_LABELS, title))
     report = {
         "run_dirs": [str(r) for r in run_dirs],
         "labels": labels,
@@ -341,6 +348,7 @@ def write_report(
             for c in summary["comparisons"]
         ],
         "searches": {name: window_change(series, window) for name, series in sorted(searches.items())},
+        "no_search": {name: window_change(series, window) for name, series in sorted(no_search.items())},
         "training_em": {name: window_change(series, window) for name, series in sorted(training_em.items())},
         "divergence": divergence,
         "judge": judge,

@@ -147,7 +147,8 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
             (runs / f"seed_{seed}" / stage).mkdir()
             series = np.linspace(2.0, end + 0.1 * seed, 30)
             lines = [
-                json.dumps({"step": i + 1, "workflow/search_actions": v, "reward/em": 0.5}) + "\n"
+                json.dumps({"step": i + 1, "workflow/search_actions": v, "workflow/no_search": 0.1, "reward/em": 0.5})
+                + "\n"
                 for i, v in enumerate(series)
             ]
             (runs / f"seed_{seed}" / stage / "metrics.jsonl").write_text("".join(lines))
@@ -173,6 +174,9 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     verdicts = {c["name"]: c["verdict"] for c in claims}
     assert verdicts["opd_vs_base"] == "reproduces" and verdicts["search_collapse"] == "reproduces"
     assert verdicts["stage1"] == verdicts["vs_single_agent"] == "not run yet"
+    seed_report = json.loads((out / "report.json").read_text())
+    assert seed_report["no_search"]["stage2_full"]["change"] == pytest.approx(0.0)
+    assert "searches_over_training.png" in seed_report["plots"] and not (out / "judge_over_training.png").exists()
     text = (out / "claims.md").read_text()
     assert all(f"| {c['name']} |" in text for c in claims) and "(3 seeds)" in text
     monkeypatch.setattr(preregistration, "testbed_hash", lambda components: "changed")
