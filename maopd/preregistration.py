@@ -285,10 +285,10 @@ def testbed_hash(components: dict[str, Any]) -> str:
     return _sha256(json.dumps(components, sort_keys=True).encode())[:16]
 
 
-def band_shares() -> dict[str, dict[str, dict[str, float]]]:
-    """Per split (dev, test) and question type: the share of questions whose first entity (the one
-    the question names) is in each popularity band. A property of the splits, not of any model."""
-    from envs.synthwiki.popularity import BANDS, band, entity_ranks
+def named_bands(split: str) -> dict[str, tuple[str, str]]:
+    """Per question id of ``split``: its type and the popularity band of the entity it names (its
+    first). A property of the split, not of any model."""
+    from envs.synthwiki.popularity import band, entity_ranks
     from envs.synthwiki.questions import question_kind
     from envs.synthwiki.world import load_default_world, world_graph
     from maopd.pipeline.config import load_preset
@@ -297,12 +297,22 @@ def band_shares() -> dict[str, dict[str, dict[str, float]]]:
     seed, size = base_model.world_seed, base_model.world_size
     entities = world_graph(seed, size)
     ranks = entity_ranks(seed, entities)
+    return {
+        question.id: (question_kind(question), band(ranks[question.metadata["entities"][0]], len(entities)))
+        for question in load_default_world(seed, size).splits[split]
+    }
+
+
+def band_shares() -> dict[str, dict[str, dict[str, float]]]:
+    """Per split (dev, test) and question type: the share of questions whose first entity (the one
+    the question names) is in each popularity band."""
+    from envs.synthwiki.popularity import BANDS
+
     shares: dict[str, dict[str, dict[str, float]]] = {}
     for split in ("dev", "test"):
         by_type: dict[str, Counter] = {}
-        for question in load_default_world(seed, size).splits[split]:
-            named = band(ranks[question.metadata["entities"][0]], len(entities))
-            by_type.setdefault(question_kind(question), Counter())[named] += 1
+        for kind, named in named_bands(split).values():
+            by_type.setdefault(kind, Counter())[named] += 1
             by_type.setdefault("all", Counter())[named] += 1
         shares[split] = {
             kind: {b: round(counts[b] / sum(counts.values()), 4) for b in BANDS} for kind, counts in by_type.items()

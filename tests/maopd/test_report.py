@@ -158,6 +158,8 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     monkeypatch.setattr(preregistration, "testbed_components", lambda: {})
     monkeypatch.setattr(preregistration, "testbed_hash", lambda components: "fixed")
     monkeypatch.setattr(report, "check_saved_configs", lambda runs, record: dict.fromkeys(range(3), "part"))
+    bands = {qid: ("1-hop", "popular" if i < 4 else "long_tail") for i, (_, qid) in enumerate(questions)}
+    monkeypatch.setattr(preregistration, "named_bands", lambda split: bands)
     out = tmp_path / "report"
     argv = ["report", "build", "--runs", str(runs), "--preregistration", str(path), "--out", str(out)]
     assert main(argv) == 0
@@ -174,10 +176,16 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     verdicts = {c["name"]: c["verdict"] for c in claims}
     assert verdicts["opd_vs_base"] == "reproduces" and verdicts["search_collapse"] == "reproduces"
     assert verdicts["stage1"] == verdicts["vs_single_agent"] == "not run yet"
+    by_band = json.loads((out / "claims.json").read_text())["accuracy_by_band"]
+    matrix = read_matrix(out / "score_matrix.json")
+    popular = [i for i, (_, qid) in enumerate(matrix.questions) if bands[qid][1] == "popular"]
+    assert by_band[OPD]["popular"] == {"avg": pytest.approx(matrix.system(OPD)[popular].mean()), "questions": 4}
+    assert set(by_band[OPD]) == {"popular", "long_tail"}  # no question names a middle-band entity
     seed_report = json.loads((out / "report.json").read_text())
     assert seed_report["no_search"]["stage2_full"]["change"] == pytest.approx(0.0)
     assert "searches_over_training.png" in seed_report["plots"] and not (out / "judge_over_training.png").exists()
     text = (out / "claims.md").read_text()
     assert all(f"| {c['name']} |" in text for c in claims) and "(3 seeds)" in text
+    assert "| system | popular (4 questions) | long_tail (8 questions) |" in text
     monkeypatch.setattr(preregistration, "testbed_hash", lambda components: "changed")
     assert main(argv) == 2  # another testbed than the registered one is refused, in one line
