@@ -197,11 +197,12 @@ CLAIMS = (
 )
 
 STATISTICS = {
-    "metrics": "avg@4 (mean exact match of 4 workflows per question), pass@4 and 4/4, macro-averaged over the"
-    " question types (1-hop, 2-hop, 3-hop, comparison) of the held-out test split; searches per workflow from"
-    " Stage II's training metrics",
-    "question_bootstrap": "paired over questions: each question's mean score over its attempts and seeds, the"
-    " macro mean, 95% percentile interval of the resampled questions (benchmarks.eval.seed_statistics)",
+    "metrics": "avg@4 (mean exact match of a seed's 4 workflows per question), pass@4 (one of them right) and 4/4"
+    " (all of them right), each over one seed's 4 attempts, macro-averaged over the question types (1-hop, 2-hop,"
+    " 3-hop, comparison) of the held-out test split; searches per workflow from Stage II's training metrics",
+    "question_bootstrap": "paired over questions: each question's figure averaged over the seeds (for avg@4 its mean"
+    " score over every attempt of every seed), the macro mean, 95% percentile interval of the resampled questions"
+    " (benchmarks.eval.seed_statistics)",
     "seed_interval": "per training seed the macro figure (of a difference: the difference of the two systems'"
     " figures for that seed), Student-t 95% interval over the seeds both systems ran",
     "searches_change": "per seed, the mean searches per workflow over the last window of Stage II steps minus"
