@@ -136,17 +136,24 @@ def window_change(
 
 def plot_over_training(
     panels: Sequence[tuple[dict[str, list[np.ndarray]], str, float]], path: Path, labels: dict[str, str], title: str
-) -> Path:
+) -> Path | None:
     """One panel per (curves, y label, scale), stacked over one training-step axis; in each, one
     line per curve (a stage run, or a figure): the mean over seeds of a metric (times ``scale``),
     each seed's series smoothed as ``maopd plot`` smooths (a centred moving average over a tenth of
-    the run), with the seeds' min–max band. A panel no run logged is left out."""
+    the run), with the seeds' min–max band. A curve no run logged is left out, and so is a panel
+    left empty; with no panel left, no plot (None)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [panel for panel in panels if any(np.isfinite(s).any() for c in panel[0].values() for s in c)]
+    logged = [
+        ({name: c for name, c in curves.items() if any(np.isfinite(s).any() for s in c)}, ylabel, scale)
+        for curves, ylabel, scale in panels
+    ]
+    panels = [panel for panel in logged if panel[0]]
+    if not panels:
+        return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4.5 * len(panels)), sharex=True, squeeze=False)
     styles = ("-", "--", "-.", ":", (0, (5, 1, 1, 1)), (0, (3, 1, 1, 1, 1, 1)))
     for ax, (curves, ylabel, scale) in zip(axes[:, 0], panels):
@@ -352,7 +359,7 @@ def write_report(
         "training_em": {name: window_change(series, window) for name, series in sorted(training_em.items())},
         "divergence": divergence,
         "judge": judge,
-        "plots": [plot.name for plot in plots],  # beside report.json
+        "plots": [plot.name for plot in plots if plot is not None],  # beside report.json
     }
     write_json(out / "report.json", report, indent=2)
     (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")

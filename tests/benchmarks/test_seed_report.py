@@ -171,3 +171,15 @@ def test_smoke_job_over_two_seeds_writes_each_seed_and_the_pooled_report(tmp_pat
     assert {"stage1", "stage2_full", "single"} <= set(report["searches"])
     assert {c["b"] for c in report["comparisons"]} >= {"C-MAS base", "H-MAS base", "Single agent base"}
     assert (run / "report" / "report.md").is_file() and (run / "report" / "searches_over_training.png").is_file()
+
+
+def test_a_figure_no_run_logged_draws_no_empty_panel(tmp_path):
+    from benchmarks.seed_report import plot_over_training
+
+    logged, unlogged = [np.linspace(0, 1, 20)], [np.full(20, np.nan)]
+    assert plot_over_training([({"a": unlogged}, "y", 1.0)], tmp_path / "none.png", {}, "t") is None
+    assert not (tmp_path / "none.png").exists()
+    path = plot_over_training(
+        [({"a": logged, "b": unlogged}, "y", 1.0), ({"b": unlogged}, "z", 1.0)], tmp_path / "one.png", {}, "t"
+    )
+    assert path.is_file()
