@@ -14,7 +14,8 @@ whose run directory stays on the machine that ran it. After each part:
   accuracy, both intervals, the score matrix, searches and training EM over training, the
   Teacher–student divergence, the judge), and the verdict of every claim of the pre-registration
   by its rules (``claims.json``, ``claims.md``), with every system's accuracy by the popularity
-  band of the entity a question names. A claim whose systems have not run yet is "not run yet";
+  band of the entity a question names, and every system's avg@4, pass@4 and 4/4 with both
+  intervals (``tables.md``). A claim whose systems have not run yet is "not run yet";
   one whose gates failed is "not tested" whatever its figures.
 """
 
@@ -189,6 +190,59 @@ def claim_verdicts(record: dict[str, Any], matrix, searches: dict[str, dict[str,
     return out
 
 
+TABLE_ROWS = (  # Table 1, then Table 3's variants, as the paper lists them
+    "C-MAS base",
+    "H-MAS base",
+    "C-MAS + RL",
+    "Prompted Critic",
+    "MultiAgent-OPD",
+    "Single agent base",
+    "Search-R1 (single agent + RL)",
+    "w/ outcome-based Searcher RL",
+    "w/ base-model teacher",
+    "w/o direct Searcher supervision",
+)
+
+
+def system_figures(matrix) -> dict[str, dict[str, dict]]:
+    """Every system's avg@4, pass@4 and 4/4 with the question bootstrap and the seed-level interval."""
+    from benchmarks.eval.seed_statistics import side_by_side
+
+    systems = [s for s in TABLE_ROWS if s in matrix.systems] + [s for s in matrix.systems if s not in TABLE_ROWS]
+    return {
+        system: {
+            metric: {k: v for k, v in side_by_side(matrix, system, metric=name).items() if k not in ("a", "b")}
+            for metric, name in METRICS.items()
+        }
+        for system in systems
+    }
+
+
+def tables_markdown(figures: dict[str, dict[str, dict]]) -> str:
+    from benchmarks.eval.seed_statistics import percent_interval
+
+    lines = [
+        "# Table 1 and Table 3 on test: every system, pooled over the training seeds",
+        "",
+        "Macro over question types (%), each figure over one seed's 4 attempts: the question bootstrap, then the"
+        " seed-level t-interval with the number of seeds.",
+        "",
+        "| system | avg@4 | avg@4, seeds | pass@4 | pass@4, seeds | 4/4 | 4/4, seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system, by_metric in figures.items():
+        cells = []
+        for metric in METRICS:
+            figure = by_metric[metric]
+            seeds = figure["seed_interval"]["seeds"]
+            cells += [
+                percent_interval(figure["question_bootstrap"]),
+                f"{percent_interval(figure['seed_interval'])} ({seeds})",
+            ]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def accuracy_by_band(matrix, bands: dict[str, tuple[str, str]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per system and popularity band of the entity a question names: the mean score over the
     band's questions (every type, every attempt of every seed) and their count."""
@@ -289,11 +343,14 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
     matrix = read_matrix(out / "score_matrix.json")
     claims = claim_verdicts(record, matrix, searches_by_stage(seed_dirs))
     by_band = accuracy_by_band(matrix, named_bands("test"))
+    systems = system_figures(matrix)
+    (out / "tables.md").write_text(tables_markdown(systems), encoding="utf-8")
     result = {
         "testbed_hash": record["testbed_hash"],
         "preregistration": str(preregistration),
         "parts": {f"seed_{seed}": part for seed, part in sorted(parts.items())},
         "claims": claims,
+        "systems": systems,
         "accuracy_by_band": by_band,
     }
     write_json(out / "claims.json", result, indent=1, ensure_ascii=False)

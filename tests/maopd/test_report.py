@@ -181,6 +181,12 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     popular = [i for i, (_, qid) in enumerate(matrix.questions) if bands[qid][1] == "popular"]
     assert by_band[OPD]["popular"] == {"avg": pytest.approx(matrix.system(OPD)[popular].mean()), "questions": 4}
     assert set(by_band[OPD]) == {"popular", "long_tail"}  # no question names a middle-band entity
+    systems = json.loads((out / "claims.json").read_text())["systems"]
+    assert list(systems) == [BASE, OPD, OUTCOME]  # in the paper's table order
+    assert systems[OPD]["pass@4"] == json.loads(
+        json.dumps({k: v for k, v in side_by_side(matrix, OPD, metric="pass").items() if k not in ("a", "b")})
+    )
+    assert f"| {OPD} |" in (out / "tables.md").read_text()
     seed_report = json.loads((out / "report.json").read_text())
     assert seed_report["no_search"]["stage2_full"]["change"] == pytest.approx(0.0)
     assert "searches_over_training.png" in seed_report["plots"] and not (out / "judge_over_training.png").exists()
