@@ -131,8 +131,7 @@ def searches_change_difference(
     """The change in searches per workflow (last ``window`` Stage II steps − first) of A minus B's,
     over the seeds both ran: the bootstrap over each window's steps and the seed-level t-interval."""
     from benchmarks.eval.metrics import BOOTSTRAP_SEED, percentile_interval
-    from benchmarks.eval.seed_statistics import verdict
-    from benchmarks.eval.student_t import t_half_width
+    from benchmarks.eval.seed_statistics import t_interval, verdict
     from benchmarks.seed_report import window_draws
 
     seeds = sorted(set(a) & set(b))
@@ -142,22 +141,17 @@ def searches_change_difference(
     if drawn_a is None or drawn_b is None:
         raise ConfigError(f"a seed logged no search count in the first or last {window} steps: cannot compare")
     per_seed = (drawn_a[1] - drawn_a[0]) - (drawn_b[1] - drawn_b[0])
-    mean = float(per_seed.mean())
+    seed_interval = t_interval(dict(zip(seeds, per_seed.tolist())))
     bootstrap_ci = list(percentile_interval(drawn_a[2] - drawn_b[2]))
-    seed_ci = None
-    if len(seeds) > 1:
-        half = float(t_half_width(per_seed))
-        seed_ci = [mean - half, mean + half]
     return {
-        "question_bootstrap": {"macro": mean, "ci": bootstrap_ci, "resamples": "steps within each window and seed"},
-        "seed_interval": {
-            "mean": mean,
-            "ci": seed_ci,
-            "seeds": len(seeds),
-            "per_seed": dict(zip(seeds, per_seed.tolist())),
+        "question_bootstrap": {
+            "macro": seed_interval.mean,
+            "ci": bootstrap_ci,
+            "resamples": "steps within each window and seed",
         },
+        "seed_interval": seed_interval.to_dict(),
         "expect": expect,
-        "verdict": verdict(bootstrap_ci, seed_ci, expect, tested),
+        "verdict": verdict(bootstrap_ci, seed_interval.ci, expect, tested),
         "window": window,
     }
 

@@ -105,6 +105,11 @@ def seed_interval(matrix: ScoreMatrix, a: str, b: str | None = None, metric: str
         label: macro_mean(matrix.by_dataset(_per_question(matrix, a, b, index, metric)))
         for index, label in enumerate(matrix.seeds)
     }
+    return t_interval(per_seed)
+
+
+def t_interval(per_seed: dict[str, float]) -> SeedInterval:
+    """The mean of one figure per training seed and its Student-t interval over the seeds."""
     values = np.array(list(per_seed.values()))
     mean = float(values.mean())
     if len(values) < 2:
