@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +83,11 @@ def check_saved_configs(runs: Path, record: dict[str, Any]) -> dict[int, str]:
     from maopd.base.config import load_yaml, to_dict
     from maopd.pipeline.config import PipelineConfig, load_experiment
     from maopd.pipeline.seeds import seed_config
-    from maopd.preregistration import Plan, StagePlan
+    from maopd.preregistration import PLAN as plan
 
-    plan_fields = dict(record["plan"])
-    for stage in ("stage1", "stage2", "single"):
-        plan_fields[stage] = StagePlan(**plan_fields[stage])
-    plan_fields["parts"] = tuple((name, tuple(variants)) for name, variants in plan_fields["parts"])
-    plan_fields["seeds"] = tuple(plan_fields["seeds"])
-    plan = Plan(**{key: plan_fields[key] for key in Plan.__dataclass_fields__})
+    registered_plan = {key: record["plan"].get(key) for key in asdict(plan)}
+    if json.loads(json.dumps(registered_plan)) != json.loads(json.dumps(asdict(plan))):  # tuples read as lists
+        raise ConfigError("the code's plan (maopd.preregistration.PLAN) is not the pre-registered one: restore it")
     parts = {}
     for path in sorted(runs.glob("seed_*.yaml")):
         saved = load_yaml(PipelineConfig, path)

@@ -81,6 +81,10 @@ def test_only_the_pre_registered_config_of_a_part_is_accepted(tmp_path):
     save_yaml(replace(config, variants=["full"]), tmp_path / f"seed_{PLAN.seeds[1]}.yaml")
     with pytest.raises(ConfigError, match="no pre-registered part's"):
         check_saved_configs(tmp_path, record)
+    save_yaml(config, tmp_path / f"seed_{PLAN.seeds[1]}.yaml")
+    other_plan = {**record, "plan": {**record["plan"], "seeds": [0, 1]}}
+    with pytest.raises(ConfigError, match="not the pre-registered one"):
+        check_saved_configs(tmp_path, other_plan)
     (tmp_path / f"seed_{PLAN.seeds[1]}.yaml").unlink()
     unplanned = max(PLAN.seeds) + 1
     save_yaml(seed_config(config, unplanned), tmp_path / f"seed_{unplanned}.yaml")
@@ -195,3 +199,12 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     assert "| system | popular (4 questions) | long_tail (8 questions) |" in text
     monkeypatch.setattr(preregistration, "testbed_hash", lambda components: "changed")
     assert main(argv) == 2  # another testbed than the registered one is refused, in one line
+
+
+def test_the_committed_parts_ran_the_registered_configs():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    record = json.loads((root / "preregistration" / "preregistration.json").read_text(encoding="utf-8"))
+    parts = check_saved_configs(root / "popularity_testbed_report" / "runs", record)
+    assert sorted(parts) == list(PLAN.seeds)
