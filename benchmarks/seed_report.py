@@ -272,6 +272,18 @@ def markdown(report: dict, pooled_summary: dict, per_seed: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stage_metrics(run_dirs: Sequence[Path]) -> dict[str, dict[str, list[dict]]]:
+    """Per stage run (``stage1``, ``stage2_<variant>``, ``single``), per seed's run directory, the
+    training metrics it logged (rows of failed steps left out); stages that logged none are absent."""
+    out: dict[str, dict[str, list[dict]]] = {}
+    for run in run_dirs:
+        for stage in stage_dirs(run):
+            rows = [row for row in read_metrics(stage) if "error" not in row]
+            if rows:
+                out.setdefault(stage.name, {})[run.name] = rows
+    return out
+
+
 def write_report(
     run_dirs: Sequence[str | Path],
     comparisons: Sequence[tuple[str, str]],
@@ -304,26 +316,19 @@ def write_report(
     write_matrix(matrix, out / "score_matrix.json")
     expected = expected or {}
 
-    searches: dict[str, list[np.ndarray]] = {}
-    no_search: dict[str, list[np.ndarray]] = {}
-    training_em: dict[str, list[np.ndarray]] = {}
-    judge_curves: dict[str, list[np.ndarray]] = {}
-    divergence: dict[str, dict] = {}
-    judge: dict[str, dict] = {}
-    for run in run_dirs:
-        for stage in stage_dirs(run):  # stage1, stage2_<variant>, single
-            rows = [row for row in read_metrics(stage) if "error" not in row]
-            if not rows:
-                continue
-            searches.setdefault(stage.name, []).append(metric_series(rows, SEARCHES))
-            no_search.setdefault(stage.name, []).append(metric_series(rows, NO_SEARCH))
-            training_em.setdefault(stage.name, []).append(metric_series(rows, TRAINING_EM))
-            if stage.name == "stage2_full":
-                divergence[run.name] = {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
-            if stage.name == "stage2_prompted_critic":
-                judge[run.name] = {key: _nanmean(metric_series(rows, key)) for key in JUDGE}
-                for key in JUDGE:
-                    judge_curves.setdefault(key, []).append(metric_series(rows, key))
+    logged = stage_metrics(run_dirs)
+
+    def series(key: str) -> dict[str, list[np.ndarray]]:
+        return {stage: [metric_series(rows, key) for rows in by_seed.values()] for stage, by_seed in logged.items()}
+
+    searches, no_search, training_em = series(SEARCHES), series(NO_SEARCH), series(TRAINING_EM)
+    divergence = {
+        seed: {key: _window_means(metric_series(rows, key), window) for key in DIVERGENCE}
+        for seed, rows in logged.get("stage2_full", {}).items()
+    }
+    critic = logged.get("stage2_prompted_critic", {})
+    judge = {seed: {key: _nanmean(metric_series(rows, key)) for key in JUDGE} for seed, rows in critic.items()}
+    judge_curves = {key: [metric_series(rows, key) for rows in critic.values()] for key in JUDGE} if critic else {}
     plots = []
     if searches:
         panels = [(searches, "search actions per workflow (count)", 1.0)]

@@ -15,8 +15,8 @@ whose run directory stays on the machine that ran it. After each part:
   Teacher–student divergence, the judge), and the verdict of every claim of the pre-registration
   by its rules (``claims.json``, ``claims.md``), with every system's accuracy by the popularity
   band of the entity a question names, and every system's avg@4, pass@4 and 4/4 with both
-  intervals (``tables.md``). A claim whose systems have not run yet is "not run yet";
-  one whose gates failed is "not tested" whatever its figures.
+  intervals and its workload per workflow (``tables.md``). A claim whose systems have not run
+  yet is "not run yet"; one whose gates failed is "not tested" whatever its figures.
 """
 
 from __future__ import annotations
@@ -110,17 +110,12 @@ def check_saved_configs(runs: Path, record: dict[str, Any]) -> dict[int, str]:
 
 def searches_by_stage(seed_dirs: list[Path]) -> dict[str, dict[str, np.ndarray]]:
     """Per stage run, per seed, the searches per workflow at each training step."""
-    from benchmarks.seed_report import SEARCHES, metric_series
-    from training.plot import stage_dirs
-    from training.run_logging import read_metrics
+    from benchmarks.seed_report import SEARCHES, metric_series, stage_metrics
 
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for seed in seed_dirs:
-        for stage in stage_dirs(seed):
-            rows = [row for row in read_metrics(stage) if "error" not in row]
-            if rows:
-                out.setdefault(stage.name, {})[seed.name] = metric_series(rows, SEARCHES)
-    return out
+    return {
+        stage: {seed: metric_series(rows, SEARCHES) for seed, rows in by_seed.items()}
+        for stage, by_seed in stage_metrics(seed_dirs).items()
+    }
 
 
 def searches_change_difference(
@@ -196,17 +191,21 @@ TABLE_ROWS = (  # Table 1, then Table 3's variants, as the paper lists them
 )
 
 
+def in_table_order(systems) -> list[str]:
+    """``systems`` in the paper's table order, any other after them by name."""
+    return [s for s in TABLE_ROWS if s in systems] + sorted(s for s in systems if s not in TABLE_ROWS)
+
+
 def system_figures(matrix) -> dict[str, dict[str, dict]]:
     """Every system's avg@4, pass@4 and 4/4 with the question bootstrap and the seed-level interval."""
     from benchmarks.eval.seed_statistics import side_by_side
 
-    systems = [s for s in TABLE_ROWS if s in matrix.systems] + [s for s in matrix.systems if s not in TABLE_ROWS]
     return {
         system: {
             metric: {k: v for k, v in side_by_side(matrix, system, metric=name).items() if k not in ("a", "b")}
             for metric, name in METRICS.items()
         }
-        for system in systems
+        for system in in_table_order(matrix.systems)
     }
 
 
@@ -242,7 +241,7 @@ def accuracy_by_band(matrix, bands: dict[str, tuple[str, str]]) -> dict[str, dic
 
     named = np.array([bands[question_id][1] for _, question_id in matrix.questions])
     out = {}
-    for system in matrix.systems:
+    for system in in_table_order(matrix.systems):
         per_question = matrix.system(system).reshape(len(named), -1).mean(axis=1)
         out[system] = {
             b: {"avg": float(per_question[named == b].mean()), "questions": int((named == b).sum())}
@@ -252,7 +251,79 @@ def accuracy_by_band(matrix, bands: dict[str, tuple[str, str]]) -> dict[str, dic
     return out
 
 
-def claims_markdown(claims: list[dict], record: dict[str, Any], by_band: dict[str, dict] | None = None) -> str:
+def without_search_by_band(per_seed: dict[str, list], bands: dict[str, tuple[str, str]]) -> dict[str, dict]:
+    """Per system and popularity band of the entity a question names, over every attempt of every
+    seed: the share of workflows that answered without a search, and their mean exact match (None
+    when there is none). What a system recalls and trusts without searching, band by band."""
+    from envs.synthwiki.popularity import BANDS
+
+    out: dict[str, dict] = {}
+    records = [r for rows in per_seed.values() for r in rows]
+    for system in in_table_order({r.method for r in records}):
+        by_band = {}
+        for b in BANDS:
+            rows = [r for r in records if r.method == system and bands[r.question_id][1] == b]
+            closed = [r.score for r in rows if r.counters.get("search_actions", 1) == 0]
+            if rows:
+                by_band[b] = {
+                    "share": len(closed) / len(rows),
+                    "avg": float(np.mean(closed)) if closed else None,
+                    "workflows": len(rows),
+                }
+        out[system] = by_band
+    return out
+
+
+def workload(per_seed: dict[str, list]) -> dict[str, dict[str, dict]]:
+    """Per system, each workload counter per workflow (search actions, reports, task assignments,
+    input and output tokens; Appendix A) that all its records carry: its mean per seed (each
+    seed's evaluation records) over every question and attempt, and the t-interval over seeds.
+    Wall-clock duration is left out: it measures the machine."""
+    from benchmarks.eval.records import COUNTER_FIELDS
+    from benchmarks.eval.seed_statistics import t_interval
+
+    out: dict[str, dict[str, dict]] = {}
+    for system in in_table_order({r.method for records in per_seed.values() for r in records}):
+        counters = {seed: [r.counters for r in records if r.method == system] for seed, records in per_seed.items()}
+        counters = {seed: rows for seed, rows in counters.items() if rows}
+        carried = [f for f in COUNTER_FIELDS if all(f in row for rows in counters.values() for row in rows)]
+        out[system] = {
+            field: t_interval(
+                {seed: float(np.mean([row[field] for row in rows])) for seed, rows in counters.items()}
+            ).to_dict()
+            for field in carried
+        }
+    return out
+
+
+def workload_markdown(figures: dict[str, dict[str, dict]]) -> str:
+    from benchmarks.eval.records import COUNTER_FIELDS
+
+    def cell(figure: dict | None) -> str:
+        if figure is None:
+            return "n/a"
+        if figure["ci"] is None:
+            return f"{figure['mean']:.2f}"
+        low, high = figure["ci"]
+        return f"{figure['mean']:.2f} [{low:.2f}, {high:.2f}]"
+
+    lines = [
+        "## Workload per workflow",
+        "",
+        "Mean per workflow over every test question and attempt, then over the training seeds with the seed-level"
+        " t-interval (Appendix A's counters; tokens are the policy's prompt and completion tokens).",
+        "",
+        "| system | " + " | ".join(f.replace("_", " ") for f in COUNTER_FIELDS) + " |",
+        "|---|" + "---|" * len(COUNTER_FIELDS),
+    ]
+    for system, by_field in figures.items():
+        lines.append(f"| {system} | " + " | ".join(cell(by_field.get(f)) for f in COUNTER_FIELDS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def claims_markdown(
+    claims: list[dict], record: dict[str, Any], by_band: dict[str, dict] | None = None, closed: dict | None = None
+) -> str:
     def interval(figure: dict, scale: float) -> str:
         mean = figure["macro"] if "macro" in figure else figure["mean"]
         if figure.get("ci") is None:
@@ -304,13 +375,34 @@ def claims_markdown(claims: list[dict], record: dict[str, Any], by_band: dict[st
                 for system, figures in by_band.items()
             ),
         ]
+    if closed:
+        bands = list(next(iter(closed.values())))
+
+        def cell(figure: dict) -> str:
+            em = "–" if figure["avg"] is None else f"{100 * figure['avg']:.2f}"
+            return f"{100 * figure['share']:.2f} ({em})"
+
+        lines += [
+            "",
+            "## Workflows that answered without a search, by popularity band",
+            "",
+            "Share of the band's workflows (%) with no search action, every attempt of every seed, and in brackets"
+            " their mean exact match (%; – when there is none): what a system answers from memory, and how well.",
+            "",
+            "| system | " + " | ".join(bands) + " |",
+            "|---|" + "---|" * len(bands),
+            *(
+                f"| {system} | " + " | ".join(cell(figures[b]) if b in figures else "n/a" for b in bands) + " |"
+                for system, figures in closed.items()
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]:
     """The report from saved runs (module docstring); returns ``claims.json``'s content."""
     from benchmarks.eval.score_matrix import read_matrix
-    from benchmarks.seed_report import write_report
+    from benchmarks.seed_report import seed_records, write_report
     from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, load_experiment
     from maopd.pipeline.job import pipeline_comparisons
     from maopd.preregistration import named_bands, testbed_components, testbed_hash
@@ -334,9 +426,13 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
     write_report(seed_dirs, pipeline_comparisons(every_variant), out, labels, window=record["plan"]["searches_window"])
     matrix = read_matrix(out / "score_matrix.json")
     claims = claim_verdicts(record, matrix, searches_by_stage(seed_dirs))
-    by_band = accuracy_by_band(matrix, named_bands("test"))
+    bands = named_bands("test")
+    by_band = accuracy_by_band(matrix, bands)
+    per_seed = dict(zip((run.name for run in seed_dirs), seed_records(seed_dirs)))
+    closed = without_search_by_band(per_seed, bands)
     systems = system_figures(matrix)
-    (out / "tables.md").write_text(tables_markdown(systems), encoding="utf-8")
+    workloads = workload(per_seed)
+    (out / "tables.md").write_text(tables_markdown(systems) + "\n" + workload_markdown(workloads), encoding="utf-8")
     result = {
         "testbed_hash": record["testbed_hash"],
         "preregistration": str(preregistration),
@@ -344,7 +440,9 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
         "claims": claims,
         "systems": systems,
         "accuracy_by_band": by_band,
+        "without_search_by_band": closed,
+        "workload": workloads,
     }
     write_json(out / "claims.json", result, indent=1, ensure_ascii=False)
-    (out / "claims.md").write_text(claims_markdown(claims, record, by_band), encoding="utf-8")
+    (out / "claims.md").write_text(claims_markdown(claims, record, by_band, closed), encoding="utf-8")
     return result

@@ -15,7 +15,13 @@ from maopd.base.config import ConfigError, save_yaml
 from maopd.pipeline.config import load_experiment
 from maopd.pipeline.seeds import seed_config
 from maopd.preregistration import CLAIMS, PLAN, VERDICT_RULES
-from maopd.report import check_saved_configs, claim_verdicts, save_runs, searches_change_difference
+from maopd.report import (
+    check_saved_configs,
+    claim_verdicts,
+    save_runs,
+    searches_by_stage,
+    searches_change_difference,
+)
 
 OPD, OUTCOME, BASE = "MultiAgent-OPD", "w/ outcome-based Searcher RL", "H-MAS base"
 
@@ -145,6 +151,15 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
         rows = []
         for method, rate in ((BASE, 0.3), (OPD, 0.7), (OUTCOME, 0.6)):
             rows += records(method, {q: list((rng.random(4) < rate).astype(int)) for q in questions})
+        for row in rows:  # every counter but the tokens: a field records lack is reported as such
+            row.counters = {
+                "search_actions": seed,  # seed 0 searches in no workflow
+                "searches_with_passages": 1,
+                "reports": 2,
+                "task_assignments": 2,
+            }
+        if seed == 0:
+            seed_0 = rows
         (runs / f"seed_{seed}" / "eval").mkdir(parents=True)
         (runs / f"seed_{seed}" / "eval" / "records.jsonl").write_text("".join(record_line(r) for r in rows))
         for stage, end in (("stage2_full", 2.0), ("stage2_outcome_searcher_rl", 0.5)):
@@ -190,13 +205,26 @@ def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkey
     assert systems[OPD]["pass@4"] == json.loads(
         json.dumps({k: v for k, v in side_by_side(matrix, OPD, metric="pass").items() if k not in ("a", "b")})
     )
-    assert f"| {OPD} |" in (out / "tables.md").read_text()
+    tables = (out / "tables.md").read_text()
+    assert f"| {OPD} |" in tables
+    workload = json.loads((out / "claims.json").read_text())["workload"]
+    assert workload[OPD]["search_actions"]["per_seed"] == {"seed_0": 0.0, "seed_1": 1.0, "seed_2": 2.0}
+    assert workload[OPD]["search_actions"]["mean"] == pytest.approx(1.0) and "input_tokens" not in workload[OPD]
+    assert f"| {OPD} | 1.00 [" in tables and tables.rstrip().endswith("| n/a | n/a |")
+    closed = json.loads((out / "claims.json").read_text())["without_search_by_band"]
+    popular_scores = [r.score for r in seed_0 if r.method == OPD and bands[r.question_id][1] == "popular"]
+    assert closed[OPD]["popular"] == {
+        "share": pytest.approx(1 / 3),
+        "avg": pytest.approx(np.mean(popular_scores)),
+        "workflows": 48,
+    }
     seed_report = json.loads((out / "report.json").read_text())
     assert seed_report["no_search"]["stage2_full"]["change"] == pytest.approx(0.0)
     assert "searches_over_training.png" in seed_report["plots"] and not (out / "judge_over_training.png").exists()
     text = (out / "claims.md").read_text()
     assert all(f"| {c['name']} |" in text for c in claims) and "(3 seeds)" in text
     assert "| system | popular (4 questions) | long_tail (8 questions) |" in text
+    assert f"| {OPD} | 33.33 (" in text.split("answered without a search")[1]
     monkeypatch.setattr(preregistration, "testbed_hash", lambda components: "changed")
     assert main(argv) == 2  # another testbed than the registered one is refused, in one line
 
@@ -208,3 +236,44 @@ def test_the_committed_parts_ran_the_registered_configs():
     record = json.loads((root / "preregistration" / "preregistration.json").read_text(encoding="utf-8"))
     parts = check_saved_configs(root / "popularity_testbed_report" / "runs", record)
     assert sorted(parts) == list(PLAN.seeds)
+
+
+def test_the_committed_report_recomputes_from_its_score_matrix_and_saved_runs():
+    """Every figure of the committed report's ``claims.json`` and ``tables.md``, recomputed from
+    the committed score matrix and saved runs: anyone can check the report without training."""
+    from pathlib import Path
+
+    from benchmarks.eval.score_matrix import read_matrix
+    from benchmarks.seed_report import seed_records
+    from maopd.preregistration import named_bands
+    from maopd.report import (
+        accuracy_by_band,
+        system_figures,
+        tables_markdown,
+        without_search_by_band,
+        workload,
+        workload_markdown,
+    )
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    report = root / "popularity_testbed_report"
+    record = json.loads((root / "preregistration" / "preregistration.json").read_text(encoding="utf-8"))
+    committed = json.loads((report / "claims.json").read_text(encoding="utf-8"))
+    matrix = read_matrix(report / "score_matrix.json")
+    seed_dirs = [report / "runs" / name for name in committed["parts"]]
+    assert list(matrix.seeds) == list(committed["parts"])
+
+    def as_saved(value):
+        return json.loads(json.dumps(value, ensure_ascii=False))
+
+    assert committed["testbed_hash"] == record["testbed_hash"]
+    assert committed["claims"] == as_saved(claim_verdicts(record, matrix, searches_by_stage(seed_dirs)))
+    systems = system_figures(matrix)
+    assert committed["systems"] == as_saved(systems)
+    bands = named_bands("test")
+    assert committed["accuracy_by_band"] == as_saved(accuracy_by_band(matrix, bands))
+    per_seed = dict(zip(committed["parts"], seed_records(seed_dirs)))
+    assert committed["without_search_by_band"] == as_saved(without_search_by_band(per_seed, bands))
+    assert committed["workload"] == as_saved(workload(per_seed))
+    tables = tables_markdown(systems) + "\n" + workload_markdown(workload(per_seed))
+    assert (report / "tables.md").read_text(encoding="utf-8") == tables
