@@ -16,8 +16,8 @@ whose run directory stays on the machine that ran it. After each part:
   by its rules (``claims.json``, ``claims.md``), with every system's accuracy and its workflows
   answered without a search by the popularity band of the entity a question names, and every
   system's avg@4, pass@4 and 4/4 with both intervals and its workload per workflow
-  (``tables.md``). A claim whose systems have not run
-  yet is "not run yet"; one whose gates failed is "not tested" whatever its figures.
+  (``tables.md``). A claim whose systems have not run yet is "not run yet"; one whose gates
+  failed is "not tested" whatever its figures.
 """
 
 from __future__ import annotations
