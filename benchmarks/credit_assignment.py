@@ -26,7 +26,10 @@ SHA-256 are saved with the results. ``--speed`` instead measures training episod
 one run, of the fast option mode (``envs.option.fast``, what the benchmark trains with), of the
 vectorized path over text environments with its transition cache (``envs.option.vector``), of the
 one-episode-at-a-time reference path and, with ``--reference-checkout``, of an older checkout's
-loop; each path in a fresh process, so that none inherits another's caches.
+loop; each path in a fresh process, so that none inherits another's caches. It also times the
+loop's floor, ``transitions_cached``: each seed's run again on a transition cache that an untimed
+run of the same seed filled, so that every transition is a look-up and what remains is the
+policy, the credit method and the PPO update.
 
 Every run is saved to ``--out``/runs/ as it finishes; the same command run again (after a crash,
 or on another machine with those files) trains only the runs still missing, and refuses files
@@ -325,9 +328,9 @@ def machine() -> dict:
     }
 
 
-def reference_training(config: MarlConfig) -> int:
+def reference_training(config: MarlConfig) -> tuple[int, int]:
     """The one-episode-at-a-time path: ``play`` on a plain option env, one policy call per decision.
-    Returns the number of episodes played."""
+    Returns the numbers of episodes and decisions played."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -335,18 +338,20 @@ def reference_training(config: MarlConfig) -> int:
     policy = MenuPolicy(MENU_SIZE, config.hidden)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     context = CreditContext(vector_env(config, "train"), policy)
+    decisions = 0
     for _ in range(config.iterations):
         episodes = [
             play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
             for _ in range(config.episodes_per_iteration)
         ]
         ppo_update(policy, optimizer, episodes, method(episodes, context), config)
-    return config.iterations * config.episodes_per_iteration
+        decisions += sum(len(episode.decisions) for episode in episodes)
+    return config.iterations * config.episodes_per_iteration, decisions
 
 
-def vectorized_training(config: MarlConfig) -> int:
+def vectorized_training(config: MarlConfig) -> tuple[int, int]:
     """The trainer's loop (``training.marl.trainer.train`` without the evaluation), with the
-    config's transitions (fast or text)."""
+    config's transitions (fast or text). Returns the numbers of episodes and decisions played."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -354,33 +359,50 @@ def vectorized_training(config: MarlConfig) -> int:
     policy = MenuPolicy(MENU_SIZE, config.hidden)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     context = CreditContext(vector_env(config, "train"), policy)
+    decisions = 0
     for _ in range(config.iterations):
         episodes = play_batch(
             venv, policy, [rng.randrange(len(venv.questions)) for _ in range(config.episodes_per_iteration)]
         )
         ppo_update(policy, optimizer, episodes, method(episodes, context), config)
-    return config.iterations * config.episodes_per_iteration
+        decisions += sum(len(episode.decisions) for episode in episodes)
+    return config.iterations * config.episodes_per_iteration, decisions
 
 
 # The paths ``--speed`` times: the one-episode-at-a-time ``play`` loop, the vectorized loop over
-# text environments behind a transition cache, and the fast option mode (the trainer's default).
+# text environments behind a transition cache, the fast option mode (the trainer's default), and
+# the loop's floor: the vectorized loop with every transition already in its cache.
 SPEED_PATHS = {
     "reference": (reference_training, "text"),
     "vectorized_text": (vectorized_training, "text"),
     "fast": (vectorized_training, "fast"),
+    "transitions_cached": (vectorized_training, "text"),
 }
 
 
 def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
     """``path`` trained on each of ``seeds`` in turn, in this process (seeds after the first share
-    its caches, as in the benchmark); the world (BM25 index, closed book) is built before the clock starts."""
+    its caches, as in the benchmark); the world (BM25 index, closed book) is built before the clock
+    starts. ``transitions_cached`` first plays each seed's run untimed: a run is a deterministic
+    function of its config, so the timed run finds every transition in the cache (its
+    ``transition_misses``, 0, says so)."""
     torch.set_num_threads(1)
     gc.set_threshold(*GC_THRESHOLDS)
     run, transitions = SPEED_PATHS[path]
     config = MarlConfig(**{**config, "transitions": transitions})
     get_scenario(config.scenario).make_env("train")
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its compiler on a first optimizer (seconds)
-    return [timed(run, replace(config, seed=seed)) for seed in seeds]
+    runs = []
+    for seed in seeds:
+        seeded = replace(config, seed=seed)
+        if path == "transitions_cached":
+            run(seeded)
+        cache = vector_env(seeded, "train").cache if transitions == "text" else None
+        misses = cache.misses if cache else 0
+        runs.append(timed(run, seeded))
+        if path == "transitions_cached":
+            runs[-1]["transition_misses"] = cache.misses - misses
+    return runs
 
 
 def timed_path_in_subprocess(path: str, config: MarlConfig, seeds: list[int]) -> list[dict]:
@@ -428,14 +450,17 @@ optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
 context = CreditContext(env, policy)
 method = get_credit_method("role")
 started, cpu_started = time.perf_counter(), time.process_time()
+decisions = 0
 for _ in range(settings["iterations"]):
     episodes = [play(env, policy, {"question_index": rng.randrange(len(env.unwrapped.questions))})
                 for _ in range(settings["episodes"])]
     ppo_update(policy, optimizer, episodes, method(episodes, context), config)
+    decisions += sum(len(episode.decisions) for episode in episodes)
 seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
 episodes = settings["iterations"] * settings["episodes"]
-print(json.dumps({"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds,
-                  "cpu_seconds": cpu_seconds, "episodes_per_cpu_s": episodes / cpu_seconds}))
+print(json.dumps({"episodes": episodes, "decisions": decisions, "seconds": seconds,
+                  "episodes_per_s": episodes / seconds, "cpu_seconds": cpu_seconds,
+                  "episodes_per_cpu_s": episodes / cpu_seconds}))
 """
 
 
@@ -469,10 +494,15 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         row: dict = {"reference": timed_path_in_subprocess("reference", config, [0])[0]}
         if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
-        for path in ("vectorized_text", "fast"):
+        for path in ("vectorized_text", "fast", "transitions_cached"):
             row[path] = timed_path_in_subprocess(path, config, args.seeds)
+        played = {
+            path: [run["decisions"] for run in row[path]] for path in ("vectorized_text", "fast", "transitions_cached")
+        }
+        if len({tuple(counts) for counts in played.values()}) > 1:
+            raise RuntimeError(f"--speed: the paths played different decisions on {scenario}: {played}")
         for clock in ("seconds", "cpu_seconds"):
-            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "fast")}
+            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "fast", "transitions_cached")}
             for path, path_rates in rate.items():
                 for baseline in ("reference", "checkout"):
                     if baseline in row:
@@ -480,6 +510,9 @@ def speed(args: argparse.Namespace, command: str) -> dict:
                         row[f"speedup_{path}_over_{baseline}_{clock}"] = {k: v / base for k, v in path_rates.items()}
             fast, text = rate["fast"], rate["vectorized_text"]
             row[f"speedup_fast_over_vectorized_text_{clock}"] = {key: fast[key] / text[key] for key in fast}
+        row["transition_microseconds_per_decision"] = {
+            path: transition_microseconds(row[path], row["transitions_cached"]) for path in ("vectorized_text", "fast")
+        }
         results[scenario] = row
         print(json.dumps({scenario: {k: v for k, v in row.items() if k.startswith("speedup")}}), flush=True)
     return {
@@ -504,13 +537,26 @@ def rates(runs: list[dict], clock: str) -> dict[str, float]:
     }
 
 
+def transition_microseconds(runs: list[dict], cached: list[dict]) -> dict[str, float]:
+    """Wall-clock microseconds per decision a path spends on its transitions: its time less the
+    floor's (``transitions_cached``) on the same seeds, which play the same decisions; of the
+    first seed (cold caches) and over all seeds."""
+
+    def per_decision(count: int) -> float:
+        spent = sum(r["seconds"] for r in runs[:count]) - sum(r["seconds"] for r in cached[:count])
+        return spent / sum(r["decisions"] for r in runs[:count]) * 1e6
+
+    return {"cold": per_decision(1), "over_seeds": per_decision(len(runs))}
+
+
 def timed(run, config: MarlConfig) -> dict:
     started, cpu_started = time.perf_counter(), time.process_time()
-    episodes = run(config)
+    episodes, decisions = run(config)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return {
         "seed": config.seed,
         "episodes": episodes,
+        "decisions": decisions,
         "seconds": seconds,
         "episodes_per_s": episodes / seconds,
         "cpu_seconds": cpu_seconds,

@@ -109,6 +109,11 @@ def test_speed_times_every_path_against_the_same_baselines(tmp_path):
     settings = ["--scenarios", "lazy_searcher_v1", "--seeds", "0", "--iterations", "1", "--episodes", "2"]
     main(["--speed", *settings, "--out", str(out)])
     row = json.loads((out / "speed.json").read_text())["results"]["lazy_searcher_v1"]
-    assert {"reference", "vectorized_text", "fast"} <= row.keys()
-    assert all(run["episodes"] == 2 for path in ("vectorized_text", "fast") for run in row[path])
+    paths = ("vectorized_text", "fast", "transitions_cached")
+    assert {"reference", *paths} <= row.keys()
+    assert all(run["episodes"] == 2 for path in paths for run in row[path])
+    assert len({run["decisions"] for path in paths for run in row[path]}) == 1
+    # the floor's timed run found every transition in the cache its untimed run filled
+    assert row["transitions_cached"][0]["transition_misses"] == 0
     assert row["speedup_fast_over_vectorized_text_seconds"]["cold"] > 0
+    assert row["transition_microseconds_per_decision"].keys() == {"vectorized_text", "fast"}
