@@ -395,13 +395,13 @@ def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
     runs = []
     for seed in seeds:
         seeded = replace(config, seed=seed)
-        if path == "transitions_cached":
-            run(seeded)
-        cache = vector_env(seeded, "train").cache if transitions == "text" else None
-        misses = cache.misses if cache else 0
-        runs.append(timed(run, seeded))
-        if path == "transitions_cached":
-            runs[-1]["transition_misses"] = cache.misses - misses
+        if path != "transitions_cached":
+            runs.append(timed(run, seeded))
+            continue
+        run(seeded)  # fills the shared cache with every transition of the timed run below
+        cache = vector_env(seeded, "train").cache
+        misses = cache.misses
+        runs.append({**timed(run, seeded), "transition_misses": cache.misses - misses})
     return runs
 
 
