@@ -378,6 +378,7 @@ SPEED_PATHS = {
     "fast": (vectorized_training, "fast"),
     "transitions_cached": (vectorized_training, "text"),
 }
+VECTORIZED_PATHS = ("vectorized_text", "fast", "transitions_cached")  # timed on every seed; same decisions
 
 
 def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
@@ -494,15 +495,13 @@ def speed(args: argparse.Namespace, command: str) -> dict:
         row: dict = {"reference": timed_path_in_subprocess("reference", config, [0])[0]}
         if args.reference_checkout and scenario == "synthwiki_v1":
             row["checkout"] = checkout_training(args.reference_checkout, args.iterations, args.episodes)
-        for path in ("vectorized_text", "fast", "transitions_cached"):
+        for path in VECTORIZED_PATHS:
             row[path] = timed_path_in_subprocess(path, config, args.seeds)
-        played = {
-            path: [run["decisions"] for run in row[path]] for path in ("vectorized_text", "fast", "transitions_cached")
-        }
+        played = {path: [run["decisions"] for run in row[path]] for path in VECTORIZED_PATHS}
         if len({tuple(counts) for counts in played.values()}) > 1:
             raise RuntimeError(f"--speed: the paths played different decisions on {scenario}: {played}")
         for clock in ("seconds", "cpu_seconds"):
-            rate = {path: rates(row[path], clock) for path in ("vectorized_text", "fast", "transitions_cached")}
+            rate = {path: rates(row[path], clock) for path in VECTORIZED_PATHS}
             for path, path_rates in rate.items():
                 for baseline in ("reference", "checkout"):
                     if baseline in row:
