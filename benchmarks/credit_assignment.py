@@ -568,8 +568,10 @@ def run_file(out: Path, scenario: str, method: str, seed: int) -> Path:
     return out / "runs" / f"{scenario}__{method}__seed{seed}.json"
 
 
-def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: list[str], out: str) -> dict:
-    """One (scenario, method, seed) run, saved to its ``run_file``; a worker's runs share its world tables."""
+def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: list[str], out: str, commit: str) -> dict:
+    """One (scenario, method, seed) run, saved to its ``run_file``; a worker's runs share its world
+    tables. ``commit`` is the checkout's when the benchmark started, the code the run executes:
+    the checkout may move on while a long benchmark runs."""
     torch.set_num_threads(1)
     gc.set_threshold(*GC_THRESHOLDS)
     load_plugins([Path(path) for path in plugins])
@@ -578,7 +580,7 @@ def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: li
     _, metrics = train(config, progress=False)
     metrics["seconds"] = time.perf_counter() - started
     # the commit and the machine: a run replays bit for bit only on both (docs/findings.md, "Reproducibility")
-    run = {"config": asdict(config), "commit": git_commit(short=True), "machine": base_machine(), **metrics}
+    run = {"config": asdict(config), "commit": commit, "machine": base_machine(), **metrics}
     path = run_file(Path(out), scenario, method, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, run)
@@ -747,6 +749,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs: dict[str, dict[str, list[dict]]] = {
         scenario: {method: [] for method in methods} for scenario in args.scenarios
     }
+    commit = git_commit(short=True)
     jobs = []
     for scenario in args.scenarios:
         for method in methods:
@@ -757,10 +760,11 @@ def main(argv: list[str] | None = None) -> dict:
                 except ValueError as exc:
                     parser.error(str(exc))
                 if run is None:
-                    jobs.append((scenario, method, seed, settings, [str(p) for p in args.plugin], str(args.out)))
+                    jobs.append(
+                        (scenario, method, seed, settings, [str(p) for p in args.plugin], str(args.out), commit)
+                    )
                 else:
                     runs[scenario][method].append(run)
-    commit = git_commit(short=True)
     earlier = {run.get("commit", "unrecorded") for by in runs.values() for rs in by.values() for run in rs} - {commit}
     if earlier:
         print(

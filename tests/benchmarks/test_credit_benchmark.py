@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from benchmarks import credit_assignment
 from benchmarks.credit_assignment import _LOADED_PLUGINS, main, paired_differences
 from benchmarks.marl_statistics import interval
 from training.marl.credit import CREDIT_METHODS
@@ -117,3 +118,12 @@ def test_speed_times_every_path_against_the_same_baselines(tmp_path):
     assert row["transitions_cached"][0]["transition_misses"] == 0
     assert row["speedup_fast_over_vectorized_text_seconds"]["cold"] > 0
     assert row["transition_microseconds_per_decision"].keys() == {"vectorized_text", "fast"}
+
+
+@pytest.mark.slow
+def test_every_run_records_the_commit_the_benchmark_started_on(tmp_path, monkeypatch):
+    commits = iter(["aaaaaaa", "bbbbbbb", "ccccccc"])  # the checkout moves on while the runs train
+    monkeypatch.setattr(credit_assignment, "git_commit", lambda short=False: next(commits))
+    summary = main([*TINY_RUNS, "--iterations", "1", "--out", str(tmp_path / "out")])
+    assert summary["commit"] == "aaaaaaa"
+    assert [run["commit"] for run in summary["runs"]["lazy_searcher_v1"]["role"]] == ["aaaaaaa", "aaaaaaa"]
