@@ -75,9 +75,13 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(
             f"{args.results} has no runs of {missing} on {args.scenario}; it has {sorted(runs[args.scenario])}"
         )
+    try:
+        analysis = analyse(results, args.scenario, args.method, args.against, args.threshold)
+    except (KeyError, TypeError) as exc:
+        parser.error(f"{args.results}: a run lacks {exc}; pass a results.json that the credit benchmark wrote")
     summary = {
         "command": "python benchmarks/search_collapse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        **analyse(results, args.scenario, args.method, args.against, args.threshold),
+        **analysis,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "collapse.json", summary, indent=2)

@@ -52,3 +52,8 @@ def test_a_missing_method_or_scenario_is_one_line_naming_what_the_file_has(tmp_p
         with pytest.raises(SystemExit):
             main(["--results", str(results), *[x for kv in settings.items() for x in kv], "--against", "role"])
         assert named in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"runs": {"lazy_searcher_v1": {"team": [{}], "role": [{}]}}}))
+    with pytest.raises(SystemExit):
+        main(["--results", str(broken), "--scenario", "lazy_searcher_v1", "--method", "team", "--against", "role"])
+    assert "a run lacks 'no_search_workflows'" in capsys.readouterr().err
