@@ -393,14 +393,13 @@ def timed_path(path: str, config: dict, seeds: list[int]) -> list[dict]:
     config = MarlConfig(**{**config, "transitions": transitions})
     get_scenario(config.scenario).make_env("train")
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # torch imports its compiler on a first optimizer (seconds)
+    if path != "transitions_cached":
+        return [timed(run, replace(config, seed=seed)) for seed in seeds]
+    cache = vector_env(config, "train").cache  # the one every seed's runs share
     runs = []
     for seed in seeds:
         seeded = replace(config, seed=seed)
-        if path != "transitions_cached":
-            runs.append(timed(run, seeded))
-            continue
-        run(seeded)  # fills the shared cache with every transition of the timed run below
-        cache = vector_env(seeded, "train").cache
+        run(seeded)  # fills the cache with every transition of the timed run below
         misses = cache.misses
         runs.append({**timed(run, seeded), "transition_misses": cache.misses - misses})
     return runs
