@@ -75,6 +75,7 @@ from benchmarks.marl_statistics import (
 from benchmarks.provenance import git_commit
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
+from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
@@ -682,15 +683,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="+", default=sorted(SCENARIOS))
     parser.add_argument("--methods", nargs="+", default=None, help="default: every registered method")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
-    parser.add_argument("--iterations", type=int, default=400)
-    parser.add_argument("--episodes", type=int, default=32, help="episodes per PPO iteration")
-    parser.add_argument("--eval-questions", type=int, default=200)
-    parser.add_argument("--window", type=int, default=40, help="iterations compared for the search change")
+    parser.add_argument("--seeds", nargs="+", type=seed_int, default=list(range(10)))
+    parser.add_argument("--iterations", type=positive_int, default=400)
+    parser.add_argument("--episodes", type=positive_int, default=32, help="episodes per PPO iteration")
+    parser.add_argument("--eval-questions", type=positive_int, default=200)
+    parser.add_argument("--window", type=positive_int, default=40, help="iterations compared for the search change")
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
     parser.add_argument("--speed", action="store_true", help="measure episodes/s of the training paths instead")
     parser.add_argument(
-        "--workers", type=int, default=2, help="processes; each trains one (method, seed) run at a time"
+        "--workers", type=positive_int, default=2, help="processes; each trains one (method, seed) run at a time"
     )
     parser.add_argument(
         "--reference-checkout",
@@ -708,8 +709,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     command = "python benchmarks/credit_assignment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.window < 1:
-        parser.error(f"--window must be at least 1 iteration, got {args.window}")
+    for option, values in (("--scenarios", args.scenarios), ("--methods", args.methods or []), ("--seeds", args.seeds)):
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            parser.error(f"{option} lists {', '.join(repeated)} more than once; give each once")
     if args.report_from:
         try:
             saved = read_json_file(args.report_from, ValueError, "benchmark results")

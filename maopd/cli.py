@@ -25,7 +25,6 @@ import importlib
 import os
 import sys
 
-from maopd.base.config import MAX_SEED
 from maopd.base.errors import UserError
 from maopd.base.secrets import redact
 
@@ -93,43 +92,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def bounded_int(low: int, high: int | None = None):
-    """An argparse ``type``: an integer in [low, high] (no upper bound when ``high`` is None)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low or (high is not None and value > high):
-            bound = f"at least {low}" if high is None else f"in [{low}, {high}]"
-            raise argparse.ArgumentTypeError(f"{value} is out of range: must be {bound}")
-        return value
-
-    parse.__name__ = "int"
-    return parse
-
-
-def bounded_float(low: float, high: float):
-    """An argparse ``type``: a number in [low, high] (NaN is not)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text} is out of range: must be in [{low}, {high}]")
-        return value
-
-    parse.__name__ = "float"
-    return parse
-
-
-positive_int = bounded_int(1)
-seed_int = bounded_int(0, MAX_SEED)
 
 
 def _command_name(args: argparse.Namespace) -> str:

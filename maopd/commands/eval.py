@@ -6,7 +6,7 @@ from pathlib import Path
 
 from envs.policy import SamplingSettings
 from envs.workflows import WORKFLOWS
-from maopd.cli import bounded_int, positive_int, seed_int
+from maopd.base.arguments import bounded_int, positive_int, seed_int
 
 
 def register(subparsers) -> None:

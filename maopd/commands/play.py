@@ -6,7 +6,7 @@ import json
 
 from envs.search_env import MAX_SEARCHERS
 from envs.workflows import WORKFLOWS
-from maopd.cli import bounded_int, seed_int
+from maopd.base.arguments import bounded_int, seed_int
 
 
 def register(subparsers) -> None:

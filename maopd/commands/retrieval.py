@@ -7,9 +7,9 @@ import json
 import socket
 import sys
 
+from maopd.base.arguments import bounded_int, positive_int
 from maopd.base.errors import UserError
 from maopd.base.network import is_loopback_host
-from maopd.cli import bounded_int, positive_int
 
 
 def register(subparsers) -> None:

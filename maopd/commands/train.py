@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from maopd.base.arguments import seed_int
 from maopd.base.errors import UserError
 from maopd.base.paths import refuse_overwriting_inputs
-from maopd.cli import seed_int
 
 SEEDS_HELP = (
     "the pipeline once per training seed, all at once with one thread each (<run_dir>/seed_<s>), "

@@ -9,9 +9,9 @@ import json
 import time
 from pathlib import Path
 
+from maopd.base.arguments import bounded_int, seed_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
-from maopd.cli import bounded_int, seed_int
 
 
 def register(subparsers) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from envs.workflows import WORKFLOWS
-from maopd.cli import bounded_float, positive_int, seed_int
+from maopd.base.arguments import bounded_float, positive_int, seed_int
 
 
 def register(subparsers) -> None:

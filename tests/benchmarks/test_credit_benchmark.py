@@ -127,3 +127,37 @@ def test_every_run_records_the_commit_the_benchmark_started_on(tmp_path, monkeyp
     summary = main([*TINY_RUNS, "--iterations", "1", "--out", str(tmp_path / "out")])
     assert summary["commit"] == "aaaaaaa"
     assert [run["commit"] for run in summary["runs"]["lazy_searcher_v1"]["role"]] == ["aaaaaaa", "aaaaaaa"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--iterations", "0"], "argument --iterations: 0 is out of range: must be at least 1"),
+        (["--episodes", "0"], "argument --episodes: 0 is out of range: must be at least 1"),
+        (["--eval-questions", "-5"], "argument --eval-questions: -5 is out of range: must be at least 1"),
+        (["--workers", "0"], "argument --workers: 0 is out of range: must be at least 1"),
+        (["--seeds", "-1"], "argument --seeds: -1 is out of range: must be in [0, 4294967295]"),
+        (["--seeds", "0", "1", "0"], "--seeds lists 0 more than once; give each once"),
+        (["--methods", "role", "team", "role"], "--methods lists role more than once; give each once"),
+        (["--scenarios", "synthwiki_v1", "synthwiki_v1"], "--scenarios lists synthwiki_v1 more than once"),
+    ],
+)
+def test_bad_arguments_are_refused_in_one_line_before_any_run(tmp_path, capsys, arguments, message):
+    """A repeated seed would count one run twice in every interval; a zero budget would train nothing."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*arguments, "--out", str(out)])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0]
+    assert not out.exists()
+
+
+def test_the_trainer_config_refuses_a_bad_value_in_one_line():
+    from maopd.base.config import ConfigError
+    from training.marl.trainer import MarlConfig
+
+    with pytest.raises(ConfigError, match=r"^episodes_per_iteration: must be >= 1, got 0$"):
+        MarlConfig(episodes_per_iteration=0)
+    with pytest.raises(ConfigError, match=r"^workflow: must be one of \['hierarchical', 'cascade'\] or null"):
+        MarlConfig(workflow="single")

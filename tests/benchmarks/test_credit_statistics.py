@@ -198,7 +198,7 @@ def test_a_window_over_half_the_run_shrinks_to_half_and_the_report_says_so(repor
 def test_a_window_below_one_iteration_is_refused_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--report-from", str(tmp_path / "results.json"), "--window", "0"])
-    assert "--window must be at least 1 iteration, got 0" in capsys.readouterr().err
+    assert "argument --window: 0 is out of range: must be at least 1" in capsys.readouterr().err
 
 
 def test_marl_evals_loader_reads_the_runs_back(report):

@@ -25,38 +25,37 @@ from envs.option.fast import FastVectorEnv, World
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import get_scenario
 from envs.option.vector import OptionVectorEnv, TransitionCache
+from maopd.base.config import check_fields, checked, seed_field
 from training.marl.credit import CreditContext, get_credit_method
 from training.marl.policy import Episode, MenuPolicy, play_batch
+
+TRANSITIONS = ("fast", "text")  # which implementation plays the episodes (see the module docstring)
 
 
 @dataclass
 class MarlConfig:
-    method: str = "role"
+    method: str = "role"  # a key of training.marl.credit.CREDIT_METHODS (plug-ins register more)
     scenario: str = "synthwiki_v1"  # a key of envs.option.scenarios.SCENARIOS
-    workflow: str | None = None  # None: the scenario's; the OPD Teacher plays "cascade"
-    seed: int = 0
-    iterations: int = 30
-    episodes_per_iteration: int = 32
-    epochs: int = 4
-    lr: float = 3e-3
-    clip: float = 0.2
-    entropy_coef: float = 0.01
-    hidden: int = 64
-    teacher_iterations: int = 30
-    eval_questions: int = 100
-    num_envs: int = 64
-    transitions: str = "fast"  # a key of TRANSITIONS: which implementation plays the episodes
+    workflow: str | None = checked(None, choices=("hierarchical", "cascade"), null="the scenario's")
+    seed: int = seed_field(0)
+    iterations: int = checked(30, ge=1)
+    episodes_per_iteration: int = checked(32, ge=1)
+    epochs: int = checked(4, ge=1)
+    lr: float = checked(3e-3, gt=0)
+    clip: float = checked(0.2, gt=0)
+    entropy_coef: float = checked(0.01, ge=0)
+    hidden: int = checked(64, ge=1)
+    teacher_iterations: int = checked(30, ge=1)  # the OPD Teacher's (Stage I)
+    eval_questions: int = checked(100, ge=1)
+    num_envs: int = checked(64, ge=1)
+    transitions: str = checked("fast", choices=TRANSITIONS)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
-TRANSITIONS = ("fast", "text")
 # What the episodes of one (scenario, split, workflow, transitions) share across every run of the process
 _SHARED: dict[tuple[str, str, str | None, str], World | TransitionCache] = {}
-
-
-def check_transitions(name: str) -> str:
-    if name not in TRANSITIONS:
-        raise ValueError(f"transitions={name!r} is invalid; expected one of {TRANSITIONS}")
-    return name
 
 
 def vector_env(config: MarlConfig, split: str) -> FastVectorEnv | OptionVectorEnv:
@@ -64,7 +63,7 @@ def vector_env(config: MarlConfig, split: str) -> FastVectorEnv | OptionVectorEn
     tables are shared per (scenario, split, workflow); ``"text"``: text environments behind one
     transition cache per (scenario, split, workflow)."""
     scenario = get_scenario(config.scenario)
-    key = (config.scenario, split, config.workflow, check_transitions(config.transitions))
+    key = (config.scenario, split, config.workflow, config.transitions)
     if config.transitions == "text":
         cache = _SHARED.setdefault(key, TransitionCache())
         return OptionVectorEnv(lambda: scenario.make_env(split, config.workflow), config.num_envs, cache)
@@ -127,7 +126,6 @@ def train(
 ) -> tuple[MenuPolicy, dict[str, Any]]:
     method = get_credit_method(config.method)  # fails early on an unknown name
     get_scenario(config.scenario)
-    check_transitions(config.transitions)
     if config.method == "opd" and teacher is None:
         stage_one = replace(config, method="role", workflow="cascade", iterations=config.teacher_iterations)
         teacher, _ = train(stage_one, progress=progress)

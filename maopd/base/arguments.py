@@ -1,0 +1,46 @@
+"""Argument types for argparse: integers and numbers in a range, seeds. Every command line of the
+project (``maopd``, the benchmark scripts) refuses an out-of-range value with one line naming the
+option and its bounds, before any work."""
+
+from __future__ import annotations
+
+import argparse
+
+from maopd.base.config import MAX_SEED
+
+
+def bounded_int(low: int, high: int | None = None):
+    """An argparse ``type``: an integer in [low, high] (no upper bound when ``high`` is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: must be {bound}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def bounded_float(low: float, high: float):
+    """An argparse ``type``: a number in [low, high] (NaN is not)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be in [{low}, {high}]")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+positive_int = bounded_int(1)
+seed_int = bounded_int(0, MAX_SEED)
