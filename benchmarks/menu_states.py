@@ -35,6 +35,7 @@ import torch
 from benchmarks.provenance import git_commit
 from envs.actions import action_contents
 from envs.option import fast
+from maopd.base.arguments import positive_int, seed_int
 from maopd.base.machine import machine
 from training.marl.trainer import MarlConfig, train, vector_env
 
@@ -98,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--scenarios", nargs="+", default=["lazy_searcher_v1", "synthwiki_v1"])
     parser.add_argument("--method", default="role")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--iterations", type=int, default=400)
-    parser.add_argument("--eval-questions", type=int, default=200)
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--iterations", type=positive_int, default=400)
+    parser.add_argument("--eval-questions", type=positive_int, default=200)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
