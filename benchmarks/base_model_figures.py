@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from maopd.base.arguments import positive_int, seed_int
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -116,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="SFTConfig YAML file (default: the built-in defaults)")
     parser.add_argument("overrides", nargs="*", help="SFTConfig overrides, key=value")
     parser.add_argument("--split", default="dev", choices=["dev", "test"])
-    parser.add_argument("--questions", type=int, default=None, help="first N questions of the split")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the evaluation")
+    parser.add_argument("--questions", type=positive_int, default=None, help="first N questions of the split")
+    parser.add_argument("--seed", type=seed_int, default=0, help="sampling seed of the evaluation")
     parser.add_argument("--out", default=str(RESULTS / "base_model" / "figures"), help="output path without extension")
     parser.add_argument("--keep-model", help="build π_0 into this directory and keep it (default: a temporary one)")
     args = parser.parse_args(argv)

@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from benchmarks.eval.records import RecordError
+from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import iter_json_lines, write_json
 from maopd.base.machine import machine
 from training.run_logging import read_metrics
@@ -198,14 +199,12 @@ def _git_commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", type=int, default=20, help="number of kill points (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random kill points")
+    parser.add_argument("--points", type=positive_int, default=20, help="number of kill points (default 20)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the random kill points")
     parser.add_argument("--work", help="where the run directories go (default: a temporary directory, removed)")
     parser.add_argument("--cache", help="MAOPD_CACHE for the runs (default: the shared cache)")
     parser.add_argument("--out", default=str(RESULTS / "results.json"), help="the results JSON")
     args = parser.parse_args(argv)
-    if args.points < 1:
-        parser.error("--points must be at least 1")
     if args.cache:
         os.environ["MAOPD_CACHE"] = args.cache
     commit = _git_commit()

@@ -23,6 +23,7 @@ import torch
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from training.ptx import write_rows
 
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     build.add_argument("--tiny", action="store_true", help="a tiny model instead (gpu_check.sh --cpu-smoke)")
     smoke = commands.add_parser("vllm")
     smoke.add_argument("--model", required=True)
-    smoke.add_argument("--prompts", type=int, default=64)
-    smoke.add_argument("--max-new-tokens", type=int, default=128)
+    smoke.add_argument("--prompts", type=positive_int, default=64)
+    smoke.add_argument("--max-new-tokens", type=positive_int, default=128)
     for command in (build, smoke):
         command.add_argument("--result", required=True, help="JSON file to write")
     args = parser.parse_args(argv)

@@ -49,6 +49,7 @@ from pathlib import Path
 from benchmarks.eval.records import MINIMAL_RECORD
 from benchmarks.provenance import git_commit
 from benchmarks.raw_http import RawServer, http_answer
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1018,11 +1019,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for hostile_inputs.json and README.md")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these repros only")
     parser.add_argument("--quick", action="store_true", help="skip the repros that train a model")
-    parser.add_argument("--jobs", type=int, default=1, help="repros run at a time (default 1)")
+    parser.add_argument("--jobs", type=positive_int, default=1, help="repros run at a time (default 1)")
     parser.add_argument("--work", type=Path, help="where the repros run (default: a temporary directory, removed)")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
     known = {item.name for item in REPROS}
     if args.only and set(args.only) - known:
         parser.error(f"--only: unknown repro(s) {sorted(set(args.only) - known)}")

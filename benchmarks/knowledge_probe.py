@@ -40,6 +40,7 @@ import torch
 
 from benchmarks.fact_recall import greedy_answers, recall_report
 from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
 
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a tiny proxy and model (about a minute)")
     parser.add_argument("--name", default=None, help="output name (default: default, or quick)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the machine is shared)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: the machine is shared)")
     parser.add_argument("--no-progress", action="store_true")
     options = {
         "--rl-seed": ("rl_seed", int, "seed of the RL world (the pretraining world is the next seed)"),
@@ -244,8 +245,6 @@ def main(argv: list[str] | None = None) -> None:
     given = {dest: getattr(args, dest) for dest, _, _ in options.values() if getattr(args, dest) is not None}
     config = ProbeConfig(**{**(QUICK if args.quick else {}), **given})
     _check(parser, config)
-    if args.threads < 1:
-        parser.error(f"--threads must be at least 1, got {args.threads}")
 
     from benchmarks.provenance import git_commit
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from maopd.base.arguments import positive_int
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -212,13 +214,13 @@ def write_markdown(summary: dict, path: Path, command: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=50, help="RSS growth is measured from this step")
+    parser.add_argument("--steps", type=positive_int, default=200)
+    parser.add_argument("--warmup", type=positive_int, default=50, help="RSS growth is measured from this step")
     parser.add_argument("--bound-mb", type=float, default=50.0)
-    parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--batch-size", type=positive_int, default=2)
+    parser.add_argument("--group-size", type=positive_int, default=2)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=8)
+    parser.add_argument("--checkpoint-every", type=positive_int, default=10)
     parser.add_argument("--run-dir", help="keep the run here (default: a temporary directory)")
     parser.add_argument(
         "--out", default=str(RESULTS / "memory_soak" / "memory_soak"), help="path prefix of .json/.md/.png"

@@ -22,6 +22,7 @@ from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
 from agents.tokenizer import train_tokenizer
 from envs.synthwiki import load_default_world
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig
 
@@ -29,9 +30,9 @@ from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="saved model dir (default: a random tiny Qwen3)")
-    parser.add_argument("--questions", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--questions", type=positive_int, default=8)
+    parser.add_argument("--group-size", type=positive_int, default=5)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=32)
     parser.add_argument("--out", default="runs/benchmarks/ray_rollout_scaling.json")
     args = parser.parse_args(argv)
 

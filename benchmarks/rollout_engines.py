@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from envs.actions import ROLES
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
 from training.config import load_config
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a stage config file (configs/*.yaml)")
     parser.add_argument("--engines", nargs="+", default=["continuous", "vllm"])
-    parser.add_argument("--steps", type=int, default=4, help="steps per run (the first is a warm-up)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=4, help="steps per run (the first is a warm-up)")
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--out", required=True, help="a directory for rollout_engines.json and README.md")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every run")
     args = parser.parse_args(argv)

@@ -58,6 +58,7 @@ from agents.tokenizer import train_tokenizer
 from benchmarks.provenance import git_commit
 from envs import hierarchical_search_v1
 from envs.synthwiki import load_default_world
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from training.rollout import TeamRolloutCollector
 from training.teacher import Teacher, teacher_rows
@@ -194,15 +195,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help=f"the CPU setting {SMALL} instead of the paper's {PAPER}")
     parser.add_argument("--model", default="", help="saved model dir (default: a random tiny Qwen3)")
-    parser.add_argument("--questions", type=int, help="B")
-    parser.add_argument("--group-size", type=int, help="G")
-    parser.add_argument("--naive-questions", type=int)
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--max-batch-size", type=int, help="decode slots / chunk rows of the collector")
-    parser.add_argument("--repeats", type=int, help="timed collector / Teacher / dynamic-ceiling repeats")
+    parser.add_argument("--questions", type=positive_int, help="B")
+    parser.add_argument("--group-size", type=positive_int, help="G")
+    parser.add_argument("--naive-questions", type=positive_int)
+    parser.add_argument("--max-new-tokens", type=positive_int)
+    parser.add_argument("--max-batch-size", type=positive_int, help="decode slots / chunk rows of the collector")
+    parser.add_argument("--repeats", type=positive_int, help="timed collector / Teacher / dynamic-ceiling repeats")
     parser.add_argument("--compile", default=None, help="torch.compile mode of the continuous engine's decode step")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: chunked, static, naive")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda")
     parser.add_argument("--dtype", default=None, help="model dtype (default: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--out", default="runs/benchmarks/rollout_throughput.json")

@@ -15,6 +15,8 @@ import json
 
 import torch
 
+from maopd.base.arguments import positive_int
+
 
 def copy_rate(model_dir: str, count: int) -> dict:
     from agents.chat_tokens import prompt_ids
@@ -42,7 +44,7 @@ def copy_rate(model_dir: str, count: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dir")
-    parser.add_argument("--questions", type=int, default=100, help="dev sub-questions to probe")
+    parser.add_argument("--questions", type=positive_int, default=100, help="dev sub-questions to probe")
     args = parser.parse_args()
     print(json.dumps(copy_rate(args.model_dir, args.questions), indent=1))
 

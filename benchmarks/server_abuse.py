@@ -29,6 +29,7 @@ import numpy as np
 from envs.retrieval.bm25 import BM25Retriever
 from envs.retrieval.corpus import Corpus, Document
 from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 
 RESULTS = Path(__file__).parent / "results" / "server_abuse" / "server_abuse"
@@ -86,11 +87,13 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", type=int, default=1000)
-    parser.add_argument("--waves", type=int, default=3)
-    parser.add_argument("--baseline-requests", type=int, default=200)
-    parser.add_argument("--corpus-size", type=int, default=2000)
-    parser.add_argument("--max-concurrency", type=int, default=1024, help="the server's in-flight limit (ServerLimits)")
+    parser.add_argument("--concurrency", type=positive_int, default=1000)
+    parser.add_argument("--waves", type=positive_int, default=3)
+    parser.add_argument("--baseline-requests", type=positive_int, default=200)
+    parser.add_argument("--corpus-size", type=positive_int, default=2000)
+    parser.add_argument(
+        "--max-concurrency", type=positive_int, default=1024, help="the server's in-flight limit (ServerLimits)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     logging.disable(logging.INFO)

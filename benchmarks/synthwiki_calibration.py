@@ -33,6 +33,7 @@ from envs.synthwiki.demos import make_env
 from envs.synthwiki.questions import KINDS, question_kind
 from envs.synthwiki.world import build_world
 from envs.workflows import WORKFLOWS
+from maopd.base.arguments import seed_int
 from maopd.base.json_files import write_json
 
 TOPK = 3
@@ -100,7 +101,7 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--size", default="small")
     parser.add_argument("--split", default="dev", choices=["train", "dev", "test"])
     parser.add_argument(

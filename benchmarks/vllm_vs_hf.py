@@ -31,6 +31,7 @@ from agents.sampling import SamplingConfig
 from agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
 from agents.vllm_policy import VLLMPolicy
 from envs.prompts import system_message, task_message
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 
 RESULTS = Path(__file__).parent / "results"
@@ -182,13 +183,13 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--candidates", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=positive_int, default=16)
+    parser.add_argument("--candidates", type=positive_int, default=4)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64)
+    parser.add_argument("--hidden-size", type=positive_int, default=64)
+    parser.add_argument("--layers", type=positive_int, default=2)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS / "vllm_vs_hf" / "vllm_vs_hf")
     args = parser.parse_args(argv)
     args.argv = argv if argv is not None else sys.argv[1:]

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from agents.vllm_policy import VLLMPolicy
+from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
 from training.config import build_config
@@ -29,7 +30,7 @@ from training.trainer import Trainer
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="saved model dir (e.g. the cached π_0)")
-    parser.add_argument("--syncs", type=int, default=5)
+    parser.add_argument("--syncs", type=positive_int, default=5)
     parser.add_argument("--out", default="runs/benchmarks/weight_sync_fraction.json")
     args = parser.parse_args(argv)
 

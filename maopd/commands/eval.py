@@ -86,13 +86,13 @@ def register(subparsers) -> None:
     )
     run.add_argument(
         "--max-new-tokens",
-        type=int,
+        type=positive_int,
         default=SamplingSettings.max_new_tokens,
         help="tokens generated per turn at most (default %(default)s)",
     )
     run.add_argument(
         "--max-input-tokens",
-        type=int,
+        type=positive_int,
         default=SamplingSettings.max_input_tokens,
         help="prompt tokens per turn at most (default %(default)s)",
     )
@@ -145,7 +145,7 @@ def register(subparsers) -> None:
     score.add_argument("--out", default="eval_report", help="directory for summary.json, tables, plot, viewer")
     score.add_argument("--draws", type=bounded_int(1, 1_000_000), default=None, help="bootstrap draws (default 4000)")
     score.add_argument("--seed", type=seed_int, default=None, help="bootstrap seed (default 20260912)")
-    score.add_argument("--viewer-questions", type=int, default=50, help="questions in the trajectory viewer")
+    score.add_argument("--viewer-questions", type=bounded_int(0), default=50, help="questions in the trajectory viewer")
     score.set_defaults(func=_reporting_errors(_score))
 
     matrix = commands.add_parser(

@@ -93,4 +93,4 @@ def test_bad_options_give_one_line_errors(capsys):
     assert "--phrasings must be in 1..8" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--threads", "0"])
-    assert "--threads must be at least 1" in capsys.readouterr().err
+    assert "argument --threads: 0 is out of range: must be at least 1" in capsys.readouterr().err

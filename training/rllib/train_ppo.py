@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from envs.option.wrapper import option_env, play_options
+from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import json_text, write_json
 from training.rllib.envs import (
     ENV_NAMES,
@@ -212,22 +213,22 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
         prog="train_ppo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--workflow", choices=["cascade", "hierarchical"], default="hierarchical")
-    parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=1500, help="agent steps per PPO iteration")
+    parser.add_argument("--iterations", type=positive_int, default=12)
+    parser.add_argument("--batch", type=positive_int, default=1500, help="agent steps per PPO iteration")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-questions", type=int, default=100)
+    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument("--eval-questions", type=positive_int, default=100)
     parser.add_argument("--out", type=Path, default=Path("runs/rllib_ppo"))
     parser.add_argument(
-        "--checkpoint-every", type=int, default=1, help="iterations between checkpoints (one is kept at the end too)"
+        "--checkpoint-every",
+        type=positive_int,
+        default=1,
+        help="iterations between checkpoints (one is kept at the end too)",
     )
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--restore", type=Path, metavar="CHECKPOINT", help="start from this checkpoint's state")
     start.add_argument("--resume", action="store_true", help="continue the interrupted experiment in --out")
     args = parser.parse_args(argv)
-    for name in ("iterations", "batch", "eval_questions", "checkpoint_every"):
-        if getattr(args, name) < 1:
-            parser.exit(2, f"train_ppo: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}\n")
     args.out = args.out.resolve()  # Tune's storage_path must be absolute
     experiment = args.out / EXPERIMENT
     if args.restore is not None:
