@@ -53,6 +53,7 @@ import runpy
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -303,13 +304,24 @@ _LOADED_PLUGINS: dict[Path, list[str]] = {}  # per process: a spawned worker loa
 
 
 def load_plugins(paths: list[Path]) -> list[dict]:
-    """Run each plugin file once per process (its ``@register`` calls add methods); describe it."""
+    """Run each plugin file once per process (its ``@register`` calls add methods); describe it.
+    A file that is missing or fails to run is a ``ValueError`` naming it (and the failing line)."""
     described = []
     for path in paths:
+        if not path.is_file():
+            problem = "is a directory" if path.is_dir() else "does not exist"
+            raise ValueError(f"--plugin {path} {problem}; give the Python file that registers your method")
         key = path.resolve()
         if key not in _LOADED_PLUGINS:
             before = set(CREDIT_METHODS)
-            runpy.run_path(str(path), run_name="credit_plugin")
+            try:
+                runpy.run_path(str(path), run_name="credit_plugin")
+            except Exception as exc:  # the user's code: one line with where it failed, not a trace
+                lines = [
+                    frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == str(path)
+                ]
+                where = f" at line {lines[-1]}" if lines else ""
+                raise ValueError(f"--plugin {path} failed{where}: {type(exc).__name__}: {exc}") from None
             _LOADED_PLUGINS[key] = sorted(set(CREDIT_METHODS) - before)
         described.append(
             {
@@ -679,6 +691,16 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
     return summary
 
 
+def output_directory(parser: argparse.ArgumentParser, path: Path) -> None:
+    """Create ``--out`` (a usage error, not a trace, when it cannot be)."""
+    if path.exists() and not path.is_dir():
+        parser.error(f"--out {path} is a file; a directory is needed there: remove the file or choose another path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {path} cannot be created ({exc.strerror}); choose a directory you can write")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="+", default=sorted(SCENARIOS))
@@ -720,19 +742,28 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(str(exc))
         if not isinstance(saved, dict) or "runs" not in saved:
             parser.error(f"{args.report_from}: no 'runs'; pass a results.json that this benchmark wrote")
-        args.out.mkdir(parents=True, exist_ok=True)
+        output_directory(parser, args.out)
         return write_report(saved, args.out, args.window, rebuilt_by=command)
     for name in args.scenarios:
         if name not in SCENARIOS:
             parser.error(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}")
-    plugins = load_plugins(args.plugin)
+    try:
+        plugins = load_plugins(args.plugin)
+    except ValueError as exc:
+        parser.error(str(exc))
+    checkout = args.reference_checkout
+    if checkout is not None and not (checkout / "training" / "marl" / "trainer.py").is_file():
+        parser.error(
+            f"--reference-checkout {checkout} is not a checkout of this project (no training/marl/trainer.py); "
+            "make one with: git worktree add /tmp/wt-old d8996d6"
+        )
     methods = args.methods or sorted(CREDIT_METHODS)
     unknown = set(methods) - set(CREDIT_METHODS)
     if unknown:
         parser.error(
             f"unknown methods {sorted(unknown)}; choose from {sorted(CREDIT_METHODS)} or add one with --plugin"
         )
-    args.out.mkdir(parents=True, exist_ok=True)
+    output_directory(parser, args.out)
     if args.speed:
         summary = speed(args, command)
         write_json(args.out / "speed.json", summary, indent=2)

@@ -161,3 +161,26 @@ def test_the_trainer_config_refuses_a_bad_value_in_one_line():
         MarlConfig(episodes_per_iteration=0)
     with pytest.raises(ConfigError, match=r"^workflow: must be one of \['hierarchical', 'cascade'\] or null"):
         MarlConfig(workflow="single")
+
+
+def test_bad_files_and_directories_are_refused_in_one_line_before_any_run(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text('import numpy\n\nraise KeyError("no such column")\n')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = [
+        (["--plugin", str(tmp_path / "missing.py")], "missing.py does not exist; give the Python file"),
+        (["--plugin", str(tmp_path)], "is a directory; give the Python file that registers your method"),
+        (["--plugin", str(broken)], "broken.py failed at line 3: KeyError: 'no such column'"),
+        (["--speed", "--reference-checkout", str(tmp_path)], "is not a checkout of this project"),
+        (["--out", str(a_file)], "a_file is a file; a directory is needed there"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(SystemExit):
+            main(
+                [*arguments, "--iterations", "1", "--seeds", "0"]
+                + ([] if "--out" in arguments else ["--out", str(tmp_path / "out")])
+            )
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and message in errors[0], (arguments, errors)
+    assert not (tmp_path / "out").exists()
