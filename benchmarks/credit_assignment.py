@@ -637,6 +637,7 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
             f"{config['iterations']} PPO iterations × {config['episodes_per_iteration']} episodes each (the OPD "
             f"Teacher: as many on the cascade), greedy evaluation on {config['eval_questions']} questions of "
             f"{of_split}; total {summary['total_seconds'] / 60:.1f} min on {summary['machine']['cpus']} CPUs"
+            + (f" with {summary['workers']} worker processes" if "workers" in summary else "")
             + (
                 f" for the runs trained by this invocation ({summary['resumed_runs']} saved runs of an earlier, "
                 "stopped invocation of the same command were reused).\n"
@@ -691,6 +692,18 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
     return summary
 
 
+# A worker's share of memory: its world tables (at most MAX_HISTORY_NODES history nodes per world, up
+# to four worlds: two scenarios and their OPD Teachers' cascades) and its runs' batches.
+WORKER_MEMORY = 4 << 30
+
+
+def default_workers() -> int:
+    """One worker process per core this process may use, as many as the machine's memory holds."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, min(cores, memory // WORKER_MEMORY))
+
+
 def output_directory(parser: argparse.ArgumentParser, path: Path) -> None:
     """Create ``--out`` (a usage error, not a trace, when it cannot be)."""
     if path.exists() and not path.is_dir():
@@ -713,7 +726,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--plugin", type=Path, action="append", default=[], help="a file that registers methods")
     parser.add_argument("--speed", action="store_true", help="measure episodes/s of the training paths instead")
     parser.add_argument(
-        "--workers", type=positive_int, default=2, help="processes; each trains one (method, seed) run at a time"
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes, each training one (scenario, method, seed) run at a time (default: one per usable "
+        "core, as many as memory holds at 4 GiB each)",
     )
     parser.add_argument(
         "--reference-checkout",
@@ -806,8 +823,9 @@ def main(argv: list[str] | None = None) -> dict:
             file=sys.stderr,
         )
     jobs.sort(key=lambda job: -cost.get(job[1], 1.0))
-    if jobs and args.workers > 1:
-        with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
+    workers = min(args.workers or default_workers(), max(len(jobs), 1))
+    if workers > 1:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
             outcomes = pool.starmap(train_run, jobs, chunksize=1)
     else:
         outcomes = [train_run(*job) for job in jobs]
@@ -823,6 +841,7 @@ def main(argv: list[str] | None = None) -> dict:
         "commit": commit,
         "machine": machine(),
         "total_seconds": total,
+        "workers": workers,
         "resumed_runs": sum(len(by) for by_method in runs.values() for by in by_method.values()) - len(jobs),
         "plugins": plugins,
         "scenarios": {name: get_scenario(name).card() for name in args.scenarios},

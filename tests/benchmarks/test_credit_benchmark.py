@@ -184,3 +184,17 @@ def test_bad_files_and_directories_are_refused_in_one_line_before_any_run(tmp_pa
         errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
         assert len(errors) == 1 and message in errors[0], (arguments, errors)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_default_workers_are_one_per_usable_core_as_memory_allows(monkeypatch):
+    from benchmarks.credit_assignment import WORKER_MEMORY, default_workers
+
+    pages = {"SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(credit_assignment.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(credit_assignment.os, "sysconf", lambda name: pages.get(name, pages["SC_PHYS_PAGES"]))
+    pages["SC_PHYS_PAGES"] = 128 * WORKER_MEMORY // 4096  # memory for 128 workers: the cores decide
+    assert default_workers() == 16
+    pages["SC_PHYS_PAGES"] = 5 * WORKER_MEMORY // 4096 + 1  # memory for 5
+    assert default_workers() == 5
+    pages["SC_PHYS_PAGES"] = WORKER_MEMORY // 8192  # less than one worker's share: still one
+    assert default_workers() == 1
