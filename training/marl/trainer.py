@@ -36,6 +36,7 @@ TRANSITIONS = ("fast", "text")  # which implementation plays the episodes (see t
 class MarlConfig:
     method: str = "role"  # a key of training.marl.credit.CREDIT_METHODS (plug-ins register more)
     scenario: str = "synthwiki_v1"  # a key of envs.option.scenarios.SCENARIOS
+    # None: the scenario's; the OPD Teacher plays "cascade"
     workflow: str | None = checked(None, choices=("hierarchical", "cascade"), null="the scenario's")
     seed: int = seed_field(0)
     iterations: int = checked(30, ge=1)
