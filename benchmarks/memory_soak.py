@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from maopd.base.arguments import positive_int
+from maopd.base.arguments import positive_float, positive_int
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=positive_int, default=200)
     parser.add_argument("--warmup", type=positive_int, default=50, help="RSS growth is measured from this step")
-    parser.add_argument("--bound-mb", type=float, default=50.0)
+    parser.add_argument("--bound-mb", type=positive_float, default=50.0)
     parser.add_argument("--batch-size", type=positive_int, default=2)
     parser.add_argument("--group-size", type=positive_int, default=2)
     parser.add_argument("--max-new-tokens", type=positive_int, default=8)

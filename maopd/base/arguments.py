@@ -42,5 +42,16 @@ def bounded_float(low: float, high: float):
     return parse
 
 
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be a finite number above 0")
+    return value
+
+
 positive_int = bounded_int(1)
 seed_int = bounded_int(0, MAX_SEED)

@@ -5,8 +5,13 @@ trains nothing, a stack trace, or a statistic over a run counted twice."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 from pathlib import Path
+
+import pytest
+
+from maopd.base.arguments import positive_float
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("envs", "agents", "training", "benchmarks", "maopd", "scripts")
@@ -34,3 +39,10 @@ def test_the_check_finds_a_bare_int(tmp_path):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "tool.py").write_text('parser.add_argument("--steps", type=int, default=3)\n')
     assert bare_int_options(tmp_path) == ["benchmarks/tool.py:1 --steps"]
+
+
+def test_a_positive_float_is_finite_and_above_zero():
+    assert positive_float("0.5") == 0.5 and positive_float("1e-3") == 1e-3
+    for text in ("0", "-1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_float(text)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from envs.option.wrapper import option_env, play_options
-from maopd.base.arguments import positive_int, seed_int
+from maopd.base.arguments import positive_float, positive_int, seed_int
 from maopd.base.json_files import json_text, write_json
 from training.rllib.envs import (
     ENV_NAMES,
@@ -215,7 +215,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     parser.add_argument("--workflow", choices=["cascade", "hierarchical"], default="hierarchical")
     parser.add_argument("--iterations", type=positive_int, default=12)
     parser.add_argument("--batch", type=positive_int, default=1500, help="agent steps per PPO iteration")
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=positive_float, default=1e-3)
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--eval-questions", type=positive_int, default=100)
     parser.add_argument("--out", type=Path, default=Path("runs/rllib_ppo"))
