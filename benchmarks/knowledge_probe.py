@@ -40,7 +40,7 @@ import torch
 
 from benchmarks.fact_recall import greedy_answers, recall_report
 from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
-from maopd.base.arguments import positive_int
+from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
 
@@ -225,19 +225,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: the machine is shared)")
     parser.add_argument("--no-progress", action="store_true")
     options = {
-        "--rl-seed": ("rl_seed", int, "seed of the RL world (the pretraining world is the next seed)"),
+        "--rl-seed": ("rl_seed", seed_int, "seed of the RL world (the pretraining world is the next seed)"),
         "--world-scale": ("world_scale", float, "entity counts, times the tiny preset's"),
         "--exposure-scale": ("exposure_scale", float, "every anchor of the exposure curve, times this"),
-        "--phrasings": ("phrasings", int, "recall statements used per predicate (1 to 8)"),
+        "--phrasings": ("phrasings", positive_int, "recall statements used per predicate (1 to 8)"),
         "--qa-share": ("qa_share", float, "share of the pretraining world's entities with question/answer pairs"),
-        "--epochs": ("epochs", int, "passes over the corpus"),
-        "--hidden": ("hidden_size", int, "model width"),
-        "--layers": ("num_layers", int, "model depth"),
-        "--intermediate": ("intermediate_size", int, "MLP width"),
-        "--seq-len": ("seq_len", int, "training window (tokens)"),
-        "--batch-size": ("batch_size", int, "windows per step"),
+        "--epochs": ("epochs", positive_int, "passes over the corpus"),
+        "--hidden": ("hidden_size", positive_int, "model width"),
+        "--layers": ("num_layers", positive_int, "model depth"),
+        "--intermediate": ("intermediate_size", positive_int, "MLP width"),
+        "--seq-len": ("seq_len", positive_int, "training window (tokens)"),
+        "--batch-size": ("batch_size", positive_int, "windows per step"),
         "--lr": ("lr", float, "peak learning rate"),
-        "--seed": ("seed", int, "initialisation, corpus order, question/answer entities"),
+        "--seed": ("seed", seed_int, "initialisation, corpus order, question/answer entities"),
     }
     for flag, (dest, kind, text) in options.items():
         parser.add_argument(flag, dest=dest, type=kind, default=None, help=text)

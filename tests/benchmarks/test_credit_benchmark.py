@@ -7,9 +7,11 @@ import json
 import pytest
 
 from benchmarks import credit_assignment
-from benchmarks.credit_assignment import _LOADED_PLUGINS, main, paired_differences
+from benchmarks.credit_assignment import _LOADED_PLUGINS, WORKER_MEMORY, default_workers, main, paired_differences
 from benchmarks.marl_statistics import interval
+from maopd.base.config import ConfigError
 from training.marl.credit import CREDIT_METHODS
+from training.marl.trainer import MarlConfig
 
 PLUGIN = '''
 import numpy as np
@@ -154,9 +156,6 @@ def test_bad_arguments_are_refused_in_one_line_before_any_run(tmp_path, capsys, 
 
 
 def test_the_trainer_config_refuses_a_bad_value_in_one_line():
-    from maopd.base.config import ConfigError
-    from training.marl.trainer import MarlConfig
-
     with pytest.raises(ConfigError, match=r"^episodes_per_iteration: must be >= 1, got 0$"):
         MarlConfig(episodes_per_iteration=0)
     with pytest.raises(ConfigError, match=r"^workflow: must be one of \['hierarchical', 'cascade'\] or null"):
@@ -187,8 +186,6 @@ def test_bad_files_and_directories_are_refused_in_one_line_before_any_run(tmp_pa
 
 
 def test_the_default_workers_are_one_per_usable_core_as_memory_allows(monkeypatch):
-    from benchmarks.credit_assignment import WORKER_MEMORY, default_workers
-
     pages = {"SC_PAGE_SIZE": 4096}
     monkeypatch.setattr(credit_assignment.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(credit_assignment.os, "sysconf", lambda name: pages.get(name, pages["SC_PHYS_PAGES"]))
