@@ -76,7 +76,7 @@ from benchmarks.marl_statistics import (
 from benchmarks.provenance import git_commit
 from envs.option.menus import MENU_SIZE
 from envs.option.scenarios import SCENARIOS, get_scenario
-from maopd.base.arguments import positive_int, seed_int
+from maopd.base.arguments import positive_int, repeated, seed_int
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
 from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
@@ -749,9 +749,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)
     command = "python benchmarks/credit_assignment.py " + " ".join(argv if argv is not None else sys.argv[1:])
     for option, values in (("--scenarios", args.scenarios), ("--methods", args.methods or []), ("--seeds", args.seeds)):
-        repeated = sorted({str(v) for v in values if values.count(v) > 1})
-        if repeated:
-            parser.error(f"{option} lists {', '.join(repeated)} more than once; give each once")
+        if twice := repeated(values):
+            parser.error(f"{option} lists {', '.join(twice)} more than once; give each once")
     if args.report_from:
         try:
             saved = read_json_file(args.report_from, ValueError, "benchmark results")

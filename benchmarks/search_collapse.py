@@ -22,6 +22,7 @@ from pathlib import Path
 
 from scipy.stats import fisher_exact
 
+from maopd.base.arguments import repeated
 from maopd.base.json_files import read_json_file, write_json
 
 
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if not 0 < args.threshold <= 1:
         parser.error(f"--threshold must be in (0, 1], got {args.threshold}")
+    if twice := repeated([args.method, *args.against]):
+        parser.error(f"--method and --against name {', '.join(twice)} more than once; give each method once")
     try:
         results = read_json_file(args.results, ValueError, "benchmark results")
     except ValueError as exc:

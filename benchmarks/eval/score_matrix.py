@@ -20,6 +20,7 @@ import numpy as np
 
 from benchmarks.eval.metrics import arrange
 from benchmarks.eval.records import EvalRecord
+from maopd.base.arguments import repeated
 from maopd.base.atomic import write_text_atomically
 from maopd.base.errors import UserError
 from maopd.base.json_files import read_json_file
@@ -76,7 +77,7 @@ def _problem(questions, seeds, systems, scores) -> str | None:
         if not axis or not all(isinstance(v, str) and v for v in axis):
             return f"{name} must be a non-empty list of non-empty strings"
         if len(set(axis)) != len(axis):
-            return f"{name} repeat a name: {', '.join(sorted({v for v in axis if axis.count(v) > 1}))}"
+            return f"{name} repeat a name: {', '.join(repeated(axis))}"
     if not questions or not all(
         isinstance(q, tuple) and len(q) == 2 and all(isinstance(p, str) and p for p in q) for q in questions
     ):

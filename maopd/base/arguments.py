@@ -5,6 +5,7 @@ option and its bounds, before any work."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from maopd.base.config import MAX_SEED
 
@@ -51,6 +52,12 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text} is out of range: must be a finite number above 0")
     return value
+
+
+def repeated(values: Sequence) -> list[str]:
+    """The values a list option (``--seeds 0 1 0``) gives more than once, as sorted text: a repeat
+    would count one run or system twice."""
+    return sorted({str(value) for value in values if values.count(value) > 1})
 
 
 positive_int = bounded_int(1)

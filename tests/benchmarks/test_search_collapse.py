@@ -57,3 +57,13 @@ def test_a_missing_method_or_scenario_is_one_line_naming_what_the_file_has(tmp_p
     with pytest.raises(SystemExit):
         main(["--results", str(broken), "--scenario", "lazy_searcher_v1", "--method", "team", "--against", "role"])
     assert "a run lacks 'no_search_workflows'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("against", [["role", "role"], ["team", "role"]])
+def test_a_method_named_twice_is_refused_rather_than_pooled_twice(tmp_path, capsys, against):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RESULTS))
+    with pytest.raises(SystemExit):
+        main(["--results", str(results), "--scenario", "lazy_searcher_v1", "--method", "team", "--against", *against])
+    assert "more than once; give each method once" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
