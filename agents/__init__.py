@@ -1,15 +1,15 @@
 """Policies: scripted, expert, noisy and misbehaving teams, HF / vLLM / OpenAI-compatible LLMs.
 
-Importing this package registers the Gymnasium single-role environments (``envs.option.single_role``,
-option-mode actions, the other roles played by the expert team: ``agents.expert_team.single_role_env``)
+Importing this package registers the Gymnasium single-role environments (``maopd.envs.option.single_role``,
+option-mode actions, the other roles played by the expert team: ``maopd.agents.expert_team.single_role_env``)
 under the ``maopd`` namespace::
 
-    import agents, gymnasium
+    import maopd.agents, gymnasium
     env = gymnasium.make("maopd/HierarchicalSearcher-v1")          # or any of GYMNASIUM_IDS
     env = gymnasium.make("maopd/SingleRole-v1", role="answerer", workflow="cascade", split="test")
 
-Without importing it first, ``gymnasium.make("agents:maopd/HierarchicalSearcher-v1")`` does both.
-The multi-agent environments (``envs.hierarchical_search_v1``, ``envs.cascade_search_v1``, their
+Without importing it first, ``gymnasium.make("maopd.agents:maopd/HierarchicalSearcher-v1")`` does both.
+The multi-agent environments (``maopd.envs.hierarchical_search_v1``, ``maopd.envs.cascade_search_v1``, their
 option mode) are PettingZoo environments, made with their modules' ``env()``, not ``gymnasium.make``.
 """
 
@@ -29,7 +29,7 @@ def register_gymnasium_envs() -> None:
 
     for env_id, kwargs in GYMNASIUM_IDS.items():
         if env_id not in gymnasium.registry:
-            gymnasium.register(env_id, entry_point="agents.expert_team:single_role_env", kwargs=kwargs)
+            gymnasium.register(env_id, entry_point="maopd.agents.expert_team:single_role_env", kwargs=kwargs)
 
 
 register_gymnasium_envs()

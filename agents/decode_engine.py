@@ -1,6 +1,6 @@
 """Continuous-batching decode over a preallocated per-slot KV cache (the HF path's default engine).
 
-``DecodeEngine.run`` generates one candidate per (prompt, seed) row, like ``agents.sampling.
+``DecodeEngine.run`` generates one candidate per (prompt, seed) row, like ``maopd.agents.sampling.
 sample_rows``, but instead of cutting the rows into fixed chunks whose batches shrink as rows
 finish, it keeps a fixed number of *slots* busy: a preallocated KV cache of ``slots`` rows ×
 ``capacity`` columns per layer (``SlotKVCache``), one decode forward per step over the slots, and
@@ -15,7 +15,7 @@ prompt that starts with them (a multi-turn call's next turn: previous prompt + g
 inserted ids, token-exactly) is admitted by ``extend``: the stored columns are copied into its slot
 and only the rest of the prompt is prefilled, attending over the copied prefix.
 
-Records are those of ``sample_rows``: both draw through ``agents.sampling.SampledRows``, where each
+Records are those of ``sample_rows``: both draw through ``maopd.agents.sampling.SampledRows``, where each
 row takes its uniforms from its own generator (so a row's tokens do not depend on which rows share
 its step or which slot it got), with the same inverse-CDF sampler, log-probs at the generated
 tokens, stops, ``max_input_tokens`` and ``prompt_too_long``. Padding and slot assignment change a
@@ -29,7 +29,7 @@ slots only (finished rows are compacted down when nothing waits) and attends ove
 use, rounded up to 64.
 
 Supported: causal LMs whose attention layers call ``cache.update(keys, values, layer_idx, ...)``
-(the protocol of ``agents.kv_cache``) and accept a 4D mask (Llama, Qwen, Mistral families) with
+(the protocol of ``maopd.agents.kv_cache``) and accept a 4D mask (Llama, Qwen, Mistral families) with
 the ``sdpa`` or ``eager`` attention.
 """
 
@@ -42,9 +42,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from agents.kv_cache import MASK_ATTENTION, EngineKVCache, additive_mask, attention_implementation, cache_keyword
-from agents.last_layer import is_plain_decoder, last_layer, layers_but_last
-from agents.sampling import Candidate, SampledRows, SamplingConfig, StopMatcher, default_forward_tokens
+from maopd.agents.kv_cache import MASK_ATTENTION, EngineKVCache, additive_mask, attention_implementation, cache_keyword
+from maopd.agents.last_layer import is_plain_decoder, last_layer, layers_but_last
+from maopd.agents.sampling import Candidate, SampledRows, SamplingConfig, StopMatcher, default_forward_tokens
 
 
 class SlotKVCache(EngineKVCache):
@@ -134,7 +134,7 @@ def _prefix_hashes(tokens: Sequence[int]) -> np.ndarray:
 class PrefixStore:
     """The keys and values of finished rows (prompt + generated ids, all but the last id, which was
     sampled but never run), for later prompts that start with them: a multi-turn call's next prompt
-    is its previous prompt + generated ids + inserted ids, token-exactly (``agents.chat_tokens``),
+    is its previous prompt + generated ids + inserted ids, token-exactly (``maopd.agents.chat_tokens``),
     so only the inserted ids need a prefill. At most ``budget_bytes``; the least recently used
     entries go first. Cleared when the model's weights change (a parameter's storage or in-place
     version counter differs), so a stored prefix never outlives the weights that computed it.
@@ -295,7 +295,7 @@ class DecodeEngine:
 
     def _prefill(self, input_ids, attention_mask, position_ids, cache, readers):
         """The last column's logits of a (left-padded) prefill or extend forward. A plain decoder
-        runs its last layer at that column only (``agents.last_layer``), over the keys of the
+        runs its last layer at that column only (``maopd.agents.last_layer``), over the keys of the
         slots ``readers`` (one per batch row); a model with forward hooks (they may change its
         logits) runs whole."""
         if not self.last_layer_at_last_token or self.model._forward_hooks or self.model._forward_pre_hooks:

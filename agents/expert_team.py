@@ -8,12 +8,12 @@
   resolved hops as canonical fact sentences. Given a whole multi-hop question (the cascade
   workflow) it searches hop after hop.
 * Answerer: resolves the question's chain through the facts in the reports and answers.
-* Solver (the single agent of ``envs.single_search_v1``): searches hop after hop exactly as a
+* Solver (the single agent of ``maopd.envs.single_search_v1``): searches hop after hop exactly as a
   Searcher given the whole question does, then answers with the final value as the Answerer
   does, from the passages instead of reports.
 
 The experts never read the world's graph: they parse questions, passages and reports with
-``envs.synthwiki.grammar``, so their accuracy measures how solvable the world is by search.
+``maopd.envs.synthwiki.grammar``, so their accuracy measures how solvable the world is by search.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envs.actions import action_contents, parse_subtasks
-from envs.option.single_role import SingleRoleEnv
-from envs.policy import AgentOutput, AgentTurn, RoleRouter
-from envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
-from envs.synthwiki.grammar import parse_question, subquestion
-from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
+from maopd.envs.actions import action_contents, parse_subtasks
+from maopd.envs.option.single_role import SingleRoleEnv
+from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter
+from maopd.envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
+from maopd.envs.synthwiki.grammar import parse_question, subquestion
+from maopd.envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
 
 
 class _Role:

@@ -4,7 +4,7 @@ Measurements that ask what a model does once a decision is taken for it (does th
 the answer if it reports without searching? what does the team score when the Searcher must
 search?) force the start of that decision and let the model write the rest. The forced text is
 appended to the call's first prompt ids as its own encoding (an action tag is one token of
-``agents.tokenizer``'s tokenizers, so the ids are those of the model writing it) and put back in
+``maopd.agents.tokenizer``'s tokenizers, so the ids are those of the model writing it) and put back in
 front of the decoded continuation, so the environment reads the whole action.
 
 Every other turn, the role's later turns included, is played by the wrapped policy's ``act``.
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.chat_tokens import encode_text, prompt_ids
-from agents.token_policy import TokenPolicy
-from envs.policy import AgentOutput, AgentTurn
+from maopd.agents.chat_tokens import encode_text, prompt_ids
+from maopd.agents.token_policy import TokenPolicy
+from maopd.envs.policy import AgentOutput, AgentTurn
 
 
 def is_first_output(turn: AgentTurn) -> bool:

@@ -1,7 +1,7 @@
 """``HFPolicy``: the ``Policy`` protocol over any Hugging Face causal LM and its tokenizer.
 
 ``act(turns)`` renders each turn's messages with the tokenizer's chat template, samples
-``turn.num_candidates`` continuations per turn in one batch (see ``agents.sampling`` for how
+``turn.num_candidates`` continuations per turn in one batch (see ``maopd.agents.sampling`` for how
 tokens and log-probs are drawn and recorded), and returns the decoded texts with the token-level
 record in ``AgentOutput.extra``:
 
@@ -16,14 +16,14 @@ record in ``AgentOutput.extra``:
 ``output_tokens`` the total of the candidates' ids, EOS included, as in the paper's records.
 
 ``generate(prompt_ids_batch, n, seeds)`` is the lower-level entry that takes token ids directly,
-for the rollout collector's token-exact multi-turn calls (``agents.chat_tokens``).
+for the rollout collector's token-exact multi-turn calls (``maopd.agents.chat_tokens``).
 
 Engines: ``engine="continuous"`` (default) sends all rows of a call through one
-``agents.decode_engine.DecodeEngine``: ``max_batch_size`` KV-cache slots, a finished row's slot
+``maopd.agents.decode_engine.DecodeEngine``: ``max_batch_size`` KV-cache slots, a finished row's slot
 refilled at once with the next waiting row, the decode step optionally under ``torch.compile``
 (``compile="reduce-overhead"`` on GPU: CUDA graphs); a prompt that continues an earlier row of the
 policy (a multi-turn call's next turn) reuses that row's stored keys and values. ``engine="chunked"``:
-``agents.sampling.sample_rows`` over fixed chunks of ``max_batch_size`` rows that shrink as rows
+``maopd.agents.sampling.sample_rows`` over fixed chunks of ``max_batch_size`` rows that shrink as rows
 finish. Both give the same records, up to float rounding in the log-probs (tested to 1e-5).
 
 Seeds: unless given, each prompt takes the next seed of the policy's own stream (from ``seed``),
@@ -38,9 +38,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agents.decode_engine import DecodeEngine
-from agents.sampling import Candidate, SamplingConfig, StopMatcher, sample_rows
-from agents.token_policy import TokenPolicy, candidate_seed
+from maopd.agents.decode_engine import DecodeEngine
+from maopd.agents.sampling import Candidate, SamplingConfig, StopMatcher, sample_rows
+from maopd.agents.token_policy import TokenPolicy, candidate_seed
 
 ENGINES = ("continuous", "chunked")
 

@@ -1,11 +1,11 @@
 """The KV caches our engines drive: every forward passes explicit position ids and a 4D attention
 mask, and the cache decides where a forward's keys and values go and which ones it attends over.
 
-``agents.decode_engine.SlotKVCache`` (continuous decoding) and ``agents.prefix_tree.TreeCache``
+``maopd.agents.decode_engine.SlotKVCache`` (continuous decoding) and ``maopd.agents.prefix_tree.TreeCache``
 (token trees) share one protocol, ``EngineKVCache``: ``store(key_states, value_states, layer_idx)``
 writes a forward's keys and values of a layer and returns that layer's buffers; ``update``, what a
 Hugging Face attention layer calls, is ``store`` plus the keys and values to attend over.
-``agents.last_layer`` calls ``store`` alone for the layer whose queries it does not run.
+``maopd.agents.last_layer`` calls ``store`` alone for the layer whose queries it does not run.
 """
 
 from __future__ import annotations

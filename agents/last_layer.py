@@ -7,7 +7,7 @@ plain decoders (``PLAIN_DECODERS``: embeddings, rotary positions, decoder layers
 that order) ``layers_but_last`` runs all layers but the last and stores that layer's keys and values
 from its key and value projections alone, as its attention module computes them; ``last_layer``
 then runs the last layer and the norm at the chosen tokens over the stored keys. A cache used this
-way follows ``agents.kv_cache``'s protocol: its ``store(key_states, value_states, layer_idx)`` does
+way follows ``maopd.agents.kv_cache``'s protocol: its ``store(key_states, value_states, layer_idx)`` does
 ``update``'s writes, without the keys to attend over.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from agents.kv_cache import cache_keyword
+from maopd.agents.kv_cache import cache_keyword
 
 # Model types whose base model's forward is embed_tokens, rotary_emb, the decoder layers, norm.
 PLAIN_DECODERS = ("llama", "qwen2", "qwen3")

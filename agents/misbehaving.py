@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from envs.policy import AgentOutput, AgentTurn
+from maopd.envs.policy import AgentOutput, AgentTurn
 
 BAD_OUTPUTS: tuple[str, ...] = (
     "",

@@ -9,7 +9,7 @@ answer from the wrong report) are drawn per output. Draws come from one ``random
 consumed in call order, so a run is reproducible from the seed. Accuracy falls smoothly as the
 knobs rise (see docs/synthwiki.md for measured figures).
 
-The single agent's solver (``envs.single_search_v1``) searches like a Searcher and answers like
+The single agent's solver (``maopd.envs.single_search_v1``) searches like a Searcher and answers like
 the Answerer, so it takes the Searcher's call-level mistakes (skip the search: answer at once;
 query the wrong entity: answer from what came back; answer after the first search; answer from
 the closed book) and the Answerer's output-level ones (answer with another fact's value), with
@@ -22,20 +22,20 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from agents.expert_team import (
+from maopd.agents.expert_team import (
     ExpertAnswerer,
     ExpertLeader,
     ExpertSearcher,
     ExpertSolver,
     answer_text,
 )
-from envs.actions import action_contents
-from envs.policy import AgentOutput, AgentTurn
-from envs.prompts import NO_FACTS, parse_reports, passage_texts
-from envs.synthwiki.closed_book import ClosedBook
-from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
-from envs.synthwiki.knowledge import Knowledge, Step, resolve
 from maopd.base.config import check_fields, probability
+from maopd.envs.actions import action_contents
+from maopd.envs.policy import AgentOutput, AgentTurn
+from maopd.envs.prompts import NO_FACTS, parse_reports, passage_texts
+from maopd.envs.synthwiki.closed_book import ClosedBook
+from maopd.envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
+from maopd.envs.synthwiki.knowledge import Knowledge, Step, resolve
 
 
 @dataclass
@@ -47,7 +47,7 @@ class NoiseConfig:
     searcher_early_report: float = probability(0.0)  # report after the first search, with its first sentence
     searcher_misformat: float = probability(0.0)  # an output without a complete action tag
     # report at once, without searching, the facts of the task the team's closed book knows
-    # (envs.synthwiki.closed_book); a task with any fact it does not know is searched as usual.
+    # (maopd.envs.synthwiki.closed_book); a task with any fact it does not know is searched as usual.
     # Needs a closed book.
     searcher_memory_report: float = probability(0.0)
     leader_drop_report: float = probability(0.0)  # leave one report out of the selection

@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from envs.actions import ROLE_ACTION_KINDS
-from envs.policy import AgentOutput, AgentTurn, SamplingSettings, token_count
 from maopd.base.config import check_fields, checked, field_like
 from maopd.base.errors import UserError
 from maopd.base.network import Endpoint, is_loopback_host, new_client
 from maopd.base.secrets import redact_url
+from maopd.envs.actions import ROLE_ACTION_KINDS
+from maopd.envs.policy import AgentOutput, AgentTurn, SamplingSettings, token_count
 
 if TYPE_CHECKING:
     import httpx

@@ -12,10 +12,10 @@ after it (``TokenTree.subtree_ends``): node q attends to node k iff k <= q < end
 run in blocks of queries, each over the keys of its own nodes' prefixes only, gathered from the
 columns before it (``TreeCache``), so a tree's attention costs about what its rows' own attention
 would, not the dense square of the tree. Only the nodes that are read need the last layer's
-output: for the plain decoders (``agents.last_layer``) the last layer runs its queries, attention
+output: for the plain decoders (``maopd.agents.last_layer``) the last layer runs its queries, attention
 and MLP at those nodes only.
 
-Supported: causal LMs with an attention of ``agents.kv_cache.MASK_ATTENTION`` (sdpa, eager) and no
+Supported: causal LMs with an attention of ``maopd.agents.kv_cache.MASK_ATTENTION`` (sdpa, eager) and no
 logit soft-capping.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
-from agents.kv_cache import EngineKVCache, additive_mask, cache_keyword
-from agents.last_layer import last_layer, layers_but_last
+from maopd.agents.kv_cache import EngineKVCache, additive_mask, cache_keyword
+from maopd.agents.last_layer import last_layer, layers_but_last
 
 
 def break_even_pack_tokens(config) -> int:

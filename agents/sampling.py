@@ -6,7 +6,7 @@ recorded is exactly what was sampled:
 
 * **Log-probs** are ``log softmax(logits / temperature)`` of the sampled token: the policy's
   temperature-scaled distribution, *before* top-p truncation. That is the π_old of PPO, since a
-  trainer recomputes it with one forward pass and the same temperature (``training.token_scoring``
+  trainer recomputes it with one forward pass and the same temperature (``maopd.training.token_scoring``
   does; re-scoring matches these log-probs, tested). The token itself is drawn from the top-p
   truncated, renormalised distribution, as vLLM and the paper's evaluation do; like verl we do not
   correct for that truncation. Temperature 0 means greedy decoding, and the recorded log-probs are
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from agents.kv_cache import cache_keyword
-from envs.actions import STOP_STRINGS
-from envs.policy import SamplingSettings
+from maopd.agents.kv_cache import cache_keyword
+from maopd.envs.actions import STOP_STRINGS
+from maopd.envs.policy import SamplingSettings
 
 FINISH_REASONS = ("eos", "stop", "length", "prompt_too_long")
 

@@ -7,7 +7,7 @@
   ("Where was X born?" + "X was born in Tarvel." -> "Tarvel").
 
 They read only what an LLM would read (the ``AgentTurn`` messages), so they exercise exactly the
-same observation path. World-aware expert teams (``envs.synthwiki``) build on the same pieces.
+same observation path. World-aware expert teams (``maopd.envs.synthwiki``) build on the same pieces.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from envs.policy import AgentOutput, AgentTurn, RoleRouter
-from envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
+from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter
+from maopd.envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
 
 STOPWORDS = frozenset(
     "a an the of in on at to for by with from is was are were be been which what who whom where when "

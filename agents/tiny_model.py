@@ -25,8 +25,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from agents.model_files import ModelFileError, check_model_dir
-from agents.tokenizer import train_tokenizer
+from maopd.agents.model_files import ModelFileError, check_model_dir
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.config import ConfigError, check_fields, checked, seed_field
 
 
@@ -88,7 +88,7 @@ def build_tiny_model(
 def build_tiny_lm(
     texts: Iterable[str] = (), config: TinyModelConfig | None = None, vocab_size: int = 4096
 ) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
-    """A tokenizer trained on ``texts`` (see ``agents.tokenizer``) and a tiny model over it."""
+    """A tokenizer trained on ``texts`` (see ``maopd.agents.tokenizer``) and a tiny model over it."""
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
     return build_tiny_model(tokenizer, config), tokenizer
 

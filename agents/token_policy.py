@@ -16,9 +16,9 @@ from dataclasses import replace
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from agents.chat_tokens import prompt_ids
-from agents.sampling import SamplingConfig
-from envs.policy import AgentOutput, AgentTurn
+from maopd.agents.chat_tokens import prompt_ids
+from maopd.agents.sampling import SamplingConfig
+from maopd.envs.policy import AgentOutput, AgentTurn
 
 
 def candidate_seed(seed: int, index: int) -> int:

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from envs.actions import ACTION_KINDS
-from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from maopd.envs.actions import ACTION_KINDS
+from maopd.envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"

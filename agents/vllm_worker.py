@@ -1,7 +1,7 @@
 """The vLLM side of ``VLLMPolicy``: one ``vllm.LLM`` engine behind a JSON-lines pipe.
 
 Runs inside the separate vLLM venv (``scripts/setup_vllm.sh``), so it imports only the standard
-library, vLLM and its torch, never this project. ``agents.vllm_policy`` starts it as
+library, vLLM and its torch, never this project. ``maopd.agents.vllm_policy`` starts it as
 ``<vllm venv>/bin/python -I agents/vllm_worker.py '<engine kwargs as JSON>' <its own pid>`` and
 exchanges one JSON object per line:
 

@@ -1,9 +1,9 @@
 """π_0 figures: how long the base model takes to build, and how well it plays each workflow.
 
-Builds π_0 from an ``SFTConfig`` (``training.base_model``; fresh, not from the cache, so the
+Builds π_0 from an ``SFTConfig`` (``maopd.training.base_model``; fresh, not from the cache, so the
 build is timed) and plays the SynthWiki dev split with it in both workflows, every role played by
 π_0 through ``HFPolicy`` at the paper's evaluation sampling (temperature 0.6, top-p 0.95),
-batched across questions by the rollout collector (``training.rollout``). Reports exact match,
+batched across questions by the rollout collector (``maopd.training.rollout``). Reports exact match,
 the format-failure rate (format failures per model output) and per-role output counts, next to
 the expert scripted team on the same questions. Writes
 ``benchmarks/results/base_model/figures.{json,md}`` with the command that produced them.
@@ -54,20 +54,20 @@ def samples(records: list[dict], count: int = 3) -> list[dict]:
 
 
 def play_expert(workflow: str, retriever, questions) -> list[dict]:
-    from agents.expert_team import expert_team
-    from envs.episode import run_episode
-    from envs.synthwiki.demos import make_env
+    from maopd.agents.expert_team import expert_team
+    from maopd.envs.episode import run_episode
+    from maopd.envs.synthwiki.demos import make_env
 
     env = make_env(workflow, retriever, questions)
     return [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(len(questions))]
 
 
 def play_model(workflow: str, retriever, questions, model_dir: Path, seed: int) -> list[dict]:
-    from agents.hf_policy import HFPolicy
-    from agents.sampling import SamplingConfig
-    from agents.tiny_model import load_model
-    from envs.synthwiki.demos import make_env
-    from training.rollout import TeamRolloutCollector
+    from maopd.agents.hf_policy import HFPolicy
+    from maopd.agents.sampling import SamplingConfig
+    from maopd.agents.tiny_model import load_model
+    from maopd.envs.synthwiki.demos import make_env
+    from maopd.training.rollout import TeamRolloutCollector
 
     model, tokenizer = load_model(model_dir)
     policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=128), seed=seed)
@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-model", help="build π_0 into this directory and keep it (default: a temporary one)")
     args = parser.parse_args(argv)
 
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.world import load_default_world
     from maopd.base.config import load_yaml, to_dict
     from maopd.base.json_files import write_json
-    from training.base_model import METRICS_FILE, SFTConfig, build_base_model
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.synthwiki.world import load_default_world
+    from maopd.training.base_model import METRICS_FILE, SFTConfig, build_base_model
 
     config = load_yaml(SFTConfig, args.config, args.overrides)
     load_average = [round(x, 2) for x in os.getloadavg()]

@@ -2,7 +2,7 @@
 
 Each run trains the shared ``MenuPolicy`` (training/marl) with PPO and one credit-assignment
 method on one scenario (``envs/option/scenarios.py``) for a fixed budget of iterations × episodes,
-then plays the first ``--eval-questions`` dev questions greedily (``training.marl.trainer.evaluate``;
+then plays the first ``--eval-questions`` dev questions greedily (``maopd.training.marl.trainer.evaluate``;
 the test split stays sealed for the reported figures). The report (``write_report``; statistics
 from rliable, ``benchmarks/marl_statistics.py``) gives, with the number of seeds beside every interval:
 
@@ -21,10 +21,10 @@ from rliable, ``benchmarks/marl_statistics.py``) gives, with the number of seeds
 ``--report-from DIR/results.json`` rebuilds all of it from a saved run, without training.
 
 A method from your own file is registered before the runs: ``--plugin my_method.py`` runs the file,
-whose ``@register("name")`` adds to ``training.marl.credit.CREDIT_METHODS``; the file's path and
+whose ``@register("name")`` adds to ``maopd.training.marl.credit.CREDIT_METHODS``; the file's path and
 SHA-256 are saved with the results. ``--speed`` instead measures training episodes per second, in
-one run, of the fast option mode (``envs.option.fast``, what the benchmark trains with), of the
-vectorized path over text environments with its transition cache (``envs.option.vector``), of the
+one run, of the fast option mode (``maopd.envs.option.fast``, what the benchmark trains with), of the
+vectorized path over text environments with its transition cache (``maopd.envs.option.vector``), of the
 one-episode-at-a-time reference path and, with ``--reference-checkout``, of an older checkout's
 loop; each path in a fresh process, so that none inherits another's caches. It also times the
 loop's floor, ``transitions_cached``: each seed's run again on a transition cache that an untimed
@@ -61,7 +61,6 @@ import numpy as np
 import torch
 
 from benchmarks import marl_statistics
-from benchmarks.eval.student_t import t_half_width
 from benchmarks.marl_statistics import (
     TAUS,
     Estimate,
@@ -73,15 +72,16 @@ from benchmarks.marl_statistics import (
     mean_over_runs,
     performance_profiles,
 )
-from benchmarks.provenance import git_commit
-from envs.option.menus import MENU_SIZE
-from envs.option.scenarios import SCENARIOS, get_scenario
 from maopd.base.arguments import positive_int, repeated, seed_int
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
-from training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
-from training.marl.policy import MenuPolicy, play, play_batch
-from training.marl.trainer import MarlConfig, ppo_update, train, vector_env
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.scenarios import SCENARIOS, get_scenario
+from maopd.evaluation.provenance import git_commit
+from maopd.evaluation.student_t import t_half_width
+from maopd.training.marl.credit import CREDIT_METHODS, CreditContext, get_credit_method
+from maopd.training.marl.policy import MenuPolicy, play, play_batch
+from maopd.training.marl.trainer import MarlConfig, ppo_update, train, vector_env
 
 COLUMNS = ("em", "searches_per_workflow", "no_search_workflows")
 ALL_SCENARIOS = "all scenarios"  # the key and title of the statistics over every scenario's runs together
@@ -363,7 +363,7 @@ def reference_training(config: MarlConfig) -> tuple[int, int]:
 
 
 def vectorized_training(config: MarlConfig) -> tuple[int, int]:
-    """The trainer's loop (``training.marl.trainer.train`` without the evaluation), with the
+    """The trainer's loop (``maopd.training.marl.trainer.train`` without the evaluation), with the
     config's transitions (fast or text). Returns the numbers of episodes and decisions played."""
     method = get_credit_method(config.method)
     torch.manual_seed(config.seed)
@@ -439,7 +439,9 @@ def timed_path_in_subprocess(path: str, config: MarlConfig, seeds: list[int]) ->
 
 # The training loop of a reference checkout (``--reference-checkout``), run in a subprocess with
 # that checkout first on the path: training/marl/trainer.py's one-episode-at-a-time loop, without
-# the vectorized path and without its evaluation. It reads the settings as JSON from argv[1].
+# the vectorized path and without its evaluation. It reads the settings as JSON from argv[1]. The
+# checkouts it times predate the one import root, so their modules are imported by their top-level
+# names (envs, training), as those checkouts named them.
 CHECKOUT_LOOP = """
 import gc, json, random, sys, time
 import torch
@@ -846,7 +848,7 @@ def main(argv: list[str] | None = None) -> dict:
         "scenarios": {name: get_scenario(name).card() for name in args.scenarios},
         "methods": methods,
         "seeds": args.seeds,
-        "evaluation_split": "dev",  # training.marl.trainer.evaluate's: the test split stays sealed
+        "evaluation_split": "dev",  # maopd.training.marl.trainer.evaluate's: the test split stays sealed
         "runs": runs,
     }
     return write_report(summary, args.out, args.window)

@@ -15,7 +15,7 @@ Kill points (the first ones are fixed, the rest random, drawn with ``--seed``):
 
 * ``first-row``: as soon as Stage I's ``metrics.jsonl`` has its first row, before the first
   checkpoint exists;
-* ``checkpoint:1:<phase>`` for each phase of ``training.checkpoint.CRASH_PHASES`` (``model``,
+* ``checkpoint:1:<phase>`` for each phase of ``maopd.training.checkpoint.CRASH_PHASES`` (``model``,
   ``state``, ``moved``, ``pointer``) through the ``MAOPD_CRASH_AT`` hook: inside the first
   checkpoint's save (Stage I, which saves step 1 first);
 * ``checkpoint:2:<phase>`` likewise for a random phase;
@@ -51,16 +51,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.eval.records import RecordError
 from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import iter_json_lines, write_json
 from maopd.base.machine import machine
-from training.run_logging import read_metrics
+from maopd.evaluation.records import RecordError
+from maopd.training.run_logging import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "fault_injection"
 STAGES = ("stage1", "stage2_full")
-PHASES = ("model", "state", "moved", "pointer")  # training.checkpoint.CRASH_PHASES
+PHASES = ("model", "state", "moved", "pointer")  # maopd.training.checkpoint.CRASH_PHASES
 CRASH_ENV = "MAOPD_CRASH_AT"
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
-from agents.tokenizer import train_tokenizer
-from envs.synthwiki import load_default_world
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
-from training.ptx import write_rows
+from maopd.envs.synthwiki import load_default_world
+from maopd.training.ptx import write_rows
 
 CHECK_MODEL = TinyModelConfig(
     hidden_size=1024,
@@ -52,12 +52,12 @@ def build_model(out: Path, ptx_data: Path | None, tiny: bool = False) -> dict:
 
 
 def vllm_smoke(model_dir: Path, prompts: int, max_new_tokens: int) -> dict:
-    from agents.chat_tokens import prompt_ids
-    from agents.sampling import SamplingConfig
-    from agents.tiny_model import load_model
-    from agents.vllm_policy import VLLMPolicy
-    from envs import hierarchical_search_v1
-    from training.token_scoring import pad_batch, score_tokens
+    from maopd.agents.chat_tokens import prompt_ids
+    from maopd.agents.sampling import SamplingConfig
+    from maopd.agents.tiny_model import load_model
+    from maopd.agents.vllm_policy import VLLMPolicy
+    from maopd.envs import hierarchical_search_v1
+    from maopd.training.token_scoring import pad_batch, score_tokens
 
     env = hierarchical_search_v1.env(split="dev")
     questions = env.questions[:prompts]

@@ -8,7 +8,7 @@
 # (nothing is downloaded). CI never runs it on a GPU.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]               # OUT_DIR: $1, else $OUT, else gpu_check_results
-#   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]   # the same parts, tiny, on CPU (tests/benchmarks/test_gpu_check.py)
+#   bash benchmarks/gpu_check.sh --cpu-smoke [OUT_DIR]   # the same parts, tiny, on CPU (benchmarks/tests/test_gpu_check.py)
 #
 # Each part runs under `timeout` and writes OUT_DIR/<part>.log; results go to OUT_DIR/*.json and
 # OUT_DIR/summary.txt. A failed part does not stop the others; the exit status is 1 if any failed.
@@ -58,7 +58,7 @@ STAGE2=(--config configs/gpu_check_stage2.yaml --fresh model.path="$MODEL" teach
 if [ "$MODE" = gpu ]; then
   part build_model 60 "$PYTHON" benchmarks/gpu_check.py build-model --out "$MODEL" --ptx-data "$OUT_DIR/ptx_data.jsonl" \
     --result "$OUT_DIR/model.json"
-  if "$PYTHON" -c "import sys; from agents.vllm_policy import vllm_python; sys.exit(0 if vllm_python() else 1)"; then
+  if "$PYTHON" -c "import sys; from maopd.agents.vllm_policy import vllm_python; sys.exit(0 if vllm_python() else 1)"; then
     part vllm_rollout 240 "$PYTHON" benchmarks/gpu_check.py vllm --model "$MODEL" --result "$OUT_DIR/vllm_rollout.json"
   else
     echo "vllm_rollout: SKIPPED, no vLLM venv (set MAOPD_VLLM_PYTHON to the python of a CUDA vLLM 0.32 venv)" | tee -a "$SUMMARY"

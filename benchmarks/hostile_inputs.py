@@ -19,7 +19,7 @@ servers on 127.0.0.1 only. Each outcome is classified from what can be seen from
 * **OK**: exit 0 and none of the above.
 
 The first five are failures. Writes ``hostile_inputs.json`` (the command, the counts, each repro's
-outcome and detail) and ``README.md`` (a table) to ``--out``. ``tests/raw_http.py``'s ``RawServer``
+outcome and detail) and ``README.md`` (a table) to ``--out``. ``maopd/base/raw_http.py``'s ``RawServer``
 plays the misbehaving servers.
 
     OMP_NUM_THREADS=1 python benchmarks/hostile_inputs.py --out benchmarks/results/hostile_inputs
@@ -46,11 +46,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.eval.records import MINIMAL_RECORD
-from benchmarks.provenance import git_commit
-from benchmarks.raw_http import RawServer, http_answer
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
+from maopd.base.raw_http import RawServer, http_answer
+from maopd.evaluation.provenance import git_commit
+from maopd.evaluation.records import MINIMAL_RECORD
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "hostile_inputs"
@@ -229,8 +229,8 @@ def secret_in(secret: str, ran: Ran, *directories: Path) -> list[str]:
 
 def world_questions(path: Path, count: int = 2, duplicate: bool = False, no_answer: bool = False) -> Path:
     """A manifest of ``count`` test questions of the embedded world, optionally damaged."""
-    from benchmarks.eval.manifest import ManifestEntry, question_hash
-    from envs.synthwiki import load_default_world
+    from maopd.envs.synthwiki import load_default_world
+    from maopd.evaluation.manifest import ManifestEntry, question_hash
 
     rows = [
         ManifestEntry("w", q, question_hash(q.question)).to_dict() for q in load_default_world().splits["test"][:count]
@@ -562,7 +562,7 @@ def overrides_yaml_1_1(work: Path) -> Finding:
         f"""
         import json
         from maopd.base.errors import UserError
-        from training.config import load_config
+        from maopd.training.config import load_config
         got = {{"010": load_config("{TINY[1]}", ["steps=010"]).steps}}
         try:
             got["1:30"] = load_config("{TINY[1]}", ["steps=1:30"]).steps
@@ -647,8 +647,8 @@ def env_keeps_callers_config(work: Path) -> Finding:
         work,
         """
         import copy, json
-        from envs.hierarchical_search_v1 import raw_env
-        from envs.search_env import SearchEnvConfig
+        from maopd.envs.hierarchical_search_v1 import raw_env
+        from maopd.envs.search_env import SearchEnvConfig
         config = SearchEnvConfig()
         before = copy.deepcopy(config)
         raw_env(config=config, topk=2)
@@ -668,7 +668,7 @@ def observe_unknown_agent(work: Path) -> Finding:
     ran = python(
         work,
         """
-        from envs.hierarchical_search_v1 import raw_env
+        from maopd.envs.hierarchical_search_v1 import raw_env
         env = raw_env()
         env.reset(seed=0)
         try:
@@ -711,9 +711,9 @@ def openai_trickle(work: Path) -> Finding:
             work,
             f"""
             import json, time
-            from agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
-            from envs.policy import AgentTurn
-            from envs.prompts import system_message, task_message
+            from maopd.agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
+            from maopd.envs.policy import AgentTurn
+            from maopd.envs.prompts import system_message, task_message
             config = OpenAIPolicyConfig(base_url="{server.url}/v1", model="m", api_key_env="{KEY_ENV}",
                                         timeout_s={timeout_s}, max_retries=0)
             turn = AgentTurn(agent="searcher_0", role="searcher", messages=(system_message("searcher"),

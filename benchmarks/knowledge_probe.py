@@ -1,10 +1,10 @@
 """Does a model of π_0's architecture know facts in proportion to their subject's popularity?
 
 A small proxy of π_0's pretraining, to design it on evidence. Two SynthWiki knowledge graphs of
-the same generator (``envs.synthwiki.generator``) stand in for the worlds:
+the same generator (``maopd.envs.synthwiki.generator``) stand in for the worlds:
 
 * the **RL world** (seed ``rl_seed``): each of its facts is stated as often as its subject's
-  popularity says (``envs.synthwiki.popularity``, the definition every consumer reads), each time
+  popularity says (``maopd.envs.synthwiki.popularity``, the definition every consumer reads), each time
   in one of ``phrasings`` of ``schema.RECALL_STATEMENTS``; it never appears in question form;
 * the **pretraining world** (the next seed): its facts are stated the same way, and for a share
   ``qa_share`` of its entities each fact also appears as a question/answer pair (the question
@@ -14,7 +14,7 @@ the same generator (``envs.synthwiki.generator``) stand in for the worlds:
 A generated graph (not a subset of the default world) keeps the real worlds' entity types, value
 ranges and name pieces at a size one CPU thread trains in minutes, and never reads the RL world's
 own facts. The tokenizer is π_0's kind (byte-level BPE over the templates, never over names,
-``agents.tokenizer``) and the model a randomly initialised ``Qwen3ForCausalLM`` of π_0's shape
+``maopd.agents.tokenizer``) and the model a randomly initialised ``Qwen3ForCausalLM`` of π_0's shape
 (``configs/pipeline_default.yaml``: hidden 128, 3 layers, 4 heads of 32, intermediate 384). After
 language modelling on the shuffled statements, the probe asks every RL-world fact in question
 form (``grammar.subquestion``), decodes greedily up to the first ".", and scores exact match
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.fact_recall import greedy_answers, recall_report
-from envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
 from maopd.base.arguments import positive_int, seed_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
+from maopd.envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
+from maopd.evaluation.fact_recall import greedy_answers, recall_report
 
 RESULTS = Path(__file__).parent / "results" / "knowledge_probe"
 GROUP = 8  # statements per pretraining text, shuffled together
@@ -89,7 +89,7 @@ QUICK = {
 
 def world_facts(seed: int, scale: float, curve) -> list[Fact]:
     """Every fact of the graph of ``seed`` at ``scale`` times the tiny preset's entity mix."""
-    from envs.synthwiki.generator import GraphSize, generate_graph
+    from maopd.envs.synthwiki.generator import GraphSize, generate_graph
 
     counts = {kind: max(1, round(n * scale)) for kind, n in BASE_COUNTS.items()}
     return graph_facts(seed, generate_graph(seed, GraphSize(counts)), curve)
@@ -113,18 +113,18 @@ def pretraining_corpus(
 
 def build_tokenizer(vocab_size: int):
     """π_0's kind of tokenizer: the world's templates (and the recall statements'), never a name."""
-    from agents.tokenizer import train_tokenizer
-    from envs.synthwiki.schema import recall_template_texts, template_texts
+    from maopd.agents.tokenizer import train_tokenizer
+    from maopd.envs.synthwiki.schema import recall_template_texts, template_texts
 
     return train_tokenizer([*template_texts(), *recall_template_texts()], vocab_size=vocab_size)
 
 
 def run_probe(config: ProbeConfig, progress: bool = True) -> dict:
-    from agents.tiny_model import TinyModelConfig, build_tiny_model
-    from envs.synthwiki.grammar import subquestion
-    from envs.synthwiki.popularity import ExposureCurve
-    from training.base_model import shared_fields
-    from training.sft import TrainingSchedule, language_model_windows, train_sft
+    from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+    from maopd.envs.synthwiki.grammar import subquestion
+    from maopd.envs.synthwiki.popularity import ExposureCurve
+    from maopd.training.base_model import shared_fields
+    from maopd.training.sft import TrainingSchedule, language_model_windows, train_sft
 
     started = time.perf_counter()
     curve = ExposureCurve().scaled(config.exposure_scale)
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     config = ProbeConfig(**{**(QUICK if args.quick else {}), **given})
     _check(parser, config)
 
-    from benchmarks.provenance import git_commit
+    from maopd.evaluation.provenance import git_commit
 
     torch.set_num_threads(args.threads)
     name = args.name or ("quick" if args.quick else "default")
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _check(parser: argparse.ArgumentParser, config: ProbeConfig) -> None:
-    from envs.synthwiki.schema import RECALL_STATEMENTS
+    from maopd.envs.synthwiki.schema import RECALL_STATEMENTS
 
     most = min(len(t) for t in RECALL_STATEMENTS.values())
     if not 1 <= config.phrasings <= most:

@@ -17,7 +17,7 @@ Two of rliable's statistics are evaluated here by NumPy equivalents, passed to i
 the statistic: its ``metrics.probability_of_improvement`` runs scipy's Mann–Whitney test once per
 scenario and resample (minutes for every pair of methods, where the vectorised equivalent takes
 seconds), and its score distribution evaluates one τ at a time. The resamples and the intervals
-stay rliable's, and tests/benchmarks/test_credit_statistics.py checks both equivalents against
+stay rliable's, and benchmarks/tests/test_credit_statistics.py checks both equivalents against
 rliable's own functions, estimate for estimate.
 
 rliable draws its resamples from NumPy's global generator (``StratifiedBootstrap.update_indices``

@@ -61,8 +61,8 @@ def disk_usage(run_dir: Path) -> dict[str, float]:
 
 def run_soak(args: argparse.Namespace, run_dir: Path) -> list[dict[str, float]]:
     """Train ``args.steps`` steps, measuring after each one."""
-    from training import trainer as trainer_module
-    from training.config import load_config
+    from maopd.training import trainer as trainer_module
+    from maopd.training.config import load_config
 
     overrides = [
         f"run_dir={run_dir}",

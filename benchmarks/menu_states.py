@@ -32,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.provenance import git_commit
-from envs.actions import action_contents
-from envs.option import fast
 from maopd.base.arguments import positive_int, seed_int
 from maopd.base.machine import machine
-from training.marl.trainer import MarlConfig, train, vector_env
+from maopd.envs.actions import action_contents
+from maopd.envs.option import fast
+from maopd.evaluation.provenance import git_commit
+from maopd.training.marl.trainer import MarlConfig, train, vector_env
 
 
 def census(scenario: str, method: str, seed: int, iterations: int, eval_questions: int, logical_states: set) -> dict:

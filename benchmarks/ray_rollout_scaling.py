@@ -18,13 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.sampling import SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
-from agents.tokenizer import train_tokenizer
-from envs.synthwiki import load_default_world
+from maopd.agents.sampling import SamplingConfig
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
-from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig
+from maopd.envs.synthwiki import load_default_world
+from maopd.training.distributed_rollout import RayRolloutCollector, RayRolloutConfig
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.retrieval.corpus import Corpus, Document
 from maopd.base.json_files import iter_json_lines, write_json
+from maopd.envs.retrieval.corpus import Corpus, Document
 
 BATCH_SIZES = (1, 32, 256)
 
@@ -137,8 +137,8 @@ def time_calls(retriever, queries: list[str], batch: int, k: int, budget_s: floa
 
 
 def perf_table(retrievers: dict, queries: list[str], k: int = 3) -> dict:
-    from envs.retrieval.http_client import HTTPRetriever
-    from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
+    from maopd.envs.retrieval.http_client import HTTPRetriever
+    from maopd.envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
     table = {}
     for name, retriever in retrievers.items():
@@ -204,10 +204,10 @@ def main() -> int:
     parser.add_argument("--skip-perf", action="store_true")
     args = parser.parse_args()
 
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.retrieval.dense import DenseRetriever
-    from envs.retrieval.encoder import TextEncoder
-    from envs.retrieval.pyserini_adapter import (
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.retrieval.dense import DenseRetriever
+    from maopd.envs.retrieval.encoder import TextEncoder
+    from maopd.envs.retrieval.pyserini_adapter import (
         PyseriniBM25Retriever,
         build_lucene_index,
         pyserini_available,

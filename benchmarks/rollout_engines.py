@@ -26,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from envs.actions import ROLES
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
-from training.config import load_config
-from training.trainer import Trainer
+from maopd.envs.actions import ROLES
+from maopd.training.config import load_config
+from maopd.training.trainer import Trainer
 
 # What a step's time is spent on (its ``time/*_s`` metrics; the two last with vLLM only).
 STEP_PARTS = ("rollout", "prepare", "update", "weight_sync", "sync_check")

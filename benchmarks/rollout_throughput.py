@@ -9,7 +9,7 @@ each repeat and the median ratios (one repeat's slow moment does not decide a ta
 
 * **collector (continuous)**: ``TeamRolloutCollector`` with ``HFPolicy(engine="continuous")``, the
   default: every round's rows go through one decode loop over ``--max-batch-size`` KV-cache slots,
-  refilled as rows finish (``agents.decode_engine``; ``--compile`` puts its decode step under
+  refilled as rows finish (``maopd.agents.decode_engine``; ``--compile`` puts its decode step under
   ``torch.compile``, e.g. ``reduce-overhead`` on GPU). Its engine reports the mean number of live
   rows per decode step.
 * **collector (chunked)**: the same collection with ``HFPolicy(engine="chunked")`` (fixed chunks of
@@ -51,17 +51,17 @@ from pathlib import Path
 
 import torch
 
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model
-from agents.tokenizer import train_tokenizer
-from benchmarks.provenance import git_commit
-from envs import hierarchical_search_v1
-from envs.synthwiki import load_default_world
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, load_model
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
-from training.rollout import TeamRolloutCollector
-from training.teacher import Teacher, teacher_rows
+from maopd.envs import hierarchical_search_v1
+from maopd.envs.synthwiki import load_default_world
+from maopd.evaluation.provenance import git_commit
+from maopd.training.rollout import TeamRolloutCollector
+from maopd.training.teacher import Teacher, teacher_rows
 
 PAPER = {
     "questions": 32,

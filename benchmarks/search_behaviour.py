@@ -23,9 +23,9 @@ import argparse
 import collections
 from pathlib import Path
 
-from benchmarks.eval.records import RecordError
 from maopd.base.json_files import iter_json_lines
-from training.run_logging import read_metrics
+from maopd.evaluation.records import RecordError
+from maopd.training.run_logging import read_metrics
 
 
 def edit_distance(a: str, b: str) -> int:

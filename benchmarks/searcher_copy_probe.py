@@ -19,10 +19,10 @@ from maopd.base.arguments import positive_int
 
 
 def copy_rate(model_dir: str, count: int) -> dict:
-    from agents.chat_tokens import prompt_ids
-    from agents.tiny_model import load_model
-    from envs.prompts import system_message, task_message
-    from envs.synthwiki.world import load_default_world
+    from maopd.agents.chat_tokens import prompt_ids
+    from maopd.agents.tiny_model import load_model
+    from maopd.envs.prompts import system_message, task_message
+    from maopd.envs.synthwiki.world import load_default_world
 
     model, tokenizer = load_model(model_dir)
     world = load_default_world()

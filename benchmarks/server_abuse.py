@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from envs.retrieval.bm25 import BM25Retriever
-from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
 RESULTS = Path(__file__).parent / "results" / "server_abuse" / "server_abuse"
 

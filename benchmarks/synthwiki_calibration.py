@@ -24,17 +24,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from agents.expert_team import expert_team
-from agents.noisy_team import NoiseConfig, NoisyTeam
-from envs.datasets import Question
-from envs.episode import run_episode
-from envs.retrieval.bm25 import BM25Retriever
-from envs.synthwiki.demos import make_env
-from envs.synthwiki.questions import KINDS, question_kind
-from envs.synthwiki.world import build_world
-from envs.workflows import WORKFLOWS
+from maopd.agents.expert_team import expert_team
+from maopd.agents.noisy_team import NoiseConfig, NoisyTeam
 from maopd.base.arguments import seed_int
 from maopd.base.json_files import write_json
+from maopd.envs.datasets import Question
+from maopd.envs.episode import run_episode
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.synthwiki.demos import make_env
+from maopd.envs.synthwiki.questions import KINDS, question_kind
+from maopd.envs.synthwiki.world import build_world
+from maopd.envs.workflows import WORKFLOWS
 
 TOPK = 3
 NOISE_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from agents.chat_tokens import prompt_ids
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
-from agents.vllm_policy import VLLMPolicy
-from envs.prompts import system_message, task_message
+from maopd.agents.chat_tokens import prompt_ids
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
+from maopd.agents.vllm_policy import VLLMPolicy
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
+from maopd.envs.prompts import system_message, task_message
 
 RESULTS = Path(__file__).parent / "results"
 TASKS = [

@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.vllm_policy import VLLMPolicy
+from maopd.agents.vllm_policy import VLLMPolicy
 from maopd.base.arguments import positive_int
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
-from training.config import build_config
-from training.trainer import Trainer
+from maopd.training.config import build_config
+from maopd.training.trainer import Trainer
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -24,7 +24,7 @@ reported then gets the forced report ``(no report)`` and a format failure.
 
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
 R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j, and any role with
-a format failure -1 (see ``envs.rewards``). The finished workflow record (envs/records.py; it holds
+a format failure -1 (see ``maopd.envs.rewards``). The finished workflow record (envs/records.py; it holds
 a wall-clock duration, so it is kept out of ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
 
 ``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 
 from pettingzoo.utils import wrappers
 
-from envs.parallel import parallel_wrapper_fn
-from envs.search_env import SearchEnv
+from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.search_env import SearchEnv
 
 
 class raw_env(SearchEnv):

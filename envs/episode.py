@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.policy import Policy
-from envs.search_env import SearchEnv
+from maopd.envs.policy import Policy
+from maopd.envs.search_env import SearchEnv
 
 
 def run_episode(env: SearchEnv, policy: Policy, seed: int | None = None, options: dict | None = None) -> dict[str, Any]:

@@ -42,10 +42,10 @@ from typing import Any, ClassVar
 
 from pettingzoo.utils import wrappers
 
-from envs import prompts
-from envs import rewards as R
-from envs.parallel import parallel_wrapper_fn
-from envs.search_env import SearchEnv, Turn, with_notice
+from maopd.envs import prompts
+from maopd.envs import rewards as R
+from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.search_env import SearchEnv, Turn, with_notice
 
 
 class raw_env(SearchEnv):

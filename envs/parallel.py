@@ -19,8 +19,8 @@ from typing import Any
 
 from pettingzoo import ParallelEnv
 
-from envs.policy import AgentTurn
-from envs.search_env import SearchEnv
+from maopd.envs.policy import AgentTurn
+from maopd.envs.search_env import SearchEnv
 
 
 class SearchParallelEnv(ParallelEnv):

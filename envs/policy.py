@@ -18,14 +18,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envs.actions import TEAM_ROLES
 from maopd.base.config import check_fields, checked
+from maopd.envs.actions import TEAM_ROLES
 
 
 @dataclass
 class SamplingSettings:
     """How a policy samples, each default and range written once: the defaults are the paper's
-    evaluation sampling (Appendix B). ``agents.sampling.SamplingConfig`` extends it; every other
+    evaluation sampling (Appendix B). ``maopd.agents.sampling.SamplingConfig`` extends it; every other
     config that carries one of these settings declares it with ``maopd.base.config.field_like``."""
 
     temperature: float = checked(0.6, ge=0, note="0 is greedy")
@@ -116,7 +116,7 @@ class RoleRouter:
 
     ``roles`` are the roles it must be able to play, checked when it is built: by default the
     team's (``TEAM_ROLES``, the cascade and the hierarchy), so a team router needs no solver;
-    ``envs.workflows.WORKFLOW_ROLES["single"]`` for the single agent alone. A turn of a role
+    ``maopd.envs.workflows.WORKFLOW_ROLES["single"]`` for the single agent alone. A turn of a role
     without a policy is a ValueError naming the role.
     """
 

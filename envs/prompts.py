@@ -12,9 +12,9 @@ import functools
 import re
 from collections.abc import Sequence
 
-from envs.actions import neutralize_tags
-from envs.policy import AgentTurn
-from envs.retrieval.base import Passage
+from maopd.envs.actions import neutralize_tags
+from maopd.envs.policy import AgentTurn
+from maopd.envs.retrieval.base import Passage
 
 # The prompts name each action tag by its opening tag only and never write a complete tag or an
 # <information> block: a parser reading the whole chat (a regex over every message, a user's own

@@ -53,16 +53,23 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
-from envs import prompts
-from envs import rewards as R
-from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, ParsedAction, neutralize_tags, parse_action, strict_answer
-from envs.datasets import Question, load_questions
-from envs.policy import AgentOutput, AgentTurn, safe_token_count
-from envs.records import Counters
-from envs.retrieval.base import Retriever
-from envs.retrieval.corpus import Corpus, load_corpus
-from envs.retrieval.factory import RetrieverConfig, build_retriever
 from maopd.base.config import ConfigError, check_fields, checked, did_you_mean
+from maopd.envs import prompts
+from maopd.envs import rewards as R
+from maopd.envs.actions import (
+    ACTION_KINDS,
+    ROLE_ACTION_KINDS,
+    ParsedAction,
+    neutralize_tags,
+    parse_action,
+    strict_answer,
+)
+from maopd.envs.datasets import Question, load_questions
+from maopd.envs.policy import AgentOutput, AgentTurn, safe_token_count
+from maopd.envs.records import Counters
+from maopd.envs.retrieval.base import Retriever
+from maopd.envs.retrieval.corpus import Corpus, load_corpus
+from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
 
 MAX_OBSERVATION_CHARS = 1_000_000
 # A question longer than this could push a message past MAX_OBSERVATION_CHARS (it is quoted in
@@ -227,7 +234,7 @@ class Turn:
 @functools.lru_cache(maxsize=4)
 def _default_world(split: str) -> tuple[Corpus, list[Question]]:
     """The embedded default: the SynthWiki world (seed 0, size ``small``), cached on disk and here."""
-    from envs.synthwiki import load_default_world
+    from maopd.envs.synthwiki import load_default_world
 
     world = load_default_world()
     if split not in world.splits:

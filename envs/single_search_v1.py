@@ -25,7 +25,7 @@ output is the candidate even when it fails the format. A format failure gets fee
 episode continues under the budget, as a Searcher's does.
 
 Rewards (at the end; parts in ``infos["solver"]["reward_parts"]``): R_solver = c, the exact match
-of its answer (0 without one), or -1 after any format failure in the call (``envs.rewards.
+of its answer (0 without one), or -1 after any format failure in the call (``maopd.envs.rewards.
 solver_reward``). The record (envs/records.py) keeps the team records' fields: the answer is the
 one candidate, ``rewards`` holds ``em`` and ``solver`` beside the team roles' empty entries, and
 ``calls`` holds one call of role ``solver``.
@@ -40,10 +40,10 @@ from typing import Any, ClassVar
 
 from pettingzoo.utils import wrappers
 
-from envs import prompts
-from envs import rewards as R
-from envs.parallel import parallel_wrapper_fn
-from envs.search_env import SearchEnv, SearcherCall, call_dict, short_text, with_notice
+from maopd.envs import prompts
+from maopd.envs import rewards as R
+from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.search_env import SearchEnv, SearcherCall, call_dict, short_text, with_notice
 
 SOLVER = "solver"
 

@@ -3,9 +3,9 @@
 =============  ==================================  =================================
 workflow       environment module                  roles
 =============  ==================================  =================================
-hierarchical   ``envs.hierarchical_search_v1``     leader, searcher, answerer (H-MAS)
-cascade        ``envs.cascade_search_v1``          searcher, answerer (C-MAS)
-single         ``envs.single_search_v1``           solver (the Search-R1-style baseline)
+hierarchical   ``maopd.envs.hierarchical_search_v1``     leader, searcher, answerer (H-MAS)
+cascade        ``maopd.envs.cascade_search_v1``          searcher, answerer (C-MAS)
+single         ``maopd.envs.single_search_v1``           solver (the Search-R1-style baseline)
 =============  ==================================  =================================
 
 Every layer that names a workflow (demonstrations, the trainer, the evaluation, the command
@@ -22,9 +22,9 @@ WORKFLOWS = ("hierarchical", "cascade", "single")
 TEAM_WORKFLOWS = ("hierarchical", "cascade")
 
 _MODULES = {
-    "hierarchical": "envs.hierarchical_search_v1",
-    "cascade": "envs.cascade_search_v1",
-    "single": "envs.single_search_v1",
+    "hierarchical": "maopd.envs.hierarchical_search_v1",
+    "cascade": "maopd.envs.cascade_search_v1",
+    "single": "maopd.envs.single_search_v1",
 }
 WORKFLOW_ROLES = {
     "hierarchical": ("leader", "searcher", "answerer"),
@@ -43,6 +43,6 @@ def check_workflow(workflow: str) -> str:
 def env_module(workflow: str) -> ModuleType:
     """The PettingZoo module (``env()``, ``raw_env``, ``parallel_env``) of ``workflow``.
 
-    Imported on demand: this module is imported by ``envs.policy``, below the environments.
+    Imported on demand: this module is imported by ``maopd.envs.policy``, below the environments.
     """
     return importlib.import_module(_MODULES[check_workflow(workflow)])

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from envs import prompts
-from envs.actions import ACTION_KINDS, STRUCTURAL_TAGS
-from envs.retrieval.corpus import Corpus, Document
+from maopd.envs import prompts
+from maopd.envs.actions import ACTION_KINDS, STRUCTURAL_TAGS
+from maopd.envs.retrieval.corpus import Corpus, Document
 
 INJECTED_ANSWER = "INJECTED-7f3a"
 ADVERSARIAL_ID_PREFIX = "adv-"

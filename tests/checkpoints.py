@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from training import checkpoint as ckpt
-from training.config import build_config
+from maopd.training import checkpoint as ckpt
+from maopd.training.config import build_config
 
 
 def trainer_state(model: torch.nn.Module, step: int) -> dict[str, Any]:

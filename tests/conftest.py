@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.tiny_model import TinyModelConfig, build_tiny_lm, build_tiny_model, save_model
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_lm, build_tiny_model, save_model
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def tokenizer(lm):
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """π_0 (tiny, random) and a Teacher with the same tokenizer but other weights, on disk."""
-    from training.config import ModelConfig
-    from training.model_loading import build_tiny_policy
+    from maopd.training.config import ModelConfig
+    from maopd.training.model_loading import build_tiny_policy
 
     root = tmp_path_factory.mktemp("models")
     pi0, tokenizer = build_tiny_policy(ModelConfig())

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
-from agents.vllm_policy import vllm_python
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
+from maopd.agents.vllm_policy import vllm_python
 
 # vLLM's CPU attention supports head sizes 32, 64, 80, …; the tiny default of 16 is not one.
 VLLM_TINY_CONFIG = TinyModelConfig(head_dim=32)

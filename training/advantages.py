@@ -32,9 +32,9 @@ from typing import Literal
 
 import torch
 
-from envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
 from maopd.base.config import ConfigError, check_fields, checked
-from training.losses import (
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
+from maopd.training.losses import (
     check_finite,
     check_plugin_output,
     check_role_ids,
@@ -43,7 +43,7 @@ from training.losses import (
     masked_where,
     registry_decorator,
 )
-from training.token_scoring import TokenBatch
+from maopd.training.token_scoring import TokenBatch
 
 GRPO_EPS = 1e-6
 OPD_BETA = 0.01

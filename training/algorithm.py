@@ -2,7 +2,7 @@
 
 .. code-block:: python
 
-    from training.algorithm import OPDConfig, OPDAlgorithm
+    from maopd.training.algorithm import OPDConfig, OPDAlgorithm
 
     config = (
         OPDConfig()
@@ -15,7 +15,7 @@
         checkpoint = algo.save()    # run_dir/checkpoints/step_1
     algo = OPDAlgorithm.restore(checkpoint)  # goes on in the run directory that holds it
 
-Each builder method sets fields of ``TrainConfig`` (``training.config``) by name; the same
+Each builder method sets fields of ``TrainConfig`` (``maopd.training.config``) by name; the same
 stage/variant layering as ``maopd train --config FILE`` applies, so a script and the CLI build
 identical configs from identical settings.
 """
@@ -30,8 +30,8 @@ from typing import Any
 
 from maopd.base.config import ConfigError, apply_overrides, did_you_mean, from_dict, read_yaml_mapping
 from maopd.base.run_dir import CONFIG_FILE
-from training.checkpoint import CHECKPOINTS, latest_checkpoint
-from training.config import TrainConfig, apply_settings, build_config, load_config
+from maopd.training.checkpoint import CHECKPOINTS, latest_checkpoint
+from maopd.training.config import TrainConfig, apply_settings, build_config, load_config
 
 # Builder keyword → TrainConfig field, for the names that do not match a field one to one.
 _ALIASES = {"teacher_path": "teacher.path", "teacher_source": "teacher.source", "model_path": "model.path"}
@@ -135,14 +135,14 @@ class OPDAlgorithm:
 
     ``train()`` runs one step and writes its outputs at the config's settings (``metrics.jsonl``
     and ``tb/`` every ``logging.every`` steps, ``samples/`` every ``logging.sample_every``, a
-    checkpoint every ``checkpoint.every`` and at ``steps``; ``training.trainer.StageRun``). The run
+    checkpoint every ``checkpoint.every`` and at ``steps``; ``maopd.training.trainer.StageRun``). The run
     directory is held from ``build()`` until ``stop()``, the end of a ``with`` block or the end of
     the process. ``build()`` starts a fresh run and refuses a run directory that has checkpoints;
     ``restore()`` continues one.
     """
 
     def __init__(self, config: TrainConfig, checkpoint: str | Path | None = None):
-        from training.trainer import StageRun
+        from maopd.training.trainer import StageRun
 
         self.config = config
         if checkpoint is None:

@@ -3,24 +3,24 @@
 
 It plays the part of an instruction-tuned base model. ``build_base_model`` runs, from one seed:
 
-1. the scripted team (``agents.noisy_team``, its knobs ``noise`` and ``noise_knobs``) on the first
+1. the scripted team (``maopd.agents.noisy_team``, its knobs ``noise`` and ``noise_knobs``) on the first
    ``demo_questions`` train questions of ``demo_worlds`` SynthWiki worlds, in every workflow of
    ``workflows``, recording one demonstration per model call (every role, in the environments'
    exact chat format); in the worlds π_0 is pretrained to know, its Searchers may report from
    memory what π_0 knows (``DEMONSTRATED_KNOWLEDGE``);
 2. a byte-level BPE tokenizer trained on the world's templates and the role prompts, never on
-   names (``envs.synthwiki.schema.template_texts``, ``agents.tokenizer``). A tokenizer trained on
+   names (``maopd.envs.synthwiki.schema.template_texts``, ``maopd.agents.tokenizer``). A tokenizer trained on
    the demonstrations gives every training entity a whole-word token and spells test entities
    from pieces; the model then memorises training names and cannot copy test ones. Spelling
    every name from the same pieces makes copying from the context the only way to get names
    right, on any split;
-3. a random tiny ``Qwen3ForCausalLM`` (``agents.tiny_model``), pretrained as a language model on
+3. a random tiny ``Qwen3ForCausalLM`` (``maopd.agents.tiny_model``), pretrained as a language model on
    the passages of ``pretrain_worlds`` other worlds, each group of passages followed by some of
    their sentences again, where it learns to copy names and values from its context
    (``pretraining_texts``), then on the facts it is to know without search, each stated as often
    as its subject's popularity says (``knowledge_texts``, ``KnowledgeConfig``); the language model
    at that point is saved in ``pretrained/``;
-4. fine-tuning on the demonstrations (``training.sft``), with the loss on the model's own tokens
+4. fine-tuning on the demonstrations (``maopd.training.sft``), with the loss on the model's own tokens
    only, and a share of the knowledge texts read again.
 
 The same config gives the same weights, bit for bit (on the same machine, torch version and
@@ -42,23 +42,24 @@ from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from envs.actions import ROLES, TEAM_ROLES
-from envs.synthwiki.closed_book import ClosedBookConfig
-from envs.synthwiki.schema import RECALL_STATEMENTS
-from envs.synthwiki.world import SIZES as WORLD_SIZES
-from envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
 from maopd.base.json_files import write_json
+from maopd.base.paths import package_data
 from maopd.base.run_dir import cache_entry, write_record
+from maopd.envs.actions import ROLES, TEAM_ROLES
+from maopd.envs.synthwiki.closed_book import ClosedBookConfig
+from maopd.envs.synthwiki.schema import RECALL_STATEMENTS
+from maopd.envs.synthwiki.world import SIZES as WORLD_SIZES
+from maopd.envs.workflows import WORKFLOW_ROLES, WORKFLOWS
 
 if TYPE_CHECKING:
-    from agents.noisy_team import NoiseConfig
+    from maopd.agents.noisy_team import NoiseConfig
 
 # Bump when the build changes what a config produces, so cached models are rebuilt.
 BUILD_VERSION = 3
 CONFIG_FILE = "sft_config.yaml"
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"
+SHIPPED_DIR = package_data("models")
 METRICS_FILE = "sft_metrics.json"
 PRETRAINED_DIR = "pretrained"  # the language model after pretraining, inside π_0's directory
 CHAT_ROLES = ("system", "user", "assistant")
@@ -118,10 +119,10 @@ class SFTConfig:
     # replayed knowledge texts, the batch order); None: ``seed``. Set, it varies the fine-tuning of
     # one pretraining, whose draws stay ``seed``'s: the build-to-build spread of a recipe.
     finetune_seed: int | None = seed_field(None, null="seed", **{KEYED_WHEN_SET: True, FINE_TUNING: True})
-    # The SynthWiki world (``envs.synthwiki.load_default_world``) and its demonstrations.
+    # The SynthWiki world (``maopd.envs.synthwiki.load_default_world``) and its demonstrations.
     world_seed: int = seed_field()
     world_size: str = checked("small", choices=tuple(WORLD_SIZES))
-    # the workflows demonstrated (envs.workflows.WORKFLOWS): by default every one, so that each
+    # the workflows demonstrated (maopd.envs.workflows.WORKFLOWS): by default every one, so that each
     # system of the main job (the team's two workflows and the single-agent baseline) starts from
     # a π_0 that has seen its format
     workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS), metadata={FINE_TUNING: True})
@@ -142,11 +143,11 @@ class SFTConfig:
     noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
     # keep only demonstrations of episodes the team got right
     successful_only: bool = field(default=False, metadata={FINE_TUNING: True})
-    # Also demonstrate the Prompted Critic's judge (envs.prompts.CRITIC_PROMPT) on every report of
+    # Also demonstrate the Prompted Critic's judge (maopd.envs.prompts.CRITIC_PROMPT) on every report of
     # the played episodes, failed ones included: yes exactly when the report states the answer to its
     # sub-question. A base model that never saw a judge prompt answers it with noise.
     critic_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True})
-    # How the judge demonstrations are labelled (envs.synthwiki.judge_labels). gold: the played
+    # How the judge demonstrations are labelled (maopd.envs.synthwiki.judge_labels). gold: the played
     # episodes' reports, yes when the report states its sub-question's answer, which the judge
     # cannot tell from its inputs when a well-formed report has a wrong value. decidable: instead,
     # balanced examples drawn from each demonstration world's demonstrated train questions (the
@@ -166,14 +167,14 @@ class SFTConfig:
     pretrain_recall_sentences: int = checked(3, ge=1)
     # What π_0 knows without search (KnowledgeConfig): every fact of the world_seed world, and of
     # knowledge.qa_worlds pretraining worlds, stated in pretraining as often as its subject's
-    # popularity says (envs.synthwiki.popularity). None: π_0 knows no fact of the world_seed world.
+    # popularity says (maopd.envs.synthwiki.popularity). None: π_0 knows no fact of the world_seed world.
     knowledge: KnowledgeConfig | None = field(default=None, metadata={KEYED_WHEN_SET: True})
     pretrain_epochs: int = checked(1, ge=1)
     pretrain_seq_len: int = checked(256, ge=1)
     pretrain_batch_size: int = checked(16, ge=1)
     # the pretraining's learning rate; None: ``lr``, the fine-tuning's
     pretrain_lr: float | None = checked(None, gt=0, null="lr", metadata={KEYED_WHEN_SET: True})
-    # Tokenizer and model (a Qwen3 architecture, see agents.tiny_model).
+    # Tokenizer and model (a Qwen3 architecture, see maopd.agents.tiny_model).
     vocab_size: int = checked(3072, ge=1)
     hidden_size: int = checked(128, ge=1)
     num_layers: int = checked(2, ge=1)
@@ -182,7 +183,7 @@ class SFTConfig:
     head_dim: int = checked(32, ge=1)
     intermediate_size: int = checked(384, ge=1)
     initializer_range: float = checked(0.02, gt=0)
-    # Training (see training.sft.TrainingSchedule).
+    # Training (see maopd.training.sft.TrainingSchedule).
     # longer calls are left out, and counted in the metrics
     max_seq_len: int = checked(1024, ge=1, metadata={FINE_TUNING: True})
     epochs: int = checked(1, ge=1, metadata={FINE_TUNING: True})
@@ -214,7 +215,7 @@ class SFTConfig:
 
     def noise_config(self) -> NoiseConfig:
         """The scripted team's ``NoiseConfig``: every knob at ``noise``, then ``noise_knobs``."""
-        from agents.noisy_team import NoiseConfig
+        from maopd.agents.noisy_team import NoiseConfig
 
         return replace(NoiseConfig.uniform(self.noise), **self.noise_knobs)
 
@@ -298,15 +299,15 @@ def demonstration_chats(config: SFTConfig, progress: bool = True) -> list[dict]:
     """The noisy team's demonstrations (one row per model call) for every configured workflow."""
     from tqdm import tqdm
 
-    from agents.noisy_team import NoisyTeam
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.closed_book import closed_book
-    from envs.synthwiki.demos import decidable_judgements, demonstrations
-    from envs.synthwiki.facts import graph_facts, lookup_question
-    from envs.synthwiki.judge_labels import judge_examples
-    from envs.synthwiki.knowledge import Knowledge
-    from envs.synthwiki.popularity import ExposureCurve
-    from envs.synthwiki.world import build_world, load_default_world, world_graph
+    from maopd.agents.noisy_team import NoisyTeam
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.synthwiki.closed_book import closed_book
+    from maopd.envs.synthwiki.demos import decidable_judgements, demonstrations
+    from maopd.envs.synthwiki.facts import graph_facts, lookup_question
+    from maopd.envs.synthwiki.judge_labels import judge_examples
+    from maopd.envs.synthwiki.knowledge import Knowledge
+    from maopd.envs.synthwiki.popularity import ExposureCurve
+    from maopd.envs.synthwiki.world import build_world, load_default_world, world_graph
 
     curve = ExposureCurve()
     rows = []
@@ -347,8 +348,8 @@ def pretraining_texts(config: SFTConfig) -> list[str]:
     """Every passage of the pretraining worlds as ``title: text`` (the form retrieval shows); with
     ``pretrain_recall_group`` = k, each group of k passages is one text, one passage per line,
     followed by ``pretrain_recall_sentences`` of their sentences drawn at random (seeded)."""
-    from agents.scripted import sentences
-    from envs.synthwiki.world import build_world
+    from maopd.agents.scripted import sentences
+    from maopd.envs.synthwiki.world import build_world
 
     rng = random.Random(config.seed)
     texts = []
@@ -371,9 +372,9 @@ def knowledge_texts(config: SFTConfig) -> list[str]:
     worlds' entities (never the RL world's), shuffled into texts of ``KNOWLEDGE_GROUP`` items."""
     if config.knowledge is None:
         return []
-    from envs.synthwiki.facts import graph_facts, question_answer, statements
-    from envs.synthwiki.popularity import ExposureCurve
-    from envs.synthwiki.world import world_graph
+    from maopd.envs.synthwiki.facts import graph_facts, question_answer, statements
+    from maopd.envs.synthwiki.popularity import ExposureCurve
+    from maopd.envs.synthwiki.world import world_graph
 
     knowledge = config.knowledge
     rng = random.Random(config.seed)
@@ -396,7 +397,7 @@ def pretraining_examples(config: SFTConfig, tokenizer) -> tuple[list, list]:
     """(passage windows, knowledge windows): ``pretraining_texts`` and ``knowledge_texts``, each
     separated by ``<|endoftext|>`` and cut into ``pretrain_seq_len`` windows with the loss on every
     token."""
-    from training.sft import language_model_windows
+    from maopd.training.sft import language_model_windows
 
     return (
         language_model_windows(pretraining_texts(config), tokenizer, config.pretrain_seq_len),
@@ -480,11 +481,11 @@ def build_base_model(
 
     import torch
 
-    from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
-    from agents.tokenizer import train_tokenizer
-    from envs.prompts import CRITIC_PROMPT, NO_FACTS, judgement_text
-    from envs.synthwiki.schema import recall_template_texts, template_texts
-    from training.sft import TrainingSchedule, encode_call, train_sft
+    from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+    from maopd.agents.tokenizer import train_tokenizer
+    from maopd.envs.prompts import CRITIC_PROMPT, NO_FACTS, judgement_text
+    from maopd.envs.synthwiki.schema import recall_template_texts, template_texts
+    from maopd.training.sft import TrainingSchedule, encode_call, train_sft
 
     started = time.perf_counter()
     rows = demonstration_chats(config, progress)
@@ -560,7 +561,7 @@ def build_base_model(
 
 
 def default_cache_dir() -> Path:
-    from envs.synthwiki.world import cache_dir
+    from maopd.envs.synthwiki.world import cache_dir
 
     return cache_dir() / "base_models"
 

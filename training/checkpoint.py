@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.model_files import weights_problem
+from maopd.agents.model_files import weights_problem
 from maopd.base.atomic import build_directory_atomically, remove_stale_staging, write_text_atomically, writing
 from maopd.base.paths import PathOutsideRunError, resolve_inside
 from maopd.base.run_dir import CONFIG_FILE, refuse_symlinks, write_record

@@ -24,14 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from agents.tiny_model import TinyModelConfig
-from agents.vllm_policy import VLLM_HEAD_SIZES, vllm_python
-from envs.cascade_search_v1 import raw_env as CascadeEnv
-from envs.hierarchical_search_v1 import raw_env as HierarchyEnv
-from envs.policy import SamplingSettings
-from envs.search_env import SearchEnvConfig
-from envs.single_search_v1 import raw_env as SingleEnv
-from envs.workflows import env_module
+from maopd.agents.tiny_model import TinyModelConfig
+from maopd.agents.vllm_policy import VLLM_HEAD_SIZES, vllm_python
 from maopd.base.config import (
     ConfigError,
     apply_overrides,
@@ -47,9 +41,15 @@ from maopd.base.config import (
     set_dotted,
     shown,
 )
-from training.advantages import AdvantageConfig
-from training.distributed import DistributedConfig
-from training.losses import PPOLossConfig
+from maopd.envs.cascade_search_v1 import raw_env as CascadeEnv
+from maopd.envs.hierarchical_search_v1 import raw_env as HierarchyEnv
+from maopd.envs.policy import SamplingSettings
+from maopd.envs.search_env import SearchEnvConfig
+from maopd.envs.single_search_v1 import raw_env as SingleEnv
+from maopd.envs.workflows import env_module
+from maopd.training.advantages import AdvantageConfig
+from maopd.training.distributed import DistributedConfig
+from maopd.training.losses import PPOLossConfig
 
 # "single": not a stage of the paper's method but the Search-R1-style baseline it is compared
 # with, one solver trained with GRPO on its outcome (envs/single_search_v1.py); a stage name,
@@ -97,14 +97,14 @@ class TeacherConfig:
 
 @dataclass
 class VLLMEngineConfig:
-    """``rollout.engine: vllm``: how the engine's worker runs (``agents.vllm_policy.VLLMPolicy``).
+    """``rollout.engine: vllm``: how the engine's worker runs (``maopd.agents.vllm_policy.VLLMPolicy``).
 
     ``engine_args`` add to or override ``vllm.LLM``'s arguments (``gpu_memory_utilization``,
     ``tensor_parallel_size``, ...); ``worker_env`` sets the worker's environment, e.g.
     ``CUDA_VISIBLE_DEVICES: "1"`` to run the engine on a GPU of its own, or
     ``VLLM_CPU_KVCACHE_SPACE`` (GiB) on a CPU. ``sync_tolerance``: the largest |engine − trainer|
     log-prob the probe after each weight sync may show (null: by ``model.dtype``, see
-    ``training.rollout_engine.SYNC_TOLERANCE``).
+    ``maopd.training.rollout_engine.SYNC_TOLERANCE``).
     """
 
     engine_args: dict[str, Any] = field(default_factory=dict)
@@ -179,7 +179,7 @@ class CriticConfig:
 class PtxConfig:
     """PPO-ptx (Ouyang et al., 2022, Eq. 2): γ · the negative log-likelihood of fixed examples
     added to every PPO minibatch, so that the RL update does not erode what π_0 learned from them
-    (``training.ptx``)."""
+    (``maopd.training.ptx``)."""
 
     coef: float = checked(0.0, ge=0, note="0 is off")  # γ
     data: str | None = None  # a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines
@@ -244,7 +244,7 @@ class TrainConfig:
 
     @property
     def workflow(self) -> str:
-        """The workflow the stage trains (``envs.workflows``)."""
+        """The workflow the stage trains (``maopd.envs.workflows``)."""
         return STAGE_WORKFLOWS[self.stage]
 
     def __post_init__(self) -> None:
@@ -257,7 +257,7 @@ class TrainConfig:
         if not str(self.run_dir).strip():
             raise ConfigError("run_dir: is empty; name the directory the run writes to")
         if self.ptx.coef > 0 and not self.ptx.data:
-            raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (training.ptx)")
+            raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (maopd.training.ptx)")
         min_steps = env_module(self.workflow).raw_env.min_steps
         if self.env.max_steps is not None and self.env.max_steps < min_steps:
             raise ConfigError(

@@ -3,7 +3,7 @@
 Its Searchers are rewarded with 0.3·R_EM + 0.5·R_judge + 0.2·b_S (paper, "Prompted Critic"),
 where R_judge ∈ {0, 1} is the current policy's verdict on a report when it is prompted with a
 critic prompt that sees the question, the delegated sub-question and the report
-(``envs.prompts.CRITIC_PROMPT``: ours, since the paper's Appendix C.4 template is not in our
+(``maopd.envs.prompts.CRITIC_PROMPT``: ours, since the paper's Appendix C.4 template is not in our
 excerpts, with the same three slots). The judge decodes greedily, so R_judge is a
 deterministic function of the checkpoint and the report.
 
@@ -18,7 +18,7 @@ The judge's figures, per batch (``last_metrics``, logged by the trainer each ste
   complete ``<judge>yes</judge>`` or ``<judge>no</judge>``, as ``parse_judgement`` reads it);
 * ``critic/gold_rate``: the share of judged reports that are *gold-correct*. With a
   ``report_gold`` function (the trainer passes one on the SynthWiki world:
-  ``envs.synthwiki.knowledge.report_states_answer``), a report is gold-correct when it states the
+  ``maopd.envs.synthwiki.knowledge.report_states_answer``), a report is gold-correct when it states the
   answer of its own sub-question, so a useful first-hop report (it holds the bridge entity) counts;
   without one, when it contains one of the question's golden answers (``report_has_gold``), the
   only gold signal a report of an unknown corpus has;
@@ -35,11 +35,11 @@ from typing import Any
 
 import torch
 
-from agents.chat_tokens import encode_text, prompt_ids, render_text
-from agents.hf_policy import HFPolicy
-from envs.prompts import critic_message, has_verdict, judgement_text, parse_judgement
-from envs.rewards import FORMAT_PENALTY, report_has_gold
-from training.config import CriticConfig
+from maopd.agents.chat_tokens import encode_text, prompt_ids, render_text
+from maopd.agents.hf_policy import HFPolicy
+from maopd.envs.prompts import critic_message, has_verdict, judgement_text, parse_judgement
+from maopd.envs.rewards import FORMAT_PENALTY, report_has_gold
+from maopd.training.config import CriticConfig
 
 
 def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:

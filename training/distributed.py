@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 
 from maopd.base.config import ConfigError, check_fields, checked
-from training.token_scoring import TokenBatch, score_tokens
+from maopd.training.token_scoring import TokenBatch, score_tokens
 
 
 @dataclass

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agents.sampling import SamplingConfig
-from envs.datasets import Question
+from maopd.agents.sampling import SamplingConfig
 from maopd.base.config import check_fields, checked
-from training.ray_cluster import init_ray
-from training.rollout import TeamBatch
+from maopd.envs.datasets import Question
+from maopd.training.ray_cluster import init_ray
+from maopd.training.rollout import TeamBatch
 
 
 class RolloutError(RuntimeError):
@@ -43,10 +43,10 @@ class RolloutWorker:
     ):
         import torch
 
-        from agents.hf_policy import HFPolicy
-        from agents.tiny_model import load_model
-        from envs.workflows import env_module
-        from training.rollout import TeamRolloutCollector
+        from maopd.agents.hf_policy import HFPolicy
+        from maopd.agents.tiny_model import load_model
+        from maopd.envs.workflows import env_module
+        from maopd.training.rollout import TeamRolloutCollector
 
         torch.set_num_threads(torch_threads)
         model, tokenizer = load_model(model_dir)
@@ -58,7 +58,7 @@ class RolloutWorker:
         return self.collector.collect(questions, group_size, seed, group_keys)
 
     def load_weights(self, model_dir: str) -> None:
-        from agents.tiny_model import load_model
+        from maopd.agents.tiny_model import load_model
 
         model, _ = load_model(model_dir)
         self.policy.model.load_state_dict(model.state_dict())

@@ -10,7 +10,7 @@ no ``teacher/*`` metric.
 * ``teacher/searcher_kl_k1``: mean over the Searcher response tokens the Teacher scored of
   log π_old(a_t) − log π_T(a_t), the k1 estimate of KL(π_old‖π_T) (unbiased, can be negative);
 * ``teacher/searcher_kl_k3``: mean over the same tokens of ρ − 1 − log ρ with ρ = π_T/π_old
-  (``training.losses.kl_k3``; unbiased, ≥ 0);
+  (``maopd.training.losses.kl_k3``; unbiased, ≥ 0);
 * ``teacher/decision_log_ratio``: mean over Searcher turns with a decision token of
   log π_T(a_d) − log π_old(a_d) at that token (> 0: the Teacher likes the decision the student
   made more than the student does); ``teacher/decision_tokens``: how many turns had one;
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from envs.actions import SEARCHER
-from training.losses import kl_k3, masked_where
+from maopd.envs.actions import SEARCHER
+from maopd.training.losses import kl_k3, masked_where
 
 _DECISION_TAG = re.compile(r"<(?:search|report)>")
 

@@ -12,7 +12,7 @@ N sequences (one model call each) padded to T tokens:
 * ``weight`` [N, T]         optional per-token multiplier of the numerator only. Weight 0 removes a
                             token's gradient but keeps it in the denominator, which is how the
                             "w/o direct Searcher supervision" variant (paper, Table 3) is written
-* ``role_ids`` [N]          the role of each sequence, its index in ``envs.actions.ROLES`` (``ROLE_IDS``)
+* ``role_ids`` [N]          the role of each sequence, its index in ``maopd.envs.actions.ROLES`` (``ROLE_IDS``)
 
 Entries outside ``loss_mask`` may hold anything (padding garbage, -inf); they are replaced by
 zeros before any arithmetic, so they can never reach a loss or a gradient as NaN.
@@ -30,9 +30,9 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 import torch
 
-from envs.actions import ROLE_IDS, ROLES
 from maopd.base.config import ConfigError, check_fields, checked
 from maopd.base.errors import UserError
+from maopd.envs.actions import ROLE_IDS, ROLES
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
@@ -344,7 +344,7 @@ def ppo_loss(
     All three terms share ``loss_mask`` (denominator) and the numerator weight
     ``weight × role_loss_weight``, so a role weighted 0 loses its policy, entropy and KL losses
     together while its tokens stay in the denominator. ``entropy`` ([N, T], from
-    ``training.token_scoring.score_tokens(..., with_entropy=True)``) is needed when
+    ``maopd.training.token_scoring.score_tokens(..., with_entropy=True)``) is needed when
     ``entropy_coef > 0``; ``ref_logprobs`` when
     ``kl_loss_coef > 0``. Raises ``NonFiniteError`` naming the tensor and role on NaN/inf.
     """

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from training.checkpoint import resolve_model_dir
-from training.config import ModelConfig, TrainConfig
-from training.teacher import FrozenModels, Teacher
+from maopd.training.checkpoint import resolve_model_dir
+from maopd.training.config import ModelConfig, TrainConfig
+from maopd.training.teacher import FrozenModels, Teacher
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -27,9 +27,9 @@ def resolve_device(name: str) -> torch.device:
 
 def build_tiny_policy(config: ModelConfig) -> tuple[torch.nn.Module, Any]:
     """The random tiny π_0 of ``model.path: tiny``: same settings, same weights and vocabulary."""
-    from agents.tiny_model import build_tiny_model
-    from agents.tokenizer import train_tokenizer
-    from envs.synthwiki import load_default_world
+    from maopd.agents.tiny_model import build_tiny_model
+    from maopd.agents.tokenizer import train_tokenizer
+    from maopd.envs.synthwiki import load_default_world
 
     world = load_default_world()
     texts = [d.contents for d in world.corpus.documents[:400]]
@@ -40,7 +40,7 @@ def build_tiny_policy(config: ModelConfig) -> tuple[torch.nn.Module, Any]:
 
 def load_policy_model(config: ModelConfig, device: torch.device, path: str | Path | None = None):
     """π_0 from ``config`` (tiny or a model directory), or the weights saved at ``path``."""
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     if path is None and config.path == "tiny":
         model, tokenizer = build_tiny_policy(config)

@@ -25,8 +25,8 @@ import torch
 from maopd.base.json_files import write_json
 
 if TYPE_CHECKING:
-    from training.advantages import PPOBatch
-    from training.rollout import TeamBatch
+    from maopd.training.advantages import PPOBatch
+    from maopd.training.rollout import TeamBatch
 
 NONFINITE = "nonfinite"
 MAX_POSITIONS = 10  # non-finite positions listed per tensor in the summary

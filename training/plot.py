@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.actions import ROLES
 from maopd.base.run_dir import refuse_symlinks
-from training.run_logging import METRICS_FILE, read_metrics
+from maopd.envs.actions import ROLES
+from maopd.training.run_logging import METRICS_FILE, read_metrics
 
 # (title, y-axis label with its unit, [(metric key, legend label)])
 PANELS = (

@@ -5,7 +5,7 @@ loss (``Trainer.update``). ``ptx.data`` is a ``.jsonl`` file whose lines are eit
 
 * ``{"text": ...}``: plain text, cut into ``ptx.seq_len``-token windows (language modelling), or
 * ``{"messages": [...], "role": ...}``: one model call as a chat, with the loss on the assistant
-  turns exactly as in SFT (``training.sft.encode_call``); calls over ``ptx.seq_len`` are skipped.
+  turns exactly as in SFT (``maopd.training.sft.encode_call``); calls over ``ptx.seq_len`` are skipped.
 
 The pipeline writes the demonstrations π_0 was fine-tuned on (``RUN_DIR/ptx_data.jsonl``), so
 the term anchors what SFT taught (following formats, copying values from passages) while the
@@ -23,7 +23,7 @@ import torch
 from maopd.base.atomic import write_text_atomically
 from maopd.base.config import ConfigError
 from maopd.base.json_files import iter_json_lines, json_text
-from training.sft import SFTExample, encode_call, language_model_windows
+from maopd.training.sft import SFTExample, encode_call, language_model_windows
 
 
 def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

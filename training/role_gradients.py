@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from envs.actions import ANSWERER, LEADER, SEARCHER
-from training.advantages import PPOBatch
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.training.advantages import PPOBatch
 
 
 def role_gradient_norms(trainer, batch: PPOBatch) -> dict[str, float]:

@@ -13,7 +13,7 @@ candidate, for the Answerer) holding
 * ``old_logprobs``: the sampling log-probs (π_old) of the sampled ids, 0 elsewhere.
 
 Multi-turn calls grow by appending: ``ids + generated + turn_continuation_ids(new messages)``.
-What the model generated is never decoded and re-encoded for training (``agents.chat_tokens``).
+What the model generated is never decoded and re-encoded for training (``maopd.agents.chat_tokens``).
 Decoded text only goes to the environment, which parses the action.
 
 Seeds: the sample of a call's t-th turn uses a seed derived from (rollout seed, question position,
@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.chat_tokens import prompt_ids, turn_continuation_ids
-from agents.token_policy import TokenPolicy
-from envs.actions import ROLE_IDS
-from envs.datasets import Question
-from envs.policy import AgentOutput, Policy
-from envs.search_env import SearchEnv
-from training.token_scoring import TokenBatch, pad_batch
+from maopd.agents.chat_tokens import prompt_ids, turn_continuation_ids
+from maopd.agents.token_policy import TokenPolicy
+from maopd.envs.actions import ROLE_IDS
+from maopd.envs.datasets import Question
+from maopd.envs.policy import AgentOutput, Policy
+from maopd.envs.search_env import SearchEnv
+from maopd.training.token_scoring import TokenBatch, pad_batch
 
 
 @dataclass

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from envs.actions import ROLES
-from training.rollout import TeamBatch
+from maopd.envs.actions import ROLES
+from maopd.training.rollout import TeamBatch
 
 
 def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:

@@ -1,16 +1,16 @@
 """Supervised fine-tuning on demonstration chats, formatted exactly like RL rollouts.
 
 A demonstration is one model call's final chat (system prompt, task, then alternating assistant
-outputs and environment-inserted user messages; see ``envs.synthwiki.demos``). ``encode_call``
-turns it into token ids the way ``training.rollout`` builds a rollout's ids, with the same
-``agents.chat_tokens`` functions:
+outputs and environment-inserted user messages; see ``maopd.envs.synthwiki.demos``). ``encode_call``
+turns it into token ids the way ``maopd.training.rollout`` builds a rollout's ids, with the same
+``maopd.agents.chat_tokens`` functions:
 
 * the first prompt is ``prompt_ids(messages before the first output)``;
 * each output is appended as the encoding of its own text, with loss mask 1;
 * after an output, the environment's messages are appended as ``turn_continuation_ids``
   (end of turn, the new user messages, the next generation prompt), with loss mask 0.
 
-What an output's target ends with follows how the sampler stops (``agents.sampling``): an output
+What an output's target ends with follows how the sampler stops (``maopd.agents.sampling``): an output
 that ends with a closing action tag (``</search>``) is cut there at rollout time, so its target
 ends at the tag and the end-of-turn token after it is an environment token (mask 0), as in
 rollouts. An output without a closing tag (a misformatted one) can only end with the EOS
@@ -18,7 +18,7 @@ token, so its target ends with ``<|im_end|>`` (mask 1).
 
 ``train_sft`` is a plain loop: AdamW, linear warm-up then cosine decay, gradient clipping, loss =
 mean negative log-likelihood over the masked (assistant) tokens of a batch, computed with
-``training.token_scoring.score_tokens`` so the lm head only runs where there is a target.
+``maopd.training.token_scoring.score_tokens`` so the lm head only runs where there is a target.
 Batches group calls of similar length (less padding) and everything is drawn from one seeded
 generator, so the same seed, data and model give the same weights.
 """
@@ -33,9 +33,9 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
-from envs.actions import STOP_STRINGS
-from training.token_scoring import TokenBatch, pad_batch, score_tokens
+from maopd.agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
+from maopd.envs.actions import STOP_STRINGS
+from maopd.training.token_scoring import TokenBatch, pad_batch, score_tokens
 
 
 @dataclass

@@ -17,10 +17,10 @@ Cost: ``score`` runs only the rows it is asked for (``rows``; ``FrozenModels.sco
 rows a training step's losses read), and runs each distinct prefix once. A team batch repeats a lot: the
 G trajectories of a question start with the same Leader prompt, an Answerer call's n candidates
 share their prompt, role prompts share their system message, and a row can be a prefix of another.
-Rows with the same share key are packed into token trees (``agents.prefix_tree``), which hold each
+Rows with the same share key are packed into token trees (``maopd.agents.prefix_tree``), which hold each
 distinct prefix once; a row's scores are read from its tree at its tokens and equal those of one
 forward per row up to float rounding (tested to 1e-5). For the plain decoders
-(``agents.last_layer``) a tree's last layer runs at the tokens that predict a scored token only,
+(``maopd.agents.last_layer``) a tree's last layer runs at the tokens that predict a scored token only,
 and a row that shares nothing with its neighbours is a tree of one row too; for other models such
 a row is scored by a plain causal forward.
 """
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import torch
 
-from agents.kv_cache import MASK_ATTENTION, attention_implementation
-from agents.last_layer import is_plain_decoder
-from agents.prefix_tree import TokenTree, break_even_pack_tokens, pack_token_trees, tree_logprobs
-from agents.sampling import default_forward_tokens
-from envs.actions import ANSWERER, LEADER, SEARCHER
-from training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
+from maopd.agents.kv_cache import MASK_ATTENTION, attention_implementation
+from maopd.agents.last_layer import is_plain_decoder
+from maopd.agents.prefix_tree import TokenTree, break_even_pack_tokens, pack_token_trees, tree_logprobs
+from maopd.agents.sampling import default_forward_tokens
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 
 def reference_rows(role_ids: torch.Tensor, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
@@ -71,7 +71,7 @@ class FrozenScores:
 @dataclass
 class FrozenModels:
     """The Teacher of the Searchers' OPD (Eq. 5) and the reference of the KL terms; one object when
-    one model is both (``training.model_loading.load_frozen_models``)."""
+    one model is both (``maopd.training.model_loading.load_frozen_models``)."""
 
     teacher: Teacher | None
     reference: Teacher | None

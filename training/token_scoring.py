@@ -9,7 +9,7 @@ the entropy of that distribution (for the PPO entropy bonus). Unmasked positions
 
 The lm head is applied only at the positions that predict masked tokens, in chunks, so the
 (batch × length × vocabulary) logits tensor of a full forward never exists. It works with or
-without gradients: the frozen Teacher (``training.teacher``) calls it under ``inference_mode``, a
+without gradients: the frozen Teacher (``maopd.training.teacher``) calls it under ``inference_mode``, a
 PPO trainer can call it with gradients for the current policy.
 
 Padding may be on either side: position ids are counted from each row's first real token, so a

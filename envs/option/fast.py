@@ -21,7 +21,7 @@ process:
 * **the action grammar**: every text parsed is a menu option's; each is parsed once.
 
 Texts, prompts, menus and the finished record (rewards included) are the text environments' own
-code (``envs.prompts``, ``envs.option.menus.build_menu``, ``SearchEnv._workflow_record``, which
+code (``maopd.envs.prompts``, ``maopd.envs.option.menus.build_menu``, ``SearchEnv._workflow_record``, which
 ``FastEpisode`` borrows), so only the rules of the steps are implemented twice.
 tests/envs/test_option_fast.py samples episodes here with random, expert-leaning and trained
 policies (format failures, budget exhaustion, workflows that end without an answer) and replays
@@ -46,18 +46,18 @@ from typing import Any
 
 import numpy as np
 
-from envs import hierarchical_search_v1, prompts
-from envs import rewards as R
-from envs.actions import ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
-from envs.datasets import Question
-from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
-from envs.option.vector import Node
-from envs.option.wrapper import OptionWrapper
-from envs.policy import AgentTurn
-from envs.records import Counters
-from envs.retrieval.base import Retriever
-from envs.search_env import SearchEnv, SearchEnvConfig, call_dict, search_results, with_notice
-from envs.synthwiki.questions import KINDS, question_kind
+from maopd.envs import hierarchical_search_v1, prompts
+from maopd.envs import rewards as R
+from maopd.envs.actions import ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
+from maopd.envs.datasets import Question
+from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
+from maopd.envs.option.vector import Node
+from maopd.envs.option.wrapper import OptionWrapper
+from maopd.envs.policy import AgentTurn
+from maopd.envs.records import Counters
+from maopd.envs.retrieval.base import Retriever
+from maopd.envs.search_env import SearchEnv, SearchEnvConfig, call_dict, search_results, with_notice
+from maopd.envs.synthwiki.questions import KINDS, question_kind
 
 Message = dict[str, str]
 PassageDicts = list[dict[str, Any]]
@@ -442,7 +442,7 @@ class FastEpisode:
         return Node(agent, role, call_index, observation, menu.mask.copy(), state=self.state())
 
     def state(self) -> np.ndarray:
-        """``OptionWrapper.state()`` of the same situation (``envs.option.wrapper.option_state``)."""
+        """``OptionWrapper.state()`` of the same situation (``maopd.envs.option.wrapper.option_state``)."""
         world, config = self.world, self.world.config
         slots, max_steps = world.searchers, world.max_steps
         max_reports = len(slots) * config.max_rounds

@@ -8,13 +8,13 @@ what an LLM would:
   "finish with reports {all | latest wave}";
 * Searcher: candidate queries (the next unresolved hop's sub-question, its entity, the task
   itself, entity mentions in the task and in the latest passages) and "report" (the resolved
-  facts as canonical sentences); with a ``ClosedBook`` (``envs.synthwiki.closed_book``), also
+  facts as canonical sentences); with a ``ClosedBook`` (``maopd.envs.synthwiki.closed_book``), also
   "report from memory": the unresolved hops as the model recalls them, without searching;
 * Answerer: candidate answer spans (entity names and values in the selected reports and the
   question) and "unknown".
 
 Item features (``ITEM_FEATURES`` per menu slot) describe each option: present, finishes the call,
-``hint`` (the option the SynthWiki expert team would choose, from ``agents.expert_team``),
+``hint`` (the option the SynthWiki expert team would choose, from ``maopd.agents.expert_team``),
 repeated (query already searched / subtask already delegated), word overlap with the task, built
 from evidence (passages or reports), size (subtasks per Searcher slot, or resolved fraction of a
 report), fallback (the whole question, "unknown"). Menus are shuffled by a hash of the state, so
@@ -31,11 +31,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envs.actions import action_contents, parse_subtasks
-from envs.policy import AgentTurn
-from envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
-from envs.synthwiki.closed_book import ClosedBook
-from envs.synthwiki.grammar import (
+from maopd.envs.actions import action_contents, parse_subtasks
+from maopd.envs.policy import AgentTurn
+from maopd.envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
+from maopd.envs.synthwiki.closed_book import ClosedBook
+from maopd.envs.synthwiki.grammar import (
     NAME,
     VALUE,
     Chain,
@@ -45,8 +45,8 @@ from envs.synthwiki.grammar import (
     parse_question,
     subquestion,
 )
-from envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
-from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
+from maopd.envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
+from maopd.envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8

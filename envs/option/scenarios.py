@@ -13,7 +13,7 @@ the next version (``_v1`` to ``_v2``), so results that name a scenario stay comp
 | World | the default SynthWiki world (seed 0, size small), 1–3 hops and comparisons: training on its 2,000 |
 | | train questions, greedy evaluation on its 300 dev questions (the trainer's choice) |
 | Workflow | hierarchical: Leader → waves of 3 Searchers → Answerer, the workflow's budget of 12 environment steps |
-| Actions | ``Discrete(8)`` menus (``envs.option.menus``), no expert-hint feature |
+| Actions | ``Discrete(8)`` menus (``maopd.envs.option.menus``), no expert-hint feature |
 | Closed book | none: every fact must be searched |
 | Budget exhaustion | forced finish (``force_finish=True``): Searchers must report in their last step and a Leader |
 | | that fails its last step hands every report over, so every workflow gets an answer |
@@ -29,7 +29,7 @@ As ``synthwiki_v1`` with two changes that pose the paper's credit-assignment pro
 | | |
 |---|---|
 | Closed book | ``ClosedBookConfig()``: a Searcher may "report from memory"; a fact comes back right at a rate set by |
-| | its subject's popularity band (``envs.synthwiki.popularity``): 0.9 for the most popular quarter, |
+| | its subject's popularity band (``maopd.envs.synthwiki.popularity``): 0.9 for the most popular quarter, |
 | | 0.6 for the middle quarter, never for the least popular half (a confident wrong value instead) |
 | Budget | 8 environment steps instead of 12: every search spends budget that a multi-hop question needs, |
 | | and a team that runs out answers from what it has |
@@ -45,13 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.option.menus import MENU_SIZE
-from envs.option.wrapper import OptionWrapper, option_env
-from envs.retrieval.cache import CachedRetriever
-from envs.retrieval.factory import RetrieverConfig
-from envs.search_env import shared_retriever
-from envs.synthwiki import load_default_world
-from envs.synthwiki.closed_book import ClosedBookConfig, closed_book
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.wrapper import OptionWrapper, option_env
+from maopd.envs.retrieval.cache import CachedRetriever
+from maopd.envs.retrieval.factory import RetrieverConfig
+from maopd.envs.search_env import shared_retriever
+from maopd.envs.synthwiki import load_default_world
+from maopd.envs.synthwiki.closed_book import ClosedBookConfig, closed_book
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """One role of an option-mode search environment as a ``gymnasium.Env``.
 
 The learner plays every agent of one role (``"leader"``, ``"searcher"`` — all Searcher slots, one
-decision per step — or ``"answerer"``) through the option menu of ``envs.option.menus``; the other
+decision per step — or ``"answerer"``) through the option menu of ``maopd.envs.option.menus``; the other
 roles are played by a text ``Policy`` (``others``: an ``HFPolicy``, a vLLM policy or a ``RoleRouter``;
-``agents.expert_team.single_role_env`` and the registered Gymnasium ids give them the SynthWiki
+``maopd.agents.expert_team.single_role_env`` and the registered Gymnasium ids give them the SynthWiki
 expert team). For single-agent RL libraries, and for
 debugging one role in isolation.
 
@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from envs.actions import TEAM_ROLES
-from envs.option.menus import MENU_SIZE
-from envs.option.wrapper import OptionWrapper, option_env
-from envs.policy import Policy
+from maopd.envs.actions import TEAM_ROLES
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.wrapper import OptionWrapper, option_env
+from maopd.envs.policy import Policy
 
 MAX_SKIPPED_EPISODES = 100
 

@@ -8,7 +8,7 @@ workflow record — is computed the first time any slot reaches that prefix and 
 after, across slots, episodes, iterations, seeds and credit methods that share the cache.
 ``tests/envs/test_option_vector.py`` replays sampled episodes through a fresh text environment and
 gets identical records. This is the reference vectorized path; the trainer plays the same episodes
-faster in ``envs.option.fast``, whose own rules need no text environment.
+faster in ``maopd.envs.option.fast``, whose own rules need no text environment.
 
 On a cache miss a slot's live environment is brought to the prefix: it continues from where it is
 when that is a prefix of the wanted one (the common case, a slot exploring a new branch), else it
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.option.wrapper import OptionWrapper
+from maopd.envs.option.wrapper import OptionWrapper
 
 
 @dataclass(frozen=True)

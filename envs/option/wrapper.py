@@ -7,7 +7,7 @@ and a fixed-size numeric observation::
     {"observations": Box(OBSERVATION_SIZE), "action_mask": Box(MENU_SIZE, int8)}
 
 (the form RLlib's action-masking modules expect). The menus and their item features are
-``envs.option.menus``'s; the observation adds global features of the acting agent's situation.
+``maopd.envs.option.menus``'s; the observation adds global features of the acting agent's situation.
 
 **Global state** (``state()``, a float32 vector in ``state_space = Box(0, 1, (state_size,))``, on the
 AEC and the parallel environment, for centralised critics): the whole team's situation, which no
@@ -26,7 +26,7 @@ single agent observes. It starts from the text environments' numeric state
 ``selected``                  reports handed to the Answerer / R
 ``answering``                 1 once the Answerer's turn is set up
 ``format_failures``           format failures / ``max_steps`` (capped at 1)
-``1-hop`` … ``comparison``    the question's kind (``envs.synthwiki.questions.KINDS``), one-hot
+``1-hop`` … ``comparison``    the question's kind (``maopd.envs.synthwiki.questions.KINDS``), one-hot
                               (SynthWiki metadata; all 0 without it)
 ``acting:<agent>``            1 for each agent still to act in the current step, by ``possible_agents``
 ``<searcher>:active``         per Searcher slot: it has a running assignment;
@@ -54,14 +54,14 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils import BaseWrapper
 
-from envs.actions import ACTION_KINDS, TEAM_ROLES
-from envs.option.menus import HINT_FEATURE, ITEM_FEATURES, MENU_SIZE, Option, build_menu
-from envs.parallel import SearchParallelEnv
-from envs.prompts import NO_FACTS
-from envs.search_env import SearchEnv
-from envs.synthwiki.closed_book import ClosedBook
-from envs.synthwiki.questions import KINDS, question_kind
-from envs.workflows import TEAM_WORKFLOWS, env_module
+from maopd.envs.actions import ACTION_KINDS, TEAM_ROLES
+from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, MENU_SIZE, Option, build_menu
+from maopd.envs.parallel import SearchParallelEnv
+from maopd.envs.prompts import NO_FACTS
+from maopd.envs.search_env import SearchEnv
+from maopd.envs.synthwiki.closed_book import ClosedBook
+from maopd.envs.synthwiki.questions import KINDS, question_kind
+from maopd.envs.workflows import TEAM_WORKFLOWS, env_module
 
 GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES

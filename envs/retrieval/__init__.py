@@ -1,6 +1,6 @@
 """Retrievers behind one batched protocol: ``search(queries, k) -> list[list[Passage]]``."""
 
-from envs.retrieval.base import Passage, Retriever
-from envs.retrieval.corpus import Corpus, CorpusError, Document, load_corpus
+from maopd.envs.retrieval.base import Passage, Retriever
+from maopd.envs.retrieval.corpus import Corpus, CorpusError, Document, load_corpus
 
 __all__ = ["Corpus", "CorpusError", "Document", "Passage", "Retriever", "load_corpus"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
-from envs.retrieval.base import Passage
-from envs.retrieval.corpus import Corpus, CorpusError
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.corpus import Corpus, CorpusError
 
 
 def bm25_text(title: str, text: str) -> str:

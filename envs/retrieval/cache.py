@@ -13,8 +13,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from envs.retrieval.base import Passage, Retriever
 from maopd.base.config import ConfigError
+from maopd.envs.retrieval.base import Passage, Retriever
 
 
 class CachedRetriever:

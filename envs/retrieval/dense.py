@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.retrieval.base import Passage
-from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.encoder import TextEncoder, prefixes_for
 from maopd.base.errors import UserError
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.encoder import TextEncoder, prefixes_for
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 IVFPQ_MIN_VECTORS = 1000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.retrieval.base import Retriever
-from envs.retrieval.corpus import Corpus
 from maopd.base.config import ConfigError, check_fields, checked
+from maopd.envs.retrieval.base import Retriever
+from maopd.envs.retrieval.corpus import Corpus
 
 RETRIEVER_KINDS = ("bm25", "dense", "pyserini", "http")
 
@@ -46,7 +46,7 @@ def build_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retriever
     """The retriever ``config`` describes. ``corpus`` may be None for the pyserini and http kinds."""
     retriever = _build_uncached(config, corpus)
     if config.cache:
-        from envs.retrieval.cache import CachedRetriever
+        from maopd.envs.retrieval.cache import CachedRetriever
 
         retriever = CachedRetriever(retriever, config.cache_max_entries, config.cache_path or None)
     return retriever
@@ -54,21 +54,21 @@ def build_retriever(config: RetrieverConfig, corpus: Corpus | None) -> Retriever
 
 def _build_uncached(config: RetrieverConfig, corpus: Corpus | None) -> Retriever:
     if config.kind == "http":
-        from envs.retrieval.http_client import HTTPRetriever
+        from maopd.envs.retrieval.http_client import HTTPRetriever
 
         return HTTPRetriever(config.url, timeout_s=config.timeout_s, retries=config.retries)
     if config.kind == "pyserini":
-        from envs.retrieval.pyserini_adapter import PyseriniBM25Retriever
+        from maopd.envs.retrieval.pyserini_adapter import PyseriniBM25Retriever
 
         return PyseriniBM25Retriever(config.index_dir, corpus)
     if corpus is None:
         raise ValueError(f"retriever.kind: {config.kind!r} needs the corpus")
     if config.kind == "bm25":
-        from envs.retrieval.bm25 import BM25Retriever
+        from maopd.envs.retrieval.bm25 import BM25Retriever
 
         return BM25Retriever.load(config.index_dir, corpus) if config.index_dir else BM25Retriever(corpus)
-    from envs.retrieval.dense import DenseRetriever
-    from envs.retrieval.encoder import TextEncoder
+    from maopd.envs.retrieval.dense import DenseRetriever
+    from maopd.envs.retrieval.encoder import TextEncoder
 
     encoder = TextEncoder(config.encoder, config.prefix_style, batch_size=config.encode_batch_size)
     if config.index_dir:

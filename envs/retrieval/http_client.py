@@ -21,11 +21,11 @@ import os
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from envs.retrieval.base import Passage
-from envs.retrieval.protocol import ProtocolError, decode_results
 from maopd.base.errors import UserError
 from maopd.base.network import Endpoint, LoopThread, new_client
 from maopd.base.secrets import REDACTED, redact, redact_url
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.protocol import ProtocolError, decode_results
 
 RETRIEVER_AUTH_ENV = "MAOPD_RETRIEVER_AUTH"
 MAX_RESPONSE_BYTES = 32 * 2**20

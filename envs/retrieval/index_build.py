@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from envs.retrieval.corpus import load_corpus
 from maopd.base.atomic import write_file_atomically
+from maopd.envs.retrieval.corpus import load_corpus
 
 
 @dataclass
@@ -40,7 +40,7 @@ class BuildReport:
 
 
 def build_bm25_index(corpus_path: str | Path, out: str | Path) -> BuildReport:
-    from envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.retrieval.bm25 import BM25Retriever
 
     start = time.perf_counter()
     corpus = load_corpus(corpus_path)
@@ -57,13 +57,13 @@ def build_dense_index(
     chunk_size: int = 1024,
     batch_size: int = 64,
 ) -> BuildReport:
-    from envs.retrieval.dense import (
+    from maopd.envs.retrieval.dense import (
         DenseIndexMeta,
         make_faiss_index,
         passage_text,
         save_dense_index,
     )
-    from envs.retrieval.encoder import TextEncoder
+    from maopd.envs.retrieval.encoder import TextEncoder
 
     start = time.perf_counter()
     corpus = load_corpus(corpus_path)  # never empty

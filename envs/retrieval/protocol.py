@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from envs.retrieval.base import Passage
-from envs.retrieval.corpus import Document, split_contents
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.corpus import Document, split_contents
 
 
 def passage_to_document(passage: Passage) -> dict:

@@ -15,8 +15,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from envs.retrieval.base import Passage
-from envs.retrieval.corpus import Corpus, split_contents
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.corpus import Corpus, split_contents
 
 
 @contextmanager

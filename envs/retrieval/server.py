@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from envs.retrieval.base import Passage, Retriever
-from envs.retrieval.protocol import encode_results
+from maopd.envs.retrieval.base import Passage, Retriever
+from maopd.envs.retrieval.protocol import encode_results
 
 
 @dataclass

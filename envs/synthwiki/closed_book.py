@@ -4,7 +4,7 @@ Search collapse, the failure the paper's Searcher supervision prevents, needs a 
 optimum: questions that can sometimes be answered without search. Language models know the facts
 of popular entities and not those of the long tail (Mallen et al. 2023), and a fact is stored only
 after about a hundred statements in varied phrasings (Allen-Zhu & Li 2024), so ``ClosedBook``
-defines what a model recalls by the subject's popularity band (``envs.synthwiki.popularity``, the
+defines what a model recalls by the subject's popularity band (``maopd.envs.synthwiki.popularity``, the
 one definition every consumer reads):
 
 * a fact (subject, predicate) is **recalled right** with the probability its subject's band is
@@ -13,8 +13,8 @@ one definition every consumer reads):
 * any other fact is recalled as another value of the same predicate, so recalling always sounds
   confident, as a language model's guess does.
 
-The option mode's "report from memory" Searcher option (``envs.option.menus``, the ``lazy_searcher_v1``
-scenario) and the demonstrating team of π_0's build (``training.base_model``: it reports from
+The option mode's "report from memory" Searcher option (``maopd.envs.option.menus``, the ``lazy_searcher_v1``
+scenario) and the demonstrating team of π_0's build (``maopd.training.base_model``: it reports from
 memory only what π_0 was pretrained to know) both read this one definition.
 """
 
@@ -26,11 +26,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envs.retrieval.corpus import Corpus
-from envs.synthwiki.grammar import Chain, Comparison
-from envs.synthwiki.knowledge import Knowledge, Step, resolve
-from envs.synthwiki.popularity import band, popularity_ranks
 from maopd.base.config import check_fields, probability, seed_field
+from maopd.envs.retrieval.corpus import Corpus
+from maopd.envs.synthwiki.grammar import Chain, Comparison
+from maopd.envs.synthwiki.knowledge import Knowledge, Step, resolve
+from maopd.envs.synthwiki.popularity import band, popularity_ranks
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
-from envs.retrieval.corpus import Document
-from envs.synthwiki.generator import Entity
-from envs.synthwiki.grammar import fact_sentence
-from envs.synthwiki.schema import ATTRIBUTES, INTRO, RELATED, RELATIONS, format_value
+from maopd.envs.retrieval.corpus import Document
+from maopd.envs.synthwiki.generator import Entity
+from maopd.envs.synthwiki.grammar import fact_sentence
+from maopd.envs.synthwiki.schema import ATTRIBUTES, INTRO, RELATED, RELATIONS, format_value
 
 
 def passage(entity: Entity, entities: Sequence[Entity], seed: int) -> Document:

@@ -12,18 +12,18 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.datasets import Question
-from envs.episode import run_episode
-from envs.policy import Policy
-from envs.prompts import critic_message, judgement_text
-from envs.retrieval.base import Retriever
-from envs.synthwiki.judge_labels import JudgeExample
-from envs.synthwiki.knowledge import Knowledge, report_states_answer
-from envs.workflows import env_module
+from maopd.envs.datasets import Question
+from maopd.envs.episode import run_episode
+from maopd.envs.policy import Policy
+from maopd.envs.prompts import critic_message, judgement_text
+from maopd.envs.retrieval.base import Retriever
+from maopd.envs.synthwiki.judge_labels import JudgeExample
+from maopd.envs.synthwiki.knowledge import Knowledge, report_states_answer
+from maopd.envs.workflows import env_module
 
 
 def make_env(workflow: str, retriever: Retriever, questions: Sequence[Question]):
-    """``workflow``'s environment (one of ``envs.workflows.WORKFLOWS``) over ``retriever``."""
+    """``workflow``'s environment (one of ``maopd.envs.workflows.WORKFLOWS``) over ``retriever``."""
     return env_module(workflow).env(retriever=retriever, questions=list(questions))
 
 
@@ -56,7 +56,7 @@ def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[st
 
 def decidable_judgements(examples: Sequence[JudgeExample]) -> Iterator[dict[str, Any]]:
     """The Prompted Critic's judge on balanced examples of decidable labels
-    (``envs.synthwiki.judge_labels``): yes exactly when the report states a fact about the
+    (``maopd.envs.synthwiki.judge_labels``): yes exactly when the report states a fact about the
     sub-question's entity and asked relation. They come from no episode, so carry no workflow and no episode score."""
     for number, example in enumerate(examples):
         yield {

@@ -1,13 +1,13 @@
 """A world's facts as a language model's pretraining states them, by popularity.
 
 Every fact (subject, relation or attribute, value) of a knowledge graph, with its subject's
-popularity (``envs.synthwiki.popularity``: rank, band and the number of times pretraining states
+popularity (``maopd.envs.synthwiki.popularity``: rank, band and the number of times pretraining states
 it). ``statements`` writes a fact that many times in the varied phrasings of
 ``schema.RECALL_STATEMENTS``; ``question_answer`` writes it as a question with its answer, the form
 a model learns to extract facts from (Allen-Zhu & Li, Physics of Language Models 3.1).
 ``chance_rates`` is the baseline a closed-book probe is judged against: guessing each relation's
 most common value. The knowledge probe (``benchmarks/knowledge_probe.py``), π_0's pretraining
-(``training.base_model``) and the gates (``maopd tune gates``) all read facts from here.
+(``maopd.training.base_model``) and the gates (``maopd tune gates``) all read facts from here.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envs.datasets import Question
-from envs.synthwiki.generator import Entity
-from envs.synthwiki.grammar import fact_sentence, recall_statement, subquestion
-from envs.synthwiki.popularity import ExposureCurve, band, entity_ranks
-from envs.synthwiki.schema import format_value, value_answers
+from maopd.envs.datasets import Question
+from maopd.envs.synthwiki.generator import Entity
+from maopd.envs.synthwiki.grammar import fact_sentence, recall_statement, subquestion
+from maopd.envs.synthwiki.popularity import ExposureCurve, band, entity_ranks
+from maopd.envs.synthwiki.schema import format_value, value_answers
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The graph is made of sub-graphs (``SUBGRAPHS``: train, dev, test, heldout); relations never
 cross sub-graphs, so questions drawn from different sub-graphs share no entity, not even an
-answer. Each question split draws from one sub-graph (``envs.synthwiki.world``): train and dev
+answer. Each question split draws from one sub-graph (``maopd.envs.synthwiki.world``): train and dev
 from their own, the current test split from ``heldout``. The ``test`` sub-graph is the one the
 first two versions of the test split were drawn from; no question split draws from it any more,
 but its entities stay in the world, so the rest of the graph is what it was. All randomness
@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from envs.synthwiki.schema import (
+from maopd.envs.synthwiki.schema import (
     ATTRIBUTES,
     DESCRIPTORS,
     ENTITY_TYPES,

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, RECALL_STATEMENTS, RELATIONS
+from maopd.envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, RECALL_STATEMENTS, RELATIONS
 
 # Names are capitalized words, optionally joined by "of" ("University of Brask").
 NAME = r"[A-Z][a-z]+(?:(?: of)? [A-Z][a-z]+)*"

@@ -1,7 +1,7 @@
 """Judge labels a judge can decide from its inputs, and balanced examples of them.
 
 The Prompted Critic's judge sees the question, the sub-question and the report
-(``envs.prompts.CRITIC_PROMPT``) and is asked whether the report gives specific, relevant facts
+(``maopd.envs.prompts.CRITIC_PROMPT``) and is asked whether the report gives specific, relevant facts
 that help answer the sub-question. ``judge_label`` answers that from those inputs alone, with the
 world's grammar: yes exactly when the report states a fact about the sub-question's entity and
 asked relation (for a comparison, either entity and the compared attribute; for a chain, its first
@@ -22,11 +22,11 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from envs.datasets import Question
-from envs.prompts import NO_FACTS
-from envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts, parse_question
-from envs.synthwiki.knowledge import Knowledge
-from envs.synthwiki.schema import ATTRIBUTES, RELATIONS
+from maopd.envs.datasets import Question
+from maopd.envs.prompts import NO_FACTS
+from maopd.envs.synthwiki.grammar import Chain, Comparison, fact_sentence, parse_facts, parse_question
+from maopd.envs.synthwiki.knowledge import Knowledge
+from maopd.envs.synthwiki.schema import ATTRIBUTES, RELATIONS
 
 # (subject, predicate) -> the value a judge is expected to know, or None when it cannot know it
 Knows = Callable[[str, str], str | None]

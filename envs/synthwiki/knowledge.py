@@ -1,8 +1,8 @@
 """Facts read from SynthWiki text, and a question's plan resolved through them.
 
-``Knowledge`` collects the facts of passages or reports (``envs.synthwiki.grammar.parse_facts``);
+``Knowledge`` collects the facts of passages or reports (``maopd.envs.synthwiki.grammar.parse_facts``);
 ``resolve`` walks a question's chain of hops (or its two comparison look-ups) through them. The
-expert team (``agents.expert_team``) and the option menus (``envs.option.menus``) reason with it.
+expert team (``maopd.agents.expert_team``) and the option menus (``maopd.envs.option.menus``) reason with it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envs.prompts import strip_label
-from envs.rewards import report_has_gold
-from envs.synthwiki.grammar import Chain, Comparison, Fact, fact_sentence, parse_facts, parse_question
-from envs.synthwiki.schema import ATTRIBUTES
+from maopd.envs.prompts import strip_label
+from maopd.envs.rewards import report_has_gold
+from maopd.envs.synthwiki.grammar import Chain, Comparison, Fact, fact_sentence, parse_facts, parse_question
+from maopd.envs.synthwiki.schema import ATTRIBUTES
 
 
 class Knowledge:
@@ -103,7 +103,7 @@ def subtask_answer(task: str, knowledge: Knowledge) -> str | None:
 
 def report_states_answer(task: str, report: str, knowledge: Knowledge) -> bool:
     """Gold correctness of a Searcher report: it states the answer of its own (sub)task
-    (``envs.rewards.report_has_gold`` against ``subtask_answer``). A useful first-hop report of a
+    (``maopd.envs.rewards.report_has_gold`` against ``subtask_answer``). A useful first-hop report of a
     multi-hop question holds the bridge entity, not the question's answer, and counts as correct."""
     answer = subtask_answer(task, knowledge)
     return answer is not None and report_has_gold(report, [answer])

@@ -29,8 +29,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from envs.synthwiki.generator import Entity
 from maopd.base.config import ConfigError, check_fields, checked
+from maopd.envs.synthwiki.generator import Entity
 
 BANDS = ("popular", "middle", "long_tail")
 

@@ -13,16 +13,16 @@ import random
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from envs.datasets import Question
-from envs.synthwiki.generator import Entity, mention
-from envs.synthwiki.grammar import (
+from maopd.envs.datasets import Question
+from maopd.envs.synthwiki.generator import Entity, mention
+from maopd.envs.synthwiki.grammar import (
     Chain,
     Comparison,
     chain_question,
     comparison_question,
     subquestion,
 )
-from envs.synthwiki.schema import (
+from maopd.envs.synthwiki.schema import (
     ATTRIBUTES,
     ENTITY_TYPES,
     RELATIONS,

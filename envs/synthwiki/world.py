@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.datasets import Question, load_questions
-from envs.retrieval.corpus import Corpus, load_corpus
-from envs.synthwiki.corpus import iter_documents
-from envs.synthwiki.generator import SPLITS, SUBGRAPHS, Entity, GraphSize, generate_graph
-from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.config import ConfigError
 from maopd.base.json_files import write_json
+from maopd.envs.datasets import Question, load_questions
+from maopd.envs.retrieval.corpus import Corpus, load_corpus
+from maopd.envs.synthwiki.corpus import iter_documents
+from maopd.envs.synthwiki.generator import SPLITS, SUBGRAPHS, Entity, GraphSize, generate_graph
+from maopd.envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
 
 # Bump when generated content changes, so that stale caches are rebuilt.
 FORMAT_VERSION = 3
@@ -39,7 +39,7 @@ FORMAT_VERSION = 3
 # whose entities no question of train, dev or an earlier test version touches. Train and dev do
 # not depend on the version.
 TEST_SPLIT_VERSION = 3
-# The sub-graph each question split draws from (``envs.synthwiki.generator.SUBGRAPHS``).
+# The sub-graph each question split draws from (``maopd.envs.synthwiki.generator.SUBGRAPHS``).
 QUESTION_SUBGRAPHS = {"train": "train", "dev": "dev", "test": "heldout"}
 DEFAULT_SEED = 0
 DEFAULT_SIZE = "small"

@@ -7,7 +7,7 @@
   that needs it waits for it (``maopd.base.lock``).
 * ``writing``: a write that fails for lack of space names its file and the space left.
 
-Kept free of torch so that light modules (``training.run_logging``) can use it.
+Kept free of torch so that light modules (``maopd.training.run_logging``) can use it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A run directory is data, possibly someone else's: a path it holds (the ``checkpoints/latest``
 pointer, a ``step_N`` symlink) must not lead a run to read or load anything outside it. Every path
-read from a run directory goes through ``resolve_inside`` (``training.checkpoint``); the paths a run
+read from a run directory goes through ``resolve_inside`` (``maopd.training.checkpoint``); the paths a run
 writes are built by the code from ``run_dir`` and checked names (stages, variants), never taken
 from a config. Only an explicit ``allow_outside=True`` (a flag the user typed, never a config
 value) lifts the check. A command checks its output paths against its input paths before it writes
@@ -16,6 +16,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from maopd.base.errors import UserError
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # maopd/, installed or in a clone
+# The repository when this is a clone's maopd/ (an installed package's parent is site-packages).
+CLONE_DIR = PACKAGE_DIR.parent
+
+
+def package_data(name: str) -> Path:
+    """The package's data directory ``name`` (``configs``, ``models``): inside the installed package,
+    where a wheel puts it, or at the top of a clone, where the repository keeps it."""
+    installed = PACKAGE_DIR / name
+    return installed if installed.is_dir() else CLONE_DIR / name
 
 
 class PathOutsideRunError(UserError, ValueError):

@@ -11,7 +11,7 @@
 ``redact_strings(data)`` applies ``redact`` to every string in plain config data: what a saved
 config, a config comparison and a logged config are made of. So a URL's credentials never reach
 the disk; a process that needs them again (a resumed run, the seeds runner's subprocesses) takes
-them from an environment variable (``envs.retrieval.http_client.RETRIEVER_AUTH_ENV``).
+them from an environment variable (``maopd.envs.retrieval.http_client.RETRIEVER_AUTH_ENV``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.policy import SamplingSettings
-from envs.workflows import WORKFLOWS
 from maopd.base.arguments import bounded_int, positive_int, seed_int
+from maopd.envs.policy import SamplingSettings
+from maopd.envs.workflows import WORKFLOWS
 
 
 def register(subparsers) -> None:
@@ -198,16 +198,16 @@ def _reporting_errors(command):
 
 def _split_spec(spec: str, default_format: str = "flashrag") -> tuple[str, str]:
     """``PATH[:FORMAT]``: the part after the last colon is a format only if it names one."""
-    from benchmarks.eval.converters import CONVERTERS
+    from maopd.evaluation.converters import CONVERTERS
 
     path, _, fmt = spec.rpartition(":")
     return (path, fmt) if path and fmt in CONVERTERS else (spec, default_format)
 
 
 def _convert(args) -> int:
-    from benchmarks.eval.converters import convert, pool_corpus
-    from envs.datasets import write_questions
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.envs.datasets import write_questions
+    from maopd.evaluation.converters import convert, pool_corpus
 
     refuse_overwriting_inputs([("input", args.input)], [("output", args.output), ("--corpus", args.corpus)])
     examples = convert(args.input, args.format)
@@ -221,8 +221,8 @@ def _convert(args) -> int:
 
 
 def _corpus(args) -> int:
-    from benchmarks.eval.converters import convert, pool_corpus
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.evaluation.converters import convert, pool_corpus
 
     specs = [_split_spec(spec) for spec in args.inputs]
     refuse_overwriting_inputs([("input", path) for path, _ in specs], [("--out", args.out)])
@@ -234,9 +234,9 @@ def _corpus(args) -> int:
 
 
 def _manifest(args) -> int:
-    from benchmarks.eval.converters import convert
-    from benchmarks.eval.manifest import MANIFEST_SEED, PAPER_COUNTS, build_manifest, report_path, write_manifest
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.evaluation.converters import convert
+    from maopd.evaluation.manifest import MANIFEST_SEED, PAPER_COUNTS, build_manifest, report_path, write_manifest
 
     datasets = {}
     for spec in args.dataset:
@@ -268,11 +268,11 @@ def _manifest(args) -> int:
 
 
 def _run(args) -> int:
-    from benchmarks.eval.manifest import load_manifest
-    from benchmarks.eval.runner import EvalSettings, run_attempts, settings_file
-    from benchmarks.eval.solvers import checkpoint_solver, debugging_policy, team_solver
-    from envs.retrieval.corpus import load_corpus
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.envs.retrieval.corpus import load_corpus
+    from maopd.evaluation.manifest import load_manifest
+    from maopd.evaluation.runner import EvalSettings, run_attempts, settings_file
+    from maopd.evaluation.solvers import checkpoint_solver, debugging_policy, team_solver
 
     refuse_overwriting_inputs(
         [("--manifest", args.manifest), ("--corpus", args.corpus), ("--retriever-config", args.retriever_config)],
@@ -283,14 +283,14 @@ def _run(args) -> int:
     corpus = load_corpus(args.corpus) if args.corpus else None
     env_options = {}
     if args.retriever_config or args.retriever_set:
-        from envs.retrieval.factory import RetrieverConfig, build_retriever
         from maopd.base.config import load_yaml
+        from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
 
         env_options["retriever"] = build_retriever(
             load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set), corpus
         )
     if args.policy == "checkpoint":
-        from agents.model_files import ModelFileError
+        from maopd.agents.model_files import ModelFileError
 
         if not args.model:
             raise ValueError(
@@ -337,7 +337,7 @@ def _made_with(args) -> dict:
         "retriever_set": args.retriever_set,
     }
     if args.policy == "checkpoint":
-        from training.model_loading import model_source
+        from maopd.training.model_loading import model_source
 
         model = args.model if args.backend == "openai" else str(model_source(args.model))
         made_with |= {
@@ -358,10 +358,10 @@ def _absolute(path: str | None) -> str | None:
 
 
 def _score(args) -> int:
-    from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
-    from benchmarks.eval.records import RecordError, load_records
-    from benchmarks.eval.scoring import OUTPUT_FILES, score_records
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
+    from maopd.evaluation.records import RecordError, load_records
+    from maopd.evaluation.scoring import OUTPUT_FILES, score_records
 
     out = Path(args.out)
     refuse_overwriting_inputs(
@@ -383,9 +383,9 @@ def _score(args) -> int:
 
 def _matrix(args) -> int:
 
-    from benchmarks.eval.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
-    from benchmarks.eval.score_matrix import read_matrix
-    from benchmarks.eval.seed_statistics import percent_interval, side_by_side
+    from maopd.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
+    from maopd.evaluation.score_matrix import read_matrix
+    from maopd.evaluation.seed_statistics import percent_interval, side_by_side
 
     if args.expect and not args.compare:
         raise ValueError("--expect: a direction needs pairs; add --compare A B")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from envs.search_env import MAX_SEARCHERS
-from envs.workflows import WORKFLOWS
 from maopd.base.arguments import bounded_int, seed_int
+from maopd.envs.search_env import MAX_SEARCHERS
+from maopd.envs.workflows import WORKFLOWS
 
 
 def register(subparsers) -> None:
@@ -29,10 +29,10 @@ def register(subparsers) -> None:
 
 
 def _play(args) -> int:
-    from agents.expert_team import expert_team
-    from agents.scripted import scripted_team
-    from envs.episode import run_episode
-    from envs.workflows import env_module
+    from maopd.agents.expert_team import expert_team
+    from maopd.agents.scripted import scripted_team
+    from maopd.envs.episode import run_episode
+    from maopd.envs.workflows import env_module
 
     # only the hierarchy has Searcher slots
     slots = {"num_searchers": args.num_searchers} if args.workflow == "hierarchical" else {}

@@ -1,5 +1,5 @@
 """``maopd preregister``: the pre-registration of the report on the current testbed
-(``maopd.preregistration``), written before the first RL run on it."""
+(``maopd.study.preregistration``), written before the first RL run on it."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def register(subparsers) -> None:
 
 
 def _preregister(args) -> int:
-    from benchmarks.provenance import git_commit
     from maopd.base.errors import UserError
-    from maopd.preregistration import write_preregistration
+    from maopd.evaluation.provenance import git_commit
+    from maopd.study.preregistration import write_preregistration
 
     gates = Path(args.gates)
     if not gates.is_file():

@@ -1,4 +1,4 @@
-"""``maopd report``: the report on the pre-registered testbed (``maopd.report``): ``save`` what a
+"""``maopd report``: the report on the pre-registered testbed (``maopd.study.report``): ``save`` what a
 part of the pre-registered table left in its run directory, ``build`` the report and the claims'
 verdicts from the saved seeds."""
 
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def _save(args) -> int:
-    from maopd.report import save_runs
+    from maopd.study.report import save_runs
 
     saved = save_runs(Path(args.run_dir), Path(args.out))
     print(f"saved {', '.join(path.name for path in saved)} to {args.out}")
@@ -45,7 +45,7 @@ def _save(args) -> int:
 
 def _build(args) -> int:
     from maopd.base.errors import UserError
-    from maopd.report import build_report
+    from maopd.study.report import build_report
 
     preregistration = Path(args.preregistration)
     if not preregistration.is_file():

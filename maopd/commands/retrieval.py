@@ -70,9 +70,9 @@ def _add_retriever_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_retriever(args):
-    from envs.retrieval.corpus import load_corpus
-    from envs.retrieval.factory import RetrieverConfig, build_retriever
     from maopd.base.config import load_yaml
+    from maopd.envs.retrieval.corpus import load_corpus
+    from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
 
     config = load_yaml(RetrieverConfig, args.config, args.overrides)
     corpus = load_corpus(args.corpus) if args.corpus else None
@@ -80,8 +80,8 @@ def _load_retriever(args):
 
 
 def _index_build(args) -> int:
-    from envs.retrieval.index_build import build_bm25_index, build_dense_index
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.envs.retrieval.index_build import build_bm25_index, build_dense_index
 
     refuse_overwriting_inputs([("--corpus", args.corpus)], [], filled=[("--out", args.out)])
     if args.kind == "bm25":
@@ -89,8 +89,8 @@ def _index_build(args) -> int:
     elif args.kind in ("pyserini", "lucene"):
         import time
 
-        from envs.retrieval.corpus import CorpusError, iter_corpus
-        from envs.retrieval.pyserini_adapter import build_lucene_index
+        from maopd.envs.retrieval.corpus import CorpusError, iter_corpus
+        from maopd.envs.retrieval.pyserini_adapter import build_lucene_index
 
         if next(iter_corpus(args.corpus), None) is None:  # missing, empty, a bad first line: named in one line
             raise CorpusError(
@@ -117,7 +117,7 @@ def _index_build(args) -> int:
 def _serve(args) -> int:
     import uvicorn
 
-    from envs.retrieval.server import ServerLimits, create_app, uvicorn_config
+    from maopd.envs.retrieval.server import ServerLimits, create_app, uvicorn_config
 
     retriever = _load_retriever(args)
     limits = ServerLimits(max_queries=args.max_queries, max_k=args.max_k)

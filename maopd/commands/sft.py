@@ -1,4 +1,4 @@
-"""``maopd sft``: build the base model π_0 (see ``training.base_model``) from a seed and config."""
+"""``maopd sft``: build the base model π_0 (see ``maopd.training.base_model``) from a seed and config."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 def resolve_config(path: str | None, overrides: list[str], smoke: bool):
     """The ``SFTConfig`` of defaults (or the smoke config), then the YAML file, then overrides."""
     from maopd.base.config import ConfigError, apply_overrides, from_dict, parse_yaml_file, to_dict
-    from training.base_model import SMOKE_CONFIG, SFTConfig
+    from maopd.training.base_model import SMOKE_CONFIG, SFTConfig
 
     data = to_dict(SMOKE_CONFIG if smoke else SFTConfig())
     if path is not None:
@@ -48,7 +48,7 @@ def resolve_config(path: str | None, overrides: list[str], smoke: bool):
 
 def _sft(args) -> int:
     from maopd.base.errors import UserError
-    from training.base_model import SHIPPED_DIR, build_base_model, default_cache_dir, load_or_build_base_model
+    from maopd.training.base_model import SHIPPED_DIR, build_base_model, default_cache_dir, load_or_build_base_model
 
     try:
         config = resolve_config(args.config, args.overrides, args.smoke)

@@ -24,8 +24,8 @@ def _in_file(path: str, exc: Exception, label: str = "") -> str:
 def _train(args: argparse.Namespace) -> int:
     from maopd.base.config import ConfigError
     from maopd.base.run_dir import CONFIG_FILE
-    from training.config import load_config
-    from training.trainer import RUN_STOPPED, train_stage
+    from maopd.training.config import load_config
+    from maopd.training.trainer import RUN_STOPPED, train_stage
 
     if args.config is None:
         if args.resume:
@@ -69,7 +69,7 @@ def _pipeline(
     from maopd.pipeline.job import run_pipeline
     from maopd.pipeline.resume import PIPELINE_RECORD
     from maopd.pipeline.seeds import run_seeds
-    from training.trainer import RUN_STOPPED
+    from maopd.training.trainer import RUN_STOPPED
 
     try:
         config = load_experiment(preset, overrides)
@@ -97,8 +97,8 @@ def _experiment(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from training.plot import plot_runs, stage_dirs
-    from training.run_logging import METRICS_FILE
+    from maopd.training.plot import plot_runs, stage_dirs
+    from maopd.training.run_logging import METRICS_FILE
 
     metrics = [("the metrics", stage / METRICS_FILE) for stage in stage_dirs(args.run_dir)]
     refuse_overwriting_inputs(metrics, [("--out", args.out)])

@@ -1,7 +1,7 @@
 """``maopd tune eval``, ``maopd tune beta``, ``maopd tune judge`` and ``maopd tune gates``: the main
 job's settings chosen on dev, and the testbed's gates measured there.
 
-The logic is in maopd/tuning.py."""
+The logic is in maopd/study/tuning.py."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def register(subparsers) -> None:
         description="Reads the gates.json `maopd tune gates` wrote for each build of one SFTConfig "
         "(built with several finetune_seed values, measured with the same options) and applies "
         "every check to the figures averaged over the builds, each build's values beside "
-        "(maopd/gates.py). Prints the table and writes OUT/recipe_gates.json and OUT/recipe_gates.md.",
+        "(maopd/study/gates.py). Prints the table and writes OUT/recipe_gates.json and OUT/recipe_gates.md.",
     )
     recipe.add_argument("gates_files", nargs="+", metavar="GATES_JSON", help="a build's gates.json, two or more")
     recipe.add_argument("--out", required=True, help="output directory")
@@ -110,9 +110,9 @@ def register(subparsers) -> None:
 
 
 def _recipe_gates(args) -> int:
-    from benchmarks.provenance import git_commit
     from maopd.base.config import ConfigError
-    from maopd.gates import recipe_gates, recipe_table
+    from maopd.evaluation.provenance import git_commit
+    from maopd.study.gates import recipe_gates, recipe_table
 
     builds = []
     for path in args.gates_files:
@@ -151,8 +151,8 @@ def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> i
 
 
 def _judge(args) -> int:
-    from benchmarks.provenance import git_commit
-    from maopd.tuning import judge_figures
+    from maopd.evaluation.provenance import git_commit
+    from maopd.study.tuning import judge_figures
 
     result = judge_figures(Path(args.model), Path(args.records), args.workflows, args.balanced)
     result = {"command": " ".join(args.command_line), "commit": git_commit(short=True), **result}
@@ -164,9 +164,9 @@ def _judge(args) -> int:
 
 
 def _eval(args) -> int:
-    from benchmarks.provenance import git_commit
+    from maopd.evaluation.provenance import git_commit
     from maopd.pipeline.config import load_preset
-    from maopd.tuning import dev_eval, parse_system
+    from maopd.study.tuning import dev_eval, parse_system
 
     # a ConfigError is bad input: maopd.cli prints it as one line
     overrides = ["eval.split=dev", f"eval.attempts={args.attempts}"]
@@ -183,9 +183,9 @@ def _eval(args) -> int:
 
 
 def _beta(args) -> int:
-    from benchmarks.provenance import git_commit
+    from maopd.evaluation.provenance import git_commit
     from maopd.pipeline.config import load_preset
-    from maopd.tuning import calibrate_beta
+    from maopd.study.tuning import calibrate_beta
 
     started = time.perf_counter()
     pipeline = load_preset(args.preset, [f"run_dir={args.run_dir}", *args.overrides])
@@ -209,9 +209,9 @@ def _gates(args) -> int:
 
     import torch
 
-    from benchmarks.provenance import git_commit
-    from maopd.gates import markdown_table
-    from maopd.tuning import gate_figures
+    from maopd.evaluation.provenance import git_commit
+    from maopd.study.gates import markdown_table
+    from maopd.study.tuning import gate_figures
 
     torch.set_num_threads(args.threads)
     model = Path(args.model)

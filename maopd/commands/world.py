@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envs.workflows import WORKFLOWS
 from maopd.base.arguments import bounded_float, positive_int, seed_int
+from maopd.envs.workflows import WORKFLOWS
 
 
 def register(subparsers) -> None:
@@ -34,8 +34,8 @@ def register(subparsers) -> None:
 
 
 def _build(args) -> int:
-    from envs.synthwiki.world import SIZES, write_world
     from maopd.base.errors import UserError
+    from maopd.envs.synthwiki.world import SIZES, write_world
 
     if args.size not in SIZES:
         raise UserError(f"--size {args.size!r} is unknown; expected one of {sorted(SIZES)}")
@@ -45,11 +45,11 @@ def _build(args) -> int:
 
 
 def _demos(args) -> int:
-    from agents.expert_team import expert_team
-    from agents.noisy_team import NoiseConfig, NoisyTeam
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.demos import demonstrations, write_demonstrations
-    from envs.synthwiki.world import load_default_world
+    from maopd.agents.expert_team import expert_team
+    from maopd.agents.noisy_team import NoiseConfig, NoisyTeam
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.synthwiki.demos import demonstrations, write_demonstrations
+    from maopd.envs.synthwiki.world import load_default_world
 
     world = load_default_world(args.seed, args.size)
     questions = world.splits[args.split][: args.limit]

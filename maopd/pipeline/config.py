@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.vllm_policy import VLLM_HEAD_SIZES
-from envs.policy import SamplingSettings
+from maopd.agents.vllm_policy import VLLM_HEAD_SIZES
 from maopd.base.config import (
     ConfigError,
     check_fields,
@@ -24,9 +23,11 @@ from maopd.base.config import (
     seed_field,
     set_dotted,
 )
-from training.base_model import SFTConfig
+from maopd.base.paths import package_data
+from maopd.envs.policy import SamplingSettings
+from maopd.training.base_model import SFTConfig
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "configs"
+PRESET_DIR = package_data("configs")
 PTX_SOURCES = ("demonstrations", "pretraining")
 VARIANT_METHODS = {
     "full": "MultiAgent-OPD",
@@ -76,7 +77,7 @@ class PipelineConfig:
     """The main job. ``stages`` is a partial ``TrainConfig`` (nested mappings, any subset of its
     fields) that every stage run shares; ``stage1`` / ``stage2`` / ``single`` are partial
     ``TrainConfig``s laid over it, stating only what their stage does differently. Both are applied
-    over the stage and variant layers of ``training.config``; every key and value is checked when
+    over the stage and variant layers of ``maopd.training.config``; every key and value is checked when
     the config is built. π_0, the Teacher, the seed and the run
     directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
@@ -102,14 +103,14 @@ class PipelineConfig:
     @staticmethod
     def unknown_key_hint(key: str) -> str:
         """Where a stage setting given at the top level goes (``rollout.engine=vllm``)."""
-        from training.config import TrainConfig
+        from maopd.training.config import TrainConfig
 
         if key not in {f.name for f in dataclasses.fields(TrainConfig)}:
             return ""
         return f"; a stage setting: stages.{key}.… for every stage, or stage1/stage2/single.{key}.… for one"
 
     def __post_init__(self) -> None:
-        from training.config import TrainConfig
+        from maopd.training.config import TrainConfig
 
         if not self.run_dir.strip():
             raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
@@ -217,7 +218,7 @@ def load_preset(name_or_path: str, overrides: list[str] | None = None) -> Pipeli
 def _stage_setting(override: str) -> str:
     """A command-line setting that only stages have applies to every stage: ``rollout.engine=vllm``
     becomes ``stages.rollout.engine=vllm``. (A YAML file says ``stages:``; ``unknown_key_hint``.)"""
-    from training.config import TrainConfig
+    from maopd.training.config import TrainConfig
 
     key = override.partition("=")[0].partition(".")[0].strip()
     stage_keys = {f.name for f in dataclasses.fields(TrainConfig)} - {
@@ -233,14 +234,14 @@ def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
 
 def stage_settings(config: PipelineConfig, stage: str) -> dict[str, Any]:
     """The partial ``TrainConfig`` of one stage: its section laid over the shared ``stages`` section."""
-    from training.config import deep_merge
+    from maopd.training.config import deep_merge
 
     return deep_merge(config.stages, getattr(config, stage))
 
 
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
-    from training.config import build_config
+    from maopd.training.config import build_config
 
     settings = stage_settings(config, stage)
     pipeline = {

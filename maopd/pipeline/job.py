@@ -49,8 +49,8 @@ from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
 
 
 def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
-    """The rows of π_0's training data that ``config.ptx_source`` names, in ``training.ptx``'s format."""
-    from training.base_model import demonstration_chats, pretraining_texts
+    """The rows of π_0's training data that ``config.ptx_source`` names, in ``maopd.training.ptx``'s format."""
+    from maopd.training.base_model import demonstration_chats, pretraining_texts
 
     if config.ptx_source == "demonstrations":
         return demonstration_chats(config.base_model, progress=False)
@@ -60,9 +60,9 @@ def ptx_rows(config: PipelineConfig) -> list[dict[str, Any]]:
 def held_out_manifest(config: PipelineConfig):
     """The held-out questions (``eval.split``): ``questions_per_type`` of each type, sampled with the
     manifest seed, or all of them."""
-    from benchmarks.eval.manifest import build_manifest
-    from envs.synthwiki import load_default_world
-    from envs.synthwiki.questions import question_kind
+    from maopd.envs.synthwiki import load_default_world
+    from maopd.envs.synthwiki.questions import question_kind
+    from maopd.evaluation.manifest import build_manifest
 
     world = load_default_world()  # the world the environments play by default
     pools: dict[str, list] = {}
@@ -75,8 +75,8 @@ def held_out_manifest(config: PipelineConfig):
 
 
 def evaluate(config: PipelineConfig, method: str, workflow: str, model_dir: Path, manifest, records: Path) -> None:
-    from benchmarks.eval.runner import EvalSettings, run_attempts
-    from benchmarks.eval.solvers import checkpoint_solver
+    from maopd.evaluation.runner import EvalSettings, run_attempts
+    from maopd.evaluation.solvers import checkpoint_solver
 
     ev = config.eval
     solve = checkpoint_solver(
@@ -121,13 +121,13 @@ def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
 
 
 def _run_held(config: PipelineConfig, fresh: bool) -> dict:
-    from benchmarks.eval.records import load_records
-    from benchmarks.eval.scoring import score_records
-    from training.base_model import base_model_dir, load_or_build_base_model
-    from training.checkpoint import resolve_model_dir
-    from training.plot import plot_run
-    from training.ptx import write_rows
-    from training.trainer import train_stage
+    from maopd.evaluation.records import load_records
+    from maopd.evaluation.scoring import score_records
+    from maopd.training.base_model import base_model_dir, load_or_build_base_model
+    from maopd.training.checkpoint import resolve_model_dir
+    from maopd.training.plot import plot_run
+    from maopd.training.ptx import write_rows
+    from maopd.training.trainer import train_stage
 
     run_dir = Path(config.run_dir)
     for path in check_run_dir(config, base_model_dir(config.base_model), fresh):  # before any work

@@ -35,7 +35,7 @@ def run_seeds(config: PipelineConfig, seeds: list[int], fresh: bool = False) -> 
     """The job once per training seed, all seeds at once with one torch thread each (one process
     per seed, ``<run_dir>/seed_<s>``, its output in ``seed_<s>.log``; with ``pi0_per_seed``, each
     from its own π_0), then the report pooled over
-    them in ``<run_dir>/report`` (``benchmarks.seed_report``). Each seed resumes like the job. The
+    them in ``<run_dir>/report`` (``maopd.evaluation.seed_report``). Each seed resumes like the job. The
     run directory and the seeds' directories are held for the whole run; the seeds' processes
     work under that hold (``maopd.base.lock``)."""
     if len(set(seeds)) != len(seeds) or not seeds:
@@ -48,8 +48,8 @@ def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
     import subprocess
     import sys
 
-    from benchmarks.seed_report import write_report
-    from training.base_model import base_model_dir
+    from maopd.evaluation.seed_report import write_report
+    from maopd.training.base_model import base_model_dir
 
     configs = {seed: seed_config(config, seed) for seed in seeds}
     for one_seed in configs.values():  # every seed's directory is checked before any work

@@ -1,8 +1,8 @@
 import pytest
 
-from agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
-from agents.tokenizer import train_tokenizer
-from envs.prompts import feedback_message, system_message, task_message
+from maopd.agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
+from maopd.agents.tokenizer import train_tokenizer
+from maopd.envs.prompts import feedback_message, system_message, task_message
 
 INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
 INFO_2 = {"role": "user", "content": "<information>\nNo results.\n</information>"}
@@ -80,7 +80,7 @@ def test_a_cut_inside_a_word_is_rejected(tokenizer):
 
 def test_a_cut_at_a_special_token_is_encoded_once(tokenizer, monkeypatch):
     """ChatML's continuation starts with <|im_end|>, split out before tokenizing: no boundary re-encode."""
-    from agents import chat_tokens
+    from maopd.agents import chat_tokens
 
     encoded = []
     monkeypatch.setattr(chat_tokens, "encode_text", lambda tok, text: encoded.append(text) or encode_text(tok, text))

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from agents.chat_tokens import encode_text
-from agents.decode_engine import DecodeEngine, PrefixStore
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig, StopMatcher
-from agents.tiny_model import build_tiny_model
+from maopd.agents.chat_tokens import encode_text
+from maopd.agents.decode_engine import DecodeEngine, PrefixStore
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig, StopMatcher
+from maopd.agents.tiny_model import build_tiny_model
 from tests.draws import assert_same_draws
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agents.forced_start import ForcedStart
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig
-from envs.policy import AgentTurn
-from envs.prompts import system_message, task_message
+from maopd.agents.forced_start import ForcedStart
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig
+from maopd.envs.policy import AgentTurn
+from maopd.envs.prompts import system_message, task_message
 
 
 def test_only_the_first_output_of_the_role_is_forced(lm):

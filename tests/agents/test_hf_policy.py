@@ -3,16 +3,16 @@ import json
 import pytest
 import torch
 
-from agents.chat_tokens import encode_text, prompt_ids
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
-from agents.tiny_model import build_tiny_model
-from envs import cascade_search_v1, hierarchical_search_v1
-from envs.episode import run_episode
-from envs.policy import AgentTurn, Policy
-from envs.prompts import system_message, task_message
+from maopd.agents.chat_tokens import encode_text, prompt_ids
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig, StopMatcher, sample_next_tokens
+from maopd.agents.tiny_model import build_tiny_model
+from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs.episode import run_episode
+from maopd.envs.policy import AgentTurn, Policy
+from maopd.envs.prompts import system_message, task_message
+from maopd.training.token_scoring import pad_batch, score_tokens
 from tests.draws import assert_same_draws
-from training.token_scoring import pad_batch, score_tokens
 
 TASKS = [
     "capital of France",
@@ -219,7 +219,7 @@ def test_non_finite_logits_stop_sampling_with_a_clear_error():
 def test_descending_order_is_torchs_stable_descending_sort():
     """The CPU radix order equals torch's stable sort: ties (equal probabilities, exact zeros, values
     equal in their high 16 bits) keep vocabulary order."""
-    from agents.sampling import descending_order
+    from maopd.agents.sampling import descending_order
 
     generator = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(64, 789, generator=generator) * 4, dim=-1)

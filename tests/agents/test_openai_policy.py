@@ -11,17 +11,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents.openai_policy import (
+from maopd.agents.openai_policy import (
     InsecureKeyError,
     OpenAIPolicy,
     OpenAIPolicyConfig,
     OpenAIPolicyError,
     restore_stop_tag,
 )
-from benchmarks.raw_http import RawServer, http_answer, trickle
-from envs.policy import AgentTurn
-from envs.prompts import system_message, task_message
 from maopd.base.errors import UserError
+from maopd.base.raw_http import RawServer, http_answer, trickle
+from maopd.envs.policy import AgentTurn
+from maopd.envs.prompts import system_message, task_message
 
 SECRET = "sk-test-5ecret-never-shown"
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher, expert_team
-from agents.noisy_team import NoiseConfig, NoisyTeam
-from envs import prompts
-from envs.actions import parse_action
-from envs.episode import run_episode
-from envs.policy import AgentTurn
-from envs.retrieval.base import Passage
-from envs.retrieval.bm25 import BM25Retriever
-from envs.synthwiki import build_world
-from envs.synthwiki.demos import demonstrations, make_env
-from envs.synthwiki.grammar import parse_question
+from maopd.agents.expert_team import ExpertAnswerer, ExpertLeader, ExpertSearcher, expert_team
+from maopd.agents.noisy_team import NoiseConfig, NoisyTeam
+from maopd.envs import prompts
+from maopd.envs.actions import parse_action
+from maopd.envs.episode import run_episode
+from maopd.envs.policy import AgentTurn
+from maopd.envs.retrieval.base import Passage
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.synthwiki import build_world
+from maopd.envs.synthwiki.demos import demonstrations, make_env
+from maopd.envs.synthwiki.grammar import parse_question
 
 QUESTION = "Where was the founder of Vellora born?"
 VELLORA = Passage(
@@ -203,9 +203,9 @@ def test_demonstrations_are_the_environment_chats(small):
 def test_memory_reports_state_what_the_closed_book_knows_and_need_a_closed_book(small):
     """searcher_memory_report: the Searcher reports, without searching, what the closed book recalls
     for every hop of its task when it knows them all; a team without a closed book never draws it."""
-    from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
-    from envs.synthwiki.grammar import Chain, parse_question
-    from envs.synthwiki.knowledge import final_answer
+    from maopd.envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+    from maopd.envs.synthwiki.grammar import Chain, parse_question
+    from maopd.envs.synthwiki.knowledge import final_answer
 
     world, _ = small
     perfect = ClosedBook(world.corpus, ClosedBookConfig(popular=1.0, middle=1.0, long_tail=1.0), world_seed=0)
@@ -251,10 +251,10 @@ def test_memory_reports_state_what_the_closed_book_knows_and_need_a_closed_book(
 
 
 def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_question(small):
-    from envs.prompts import parse_judgement
-    from envs.rewards import report_has_gold
-    from envs.synthwiki.demos import judgements
-    from envs.synthwiki.knowledge import Knowledge, final_answer
+    from maopd.envs.prompts import parse_judgement
+    from maopd.envs.rewards import report_has_gold
+    from maopd.envs.synthwiki.demos import judgements
+    from maopd.envs.synthwiki.knowledge import Knowledge, final_answer
 
     world, retriever = small
     facts = Knowledge(d.text for d in world.corpus.documents)

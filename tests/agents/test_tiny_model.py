@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
-from agents.tokenizer import train_tokenizer
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
+from maopd.agents.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")

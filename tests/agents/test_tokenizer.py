@@ -3,8 +3,8 @@ import filecmp
 import pytest
 from transformers import AutoTokenizer
 
-from agents.tokenizer import IM_END, PAD_TOKEN, TAG_TOKENS, train_tokenizer
-from envs.prompts import SEARCHER_PROMPT, system_message, task_message
+from maopd.agents.tokenizer import IM_END, PAD_TOKEN, TAG_TOKENS, train_tokenizer
+from maopd.envs.prompts import SEARCHER_PROMPT, system_message, task_message
 
 TEXTS = ["The capital of France is Paris.", "Hamlet was written by William Shakespeare."]
 

@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-from agents.chat_tokens import prompt_ids
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig
-from agents.vllm_policy import VLLMPolicy, VLLMWorkerError
-from envs.policy import AgentTurn, Policy
-from envs.prompts import system_message, task_message
+from maopd.agents.chat_tokens import prompt_ids
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig
+from maopd.agents.vllm_policy import VLLMPolicy, VLLMWorkerError
+from maopd.envs.policy import AgentTurn, Policy
+from maopd.envs.prompts import system_message, task_message
+from maopd.training.token_scoring import pad_batch, score_tokens
 from tests.vllm_support import require_vllm_python, save_tiny_model
-from training.token_scoring import pad_batch, score_tokens
 
 TASKS = ["capital of France", "who wrote Hamlet", "the tallest mountain", "river through Paris"]
 SAMPLING = SamplingConfig(max_new_tokens=24, max_input_tokens=1024)

@@ -8,11 +8,11 @@ import time
 import httpx
 import pytest
 
-from agents.chat_tokens import prompt_ids
-from agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig, OpenAIPolicyError
-from agents.scripted import ScriptedAnswerer, ScriptedSearcher
-from envs.policy import AgentTurn, RoleRouter
-from envs.prompts import system_message, task_message
+from maopd.agents.chat_tokens import prompt_ids
+from maopd.agents.openai_policy import OpenAIPolicy, OpenAIPolicyConfig, OpenAIPolicyError
+from maopd.agents.scripted import ScriptedAnswerer, ScriptedSearcher
+from maopd.envs.policy import AgentTurn, RoleRouter
+from maopd.envs.prompts import system_message, task_message
 from tests.vllm_support import require_vllm_python, save_tiny_model
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The action grammar: what counts as an action, and what is a format failure."""
 
-from envs.actions import (
+from maopd.envs.actions import (
     neutralize_tags,
     parse_action,
     parse_selection,

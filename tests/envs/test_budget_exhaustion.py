@@ -6,18 +6,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
-from envs.episode import run_episode
-from envs.prompts import LAST_TURN_NOTICE
-from envs.search_env import SearchEnvConfig
 from maopd.base.config import ConfigError
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.episode import run_episode
+from maopd.envs.prompts import LAST_TURN_NOTICE
+from maopd.envs.search_env import SearchEnvConfig
+from maopd.training.advantages import AdvantageConfig, team_token_advantages
+from maopd.training.rollout_rewards import record_rewards
 from tests.envs.test_workflows import (  # the scripted-policy helpers of the workflow tests
     OPTIONS,
     Rules,
     n_searches,
 )
-from training.advantages import AdvantageConfig, team_token_advantages
-from training.rollout_rewards import record_rewards
 
 SEARCH = "<search>Orlen Vask</search>"
 ANSWER = "<answer>Tarvel</answer>"

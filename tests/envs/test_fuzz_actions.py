@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.actions import (
+from maopd.envs.actions import (
     ACTION_KINDS,
     ROLE_ACTION_KINDS,
     STRUCTURAL_TAGS,
@@ -21,7 +21,7 @@ from envs.actions import (
     parse_action,
     strict_answer,
 )
-from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from maopd.envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
 from tests.adversarial import INJECTION_PAYLOADS
 
 # CI runs >= 10,000 examples in all (these three tests plus test_fuzz_envs.py); set

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
-from envs.actions import ROLE_ACTION_KINDS, parse_action
-from envs.datasets import Question
-from envs.policy import AgentOutput
-from envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
-from envs.retrieval.bm25 import BM25Retriever
-from envs.search_env import MAX_OBSERVATION_CHARS
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action
+from maopd.envs.datasets import Question
+from maopd.envs.policy import AgentOutput
+from maopd.envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.search_env import MAX_OBSERVATION_CHARS
 from tests.adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
 from tests.envs.test_fuzz_actions import (
     HUGE_OUTPUTS,

@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
-from envs.prompts import NO_FACTS
-from envs.synthwiki import load_default_world
-from envs.synthwiki.grammar import parse_facts
-from envs.synthwiki.judge_labels import IRRELEVANT_TEMPLATES, KINDS, JudgeLabel, judge_examples, judge_label
-from envs.synthwiki.knowledge import Knowledge
+from maopd.envs.prompts import NO_FACTS
+from maopd.envs.synthwiki import load_default_world
+from maopd.envs.synthwiki.grammar import parse_facts
+from maopd.envs.synthwiki.judge_labels import IRRELEVANT_TEMPLATES, KINDS, JudgeLabel, judge_examples, judge_label
+from maopd.envs.synthwiki.knowledge import Knowledge
 
 ASKED = "Where was Orlen Vask born?"
 

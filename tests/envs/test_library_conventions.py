@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, state_test
 
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
-from envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, parse_action
-from envs.datasets import derived_id
-from envs.retrieval.bm25 import BM25Retriever
-from envs.search_env import ActionText, UnicodeText
 from maopd.base.config import ConfigError
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, parse_action
+from maopd.envs.datasets import derived_id
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.search_env import ActionText, UnicodeText
 from tests.fixture import load_fixture
 
 MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]

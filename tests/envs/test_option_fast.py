@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envs.option.fast import FastEpisode, FastVectorEnv, World
-from envs.option.menus import MENU_SIZE, Option, expert_choice
-from envs.option.scenarios import SCENARIOS, get_scenario
-from envs.option.wrapper import OptionWrapper
-from training.marl.policy import play_batch
-from training.marl.trainer import MarlConfig, train, vector_env
+from maopd.envs.option.fast import FastEpisode, FastVectorEnv, World
+from maopd.envs.option.menus import MENU_SIZE, Option, expert_choice
+from maopd.envs.option.scenarios import SCENARIOS, get_scenario
+from maopd.envs.option.wrapper import OptionWrapper
+from maopd.training.marl.policy import play_batch
+from maopd.training.marl.trainer import MarlConfig, train, vector_env
 
 Chooser = Callable[[list[Option], np.ndarray], Any]  # (menu, action mask) -> action
 Step = tuple[str, np.ndarray, np.ndarray, np.ndarray, Any]  # (agent, observation, mask, state, action)
@@ -142,7 +142,7 @@ def test_the_trainer_refuses_an_unknown_transitions_implementation():
 
 
 def test_the_world_tables_stay_bounded_and_episodes_stay_exact_after_they_are_dropped(monkeypatch):
-    monkeypatch.setattr("envs.option.fast.MAX_HISTORY_NODES", 50)
+    monkeypatch.setattr("maopd.envs.option.fast.MAX_HISTORY_NODES", 50)
     text = get_scenario("synthwiki_v1").make_env("train")
     world, chooser = World(text), random_with_failures(random.Random(4))
     for question in range(30):

@@ -6,19 +6,19 @@ import numpy as np
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, state_test
 
-from agents.expert_team import expert_team
-from envs import cascade_search_v1, hierarchical_search_v1
-from envs.episode import run_episode
-from envs.option.menus import MENU_SIZE, expert_choice, mentions
-from envs.option.scenarios import get_scenario
-from envs.option.wrapper import (
+from maopd.agents.expert_team import expert_team
+from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs.episode import run_episode
+from maopd.envs.option.menus import MENU_SIZE, expert_choice, mentions
+from maopd.envs.option.scenarios import get_scenario
+from maopd.envs.option.wrapper import (
     OBSERVATION_SIZE,
     option_env,
     option_parallel_env,
     play_options,
     state_names,
 )
-from envs.synthwiki.questions import KINDS, question_kind
+from maopd.envs.synthwiki.questions import KINDS, question_kind
 
 TEXT_ENVS = {"cascade": cascade_search_v1, "hierarchical": hierarchical_search_v1}
 SAME_FIELDS = (

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from envs.option.menus import MENU_SIZE
-from envs.option.scenarios import SCENARIOS, get_scenario
-from envs.option.vector import OptionVectorEnv, TransitionCache
-from envs.synthwiki import load_default_world
-from envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
 from maopd.base.config import ConfigError
-from training.marl.policy import MenuPolicy, play, play_batch
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.scenarios import SCENARIOS, get_scenario
+from maopd.envs.option.vector import OptionVectorEnv, TransitionCache
+from maopd.envs.synthwiki import load_default_world
+from maopd.envs.synthwiki.closed_book import ClosedBook, ClosedBookConfig
+from maopd.training.marl.policy import MenuPolicy, play, play_batch
 
 
 def without_wall_clock(record):
@@ -91,8 +91,8 @@ def test_closed_book_is_deterministic_and_recalls_each_band_at_its_rate():
 
 
 def test_closed_book_bands_are_the_popularity_definitions_bands_of_the_world_graph():
-    from envs.synthwiki.popularity import band, entity_ranks
-    from envs.synthwiki.world import world_graph
+    from maopd.envs.synthwiki.popularity import band, entity_ranks
+    from maopd.envs.synthwiki.world import world_graph
 
     entities = world_graph(0, "small")
     ranks = entity_ranks(0, entities)

@@ -3,7 +3,7 @@
 import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 
 MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
 
@@ -38,7 +38,7 @@ def test_generic_aec_to_parallel_is_refused_and_the_native_parallel_env_is_used(
     """Only the scheduled agents act in a step, which PettingZoo's converter cannot express."""
     from pettingzoo.utils.conversions import aec_to_parallel
 
-    from envs.parallel import SearchParallelEnv
+    from maopd.envs.parallel import SearchParallelEnv
 
     assert module.raw_env.metadata["is_parallelizable"] is False
     with pytest.raises(AssertionError):

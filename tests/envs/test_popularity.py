@@ -2,8 +2,9 @@
 
 import pytest
 
-from envs.synthwiki.generator import generate_graph
-from envs.synthwiki.popularity import (
+from maopd.base.config import ConfigError
+from maopd.envs.synthwiki.generator import generate_graph
+from maopd.envs.synthwiki.popularity import (
     BANDS,
     ExposureCurve,
     band,
@@ -11,8 +12,7 @@ from envs.synthwiki.popularity import (
     entity_ranks,
     popularity_ranks,
 )
-from envs.synthwiki.world import SIZES
-from maopd.base.config import ConfigError
+from maopd.envs.synthwiki.world import SIZES
 
 NAMES = [f"Name{i}" for i in range(200)]
 

@@ -6,11 +6,11 @@ model with its tags neutralized, so it can neither act for any role nor end an e
 
 import pytest
 
-from agents.scripted import scripted_team
-from envs import cascade_search_v1, hierarchical_search_v1
-from envs.actions import ACTION_KINDS, parse_action
-from envs.episode import run_episode
-from envs.retrieval.bm25 import BM25Retriever
+from maopd.agents.scripted import scripted_team
+from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs.actions import ACTION_KINDS, parse_action
+from maopd.envs.episode import run_episode
+from maopd.envs.retrieval.bm25 import BM25Retriever
 from tests.adversarial import (
     INJECTED_ANSWER,
     INJECTION_PAYLOADS,

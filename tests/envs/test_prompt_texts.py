@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from envs import prompts
-from envs.actions import ROLE_ACTION_KINDS, parse_action, strict_answer
+from maopd.envs import prompts
+from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action, strict_answer
 
 NAIVE_TAG = re.compile(r"<(\w+)>.*?</\1>", re.DOTALL)
 TEXTS = {

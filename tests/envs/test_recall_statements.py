@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from envs.synthwiki.generator import generate_graph
-from envs.synthwiki.grammar import parse_fact, parse_question, recall_statement, subquestion
-from envs.synthwiki.schema import ATTRIBUTES, RECALL_STATEMENTS, RELATIONS, format_value, template_texts
-from envs.synthwiki.world import SIZES
+from maopd.envs.synthwiki.generator import generate_graph
+from maopd.envs.synthwiki.grammar import parse_fact, parse_question, recall_statement, subquestion
+from maopd.envs.synthwiki.schema import ATTRIBUTES, RECALL_STATEMENTS, RELATIONS, format_value, template_texts
+from maopd.envs.synthwiki.world import SIZES
 
 PREDICATES = (*RELATIONS, *ATTRIBUTES)
 # Every fixed text of two or more words a question is written from: question stems, the noun
@@ -80,8 +80,8 @@ def test_the_shipped_tokenizer_templates_leave_the_statements_out():
 def test_statements_cycle_through_the_phrasings_and_the_report_form_as_often_as_the_fact_is_exposed():
     import random
 
-    from envs.synthwiki.facts import Fact, statements
-    from envs.synthwiki.grammar import fact_sentence, recall_statement
+    from maopd.envs.synthwiki.facts import Fact, statements
+    from maopd.envs.synthwiki.grammar import fact_sentence, recall_statement
 
     fact = Fact("Dalen Marsk", "born_in", "Tremask", ("Tremask",), 1, "popular", 18)
     plain = statements(fact, 8, random.Random(0))

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from benchmarks.raw_http import RawServer, http_answer, trickle
-from envs.retrieval.http_client import RETRIEVER_AUTH_ENV, HTTPRetriever, RetrievalServerError
 from maopd.base.errors import UserError
+from maopd.base.raw_http import RawServer, http_answer, trickle
+from maopd.envs.retrieval.http_client import RETRIEVER_AUTH_ENV, HTTPRetriever, RetrievalServerError
 
 RESULT = {"result": [[{"document": {"id": "1", "contents": '"T"\ntext'}, "score": 0.5}]]}
 HEALTH = {"status": "ok", "retriever": "bm25s", "fingerprint": "abc"}

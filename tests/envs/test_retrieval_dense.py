@@ -5,17 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from envs.retrieval.corpus import Corpus, CorpusError, Document
-from envs.retrieval.dense import (
+from maopd.base.errors import UserError
+from maopd.envs.retrieval.corpus import Corpus, CorpusError, Document
+from maopd.envs.retrieval.dense import (
     DenseIndexMeta,
     DenseIndexMismatch,
     DenseRetriever,
     make_faiss_index,
     save_dense_index,
 )
-from envs.retrieval.encoder import TextEncoder, minilm_path, prefixes_for
-from envs.retrieval.index_build import build_dense_index
-from maopd.base.errors import UserError
+from maopd.envs.retrieval.encoder import TextEncoder, minilm_path, prefixes_for
+from maopd.envs.retrieval.index_build import build_dense_index
 
 DOCS = [
     Document("paris", "Paris", "Paris is the capital and largest city of France."),

@@ -18,7 +18,7 @@ def test_pyserini_index_build_without_pyserini_gives_the_install_command(tmp_pat
 
 
 def test_pyserini_retriever_without_pyserini_gives_the_install_command(tmp_path, monkeypatch):
-    from envs.retrieval.factory import RetrieverConfig, build_retriever
+    from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
 
     monkeypatch.setitem(sys.modules, "pyserini", None)
     with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[pyserini\]'"):
@@ -26,8 +26,8 @@ def test_pyserini_retriever_without_pyserini_gives_the_install_command(tmp_path,
 
 
 def test_a_missing_bm25_index_names_the_bm25_build_command(tmp_path):
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki import load_default_world
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.synthwiki import load_default_world
 
     with pytest.raises(FileNotFoundError, match="maopd index build --kind bm25"):
         BM25Retriever.load(tmp_path, load_default_world().corpus)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from envs.retrieval.bm25 import BM25Retriever
-from envs.retrieval.cache import CachedRetriever
-from envs.retrieval.corpus import Corpus, CorpusError, Document
-from envs.retrieval.factory import RetrieverConfig
 from maopd.base.config import ConfigError
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.retrieval.cache import CachedRetriever
+from maopd.envs.retrieval.corpus import Corpus, CorpusError, Document
+from maopd.envs.retrieval.factory import RetrieverConfig
 from tests.fixture import load_fixture
 
 

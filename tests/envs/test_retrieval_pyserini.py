@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.factory import RetrieverConfig, build_retriever
-from envs.retrieval.pyserini_adapter import pyserini_available
+from maopd.envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
+from maopd.envs.retrieval.pyserini_adapter import pyserini_available
 
 AVAILABLE, WHY = pyserini_available()
 pytestmark = pytest.mark.skipif(
@@ -22,7 +22,7 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def lucene_index(tmp_path_factory):
-    from envs.retrieval.pyserini_adapter import build_lucene_index
+    from maopd.envs.retrieval.pyserini_adapter import build_lucene_index
 
     root = tmp_path_factory.mktemp("lucene")
     corpus_path = root / "corpus.jsonl"

@@ -7,13 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from envs.retrieval.bm25 import BM25Retriever
-from envs.retrieval.cache import CachedRetriever
-from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.factory import RetrieverConfig, build_retriever
-from envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
-from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 from maopd.base.config import ConfigError, from_dict
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.retrieval.cache import CachedRetriever
+from maopd.envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
+from maopd.envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
+from maopd.envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
 DOCS = [
     Document("paris", "Paris", "Paris is the capital and largest city of France."),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.retrieval.bm25 import BM25Retriever, top_k
-from envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.bm25 import BM25Retriever, top_k
+from maopd.envs.retrieval.corpus import Corpus, Document
 
 
 def test_top_k_orders_by_score_then_corpus_order():

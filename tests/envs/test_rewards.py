@@ -2,11 +2,11 @@
 
 import pytest
 
-from envs import cascade_search_v1
-from envs import rewards as R
-from envs.datasets import Question
-from envs.episode import run_episode
-from envs.policy import AgentOutput
+from maopd.envs import cascade_search_v1
+from maopd.envs import rewards as R
+from maopd.envs.datasets import Question
+from maopd.envs.episode import run_episode
+from maopd.envs.policy import AgentOutput
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ from dataclasses import asdict
 
 import pytest
 
-from envs import cascade_search_v1, hierarchical_search_v1
-from envs.retrieval.bm25 import BM25Retriever
-from envs.search_env import SearchEnvConfig
 from maopd.base.config import ConfigError
+from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.search_env import SearchEnvConfig
 from tests.fixture import FIXTURE_DIR, load_fixture
 
 CORPUS, QUESTIONS = load_fixture()

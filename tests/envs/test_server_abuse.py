@@ -12,11 +12,11 @@ import time
 import httpx
 import pytest
 
-from envs.retrieval.bm25 import BM25Retriever
-from envs.retrieval.corpus import Corpus, Document
-from envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
-from envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 from maopd.base.secrets import redact_url
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.retrieval.corpus import Corpus, Document
+from maopd.envs.retrieval.http_client import HTTPRetriever, RetrievalServerError
+from maopd.envs.retrieval.server import BackgroundServer, ServerLimits, create_app
 
 DOCS = [Document(str(i), f"Title {i}", f"Passage {i} about topic {i % 7} and city {i % 5}.") for i in range(50)]
 LIMITS = ServerLimits(max_body_bytes=100_000, max_queries=16, max_k=10, read_timeout_s=1.0, max_concurrency=256)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agents.expert_team import single_role_env
-from envs.option.menus import expert_choice
+from maopd.agents.expert_team import single_role_env
+from maopd.envs.option.menus import expert_choice
 
 
 @pytest.mark.parametrize(

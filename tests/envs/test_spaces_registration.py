@@ -5,9 +5,9 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import agents
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
-from envs.actions import ROLE_ACTION_KINDS, parse_action
+from maopd import agents
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action
 
 MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
 
@@ -65,5 +65,5 @@ def test_single_role_environments_are_registered(env_id):
 
 
 def test_make_by_module_path():
-    env = gymnasium.make("agents:maopd/CascadeAnswerer-v1", split="test")
+    env = gymnasium.make("maopd.agents:maopd/CascadeAnswerer-v1", split="test")
     assert env.unwrapped.role == "answerer"

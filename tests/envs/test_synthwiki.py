@@ -10,14 +10,14 @@ import re
 
 import pytest
 
-from envs.datasets import load_questions
-from envs.retrieval.corpus import load_corpus
-from envs.synthwiki import World, build_world, load_default_world, write_world
-from envs.synthwiki.generator import SPLITS, SUBGRAPHS, generate_graph
-from envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
-from envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter, quotas
-from envs.synthwiki.schema import ATTRIBUTES, RELATIONS
-from envs.synthwiki.world import SIZES, TEST_SPLIT_VERSION, world_graph
+from maopd.envs.datasets import load_questions
+from maopd.envs.retrieval.corpus import load_corpus
+from maopd.envs.synthwiki import World, build_world, load_default_world, write_world
+from maopd.envs.synthwiki.generator import SPLITS, SUBGRAPHS, generate_graph
+from maopd.envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
+from maopd.envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter, quotas
+from maopd.envs.synthwiki.schema import ATTRIBUTES, RELATIONS
+from maopd.envs.synthwiki.world import SIZES, TEST_SPLIT_VERSION, world_graph
 
 FILES = ("corpus.jsonl", "train.jsonl", "dev.jsonl", "test.jsonl", "world.json")
 

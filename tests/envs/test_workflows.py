@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from agents.misbehaving import MisbehavingPolicy
-from agents.scripted import scripted_team
-from envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
-from envs.datasets import Question
-from envs.episode import run_episode
-from envs.policy import AgentOutput, RoleRouter
-from envs.retrieval.bm25 import BM25Retriever
-from envs.retrieval.corpus import Corpus, Document
+from maopd.agents.misbehaving import MisbehavingPolicy
+from maopd.agents.scripted import scripted_team
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.datasets import Question
+from maopd.envs.episode import run_episode
+from maopd.envs.policy import AgentOutput, RoleRouter
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.retrieval.corpus import Corpus, Document
 from tests.fixture import load_fixture
 
 QUESTION = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, Path]:
     """Broken and valid inputs, made once: ``{name: path}``."""
-    from benchmarks.eval.manifest import ManifestEntry, question_hash
-    from envs.datasets import load_questions
+    from maopd.envs.datasets import load_questions
+    from maopd.evaluation.manifest import ManifestEntry, question_hash
 
     root = tmp_path_factory.mktemp("inputs")
     paths = {"root": root}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from benchmarks.eval.records import MINIMAL_RECORD
 from maopd.cli import main
+from maopd.evaluation.records import MINIMAL_RECORD
 
 RECORD = MINIMAL_RECORD
 

@@ -12,7 +12,7 @@ from maopd.base.run_dir import changes_since
 from maopd.cli import main
 from maopd.pipeline.config import PIPELINE_KEYS, PRESET_DIR, STAGES, load_preset, stage_config, stage_settings
 from maopd.pipeline.resume import check_run_dir
-from training.config import STAGE_SETTINGS, TrainConfig, load_config
+from maopd.training.config import STAGE_SETTINGS, TrainConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -198,7 +198,7 @@ def test_a_copied_run_dir_resumes_where_it_was_copied(tmp_path):
 
 
 def test_the_cli_refuses_a_changed_config_and_writes_nothing(tmp_path, capsys):
-    from training.base_model import base_model_dir
+    from maopd.training.base_model import base_model_dir
 
     run = tmp_path / "run"
     config = _made_run(run, base_model=base_model_dir(load_preset("smoke").base_model))
@@ -223,7 +223,7 @@ def test_one_stage_resumes_only_under_its_config(tmp_path):
 
 
 def test_opd_config_reaches_every_section():
-    from training.algorithm import SECTIONS, OPDConfig
+    from maopd.training.algorithm import SECTIONS, OPDConfig
 
     config = (
         OPDConfig()
@@ -253,11 +253,11 @@ def test_opd_config_reaches_every_section():
 
 
 def test_defaults_are_written_once():
-    from agents.openai_policy import OpenAIPolicyConfig
-    from agents.sampling import SamplingConfig
-    from envs.cascade_search_v1 import raw_env as cascade
-    from envs.hierarchical_search_v1 import raw_env as hierarchy
+    from maopd.agents.openai_policy import OpenAIPolicyConfig
+    from maopd.agents.sampling import SamplingConfig
     from maopd.cli import build_parser
+    from maopd.envs.cascade_search_v1 import raw_env as cascade
+    from maopd.envs.hierarchical_search_v1 import raw_env as hierarchy
     from maopd.pipeline.config import EvalConfig
 
     run = build_parser().parse_args(["eval", "run", "--manifest", "m.json", "--out", "x.jsonl"])
@@ -271,7 +271,7 @@ def test_defaults_are_written_once():
 
 def test_a_field_added_since_a_run_was_saved_is_not_a_change(tmp_path):
     """A run directory resumes when its saved config lacks a field: the field reads as its default."""
-    from training.config import build_config
+    from maopd.training.config import build_config
 
     config = build_config({"stage": "stage1", "run_dir": str(tmp_path)})
     saved = to_dict(config)

@@ -22,20 +22,20 @@ import numpy as np
 import pytest
 import torch
 
-from agents.openai_policy import (
+from maopd.agents.openai_policy import (
     InsecureKeyError,
     OpenAIPolicy,
     OpenAIPolicyConfig,
     OpenAIPolicyError,
 )
-from agents.tiny_model import TinyModelConfig, build_tiny_model
-from agents.tokenizer import train_tokenizer
-from envs.policy import AgentTurn
-from envs.prompts import system_message, task_message
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.secrets import redact_url
+from maopd.envs.policy import AgentTurn
+from maopd.envs.prompts import system_message, task_message
+from maopd.training import checkpoint as ckpt
+from maopd.training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 from tests.checkpoints import save_test_checkpoint
-from training import checkpoint as ckpt
-from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-reliability-test-0123456789"
@@ -55,7 +55,7 @@ TINY = [
 
 
 def _tiny_config(run_dir: Path):
-    from training.config import load_config
+    from maopd.training.config import load_config
 
     return load_config(REPO / "configs" / "tiny_cpu_stage1.yaml", [f"run_dir={run_dir}", *TINY])
 
@@ -63,7 +63,7 @@ def _tiny_config(run_dir: Path):
 @pytest.mark.slow
 def test_rows_of_a_run_killed_before_its_first_checkpoint_are_not_kept(tmp_path):
     """A kill after step 1's row but before any checkpoint: the rerun starts from empty metrics."""
-    from training.trainer import train_stage
+    from maopd.training.trainer import train_stage
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -266,7 +266,7 @@ def test_a_pickled_trainer_state_is_never_unpickled(tmp_path, tiny):
 
 
 def _env():
-    from envs import cascade_search_v1
+    from maopd.envs import cascade_search_v1
 
     env = cascade_search_v1.raw_env(
         questions=[{"id": "q", "question": "Who?", "golden_answers": ["Paris"]}],
@@ -284,7 +284,7 @@ def _play(env, action_for):
 
 @pytest.mark.parametrize("counts", [(-7, float("nan")), (float("inf"), "12"), (True, 1.5), (10**400, -0.0)])
 def test_invalid_token_counts_never_reach_a_record(counts):
-    from envs.policy import AgentOutput
+    from maopd.envs.policy import AgentOutput
 
     n_in, n_out = counts
     with pytest.raises(ValueError, match="non-negative integer"):
@@ -303,7 +303,7 @@ def test_invalid_token_counts_never_reach_a_record(counts):
 
 
 def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
-    from benchmarks.eval.records import MINIMAL_RECORD, RecordError, load_records
+    from maopd.evaluation.records import MINIMAL_RECORD, RecordError, load_records
 
     base = MINIMAL_RECORD
     for bad in ("NaN", "Infinity", "-1.25"):
@@ -318,8 +318,8 @@ def test_eval_records_refuse_non_finite_or_negative_counters(tmp_path):
 
 @pytest.mark.parametrize("gold", ["The", "A", "!!!", "the a an"])
 def test_an_empty_answer_never_matches(gold):
-    from envs.actions import strict_answer
-    from envs.rewards import exact_match
+    from maopd.envs.actions import strict_answer
+    from maopd.envs.rewards import exact_match
 
     assert exact_match("", [gold]) == 0.0
     assert exact_match("   ", [gold]) == 0.0
@@ -330,7 +330,7 @@ def test_an_empty_answer_never_matches(gold):
 
 
 def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
-    from benchmarks.eval.records import load_records
+    from maopd.evaluation.records import load_records
 
     path = tmp_path / "records.jsonl"
     path.write_text(
@@ -357,8 +357,8 @@ def test_eval_score_does_not_count_an_empty_answer_correct(tmp_path):
     [{"num_searchers": 10**6}, {"max_steps": 5.5}, {"topk": True}, {"max_steps": "5"}, {"num_candidates": 2.0}],
 )
 def test_env_config_bounds_and_types(overrides):
-    from envs import hierarchical_search_v1
     from maopd.base.config import ConfigError
+    from maopd.envs import hierarchical_search_v1
 
     with pytest.raises(ConfigError):
         hierarchical_search_v1.raw_env(
@@ -448,7 +448,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert "Traceback" not in err and len(err.splitlines()) == 1, (argv, err)
 
 
-@pytest.mark.parametrize("module_name", ["envs.cascade_search_v1", "envs.hierarchical_search_v1"])
+@pytest.mark.parametrize("module_name", ["maopd.envs.cascade_search_v1", "maopd.envs.hierarchical_search_v1"])
 def test_env_misuse_gives_clear_errors(module_name):
     import importlib
 

@@ -2,7 +2,6 @@
 axes have integer ticks, legends cover no data, titles are not raw paths; ``maopd plot`` plots
 every stage of the directory ``maopd train`` writes."""
 
-import argparse
 import json
 
 import matplotlib
@@ -12,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from tests.benchmarks.test_eval_metrics import make_records
+from tests.evaluation.test_eval_metrics import make_records
 
 
 def write_stage(directory, roles, steps, seed=0):
@@ -101,7 +100,7 @@ def check_readable(figure, forbidden_title_text=""):
 
 @pytest.mark.slow
 def test_learning_curves_are_readable_and_cover_every_stage(pipeline_run, figures):
-    from training.plot import plot_runs
+    from maopd.training.plot import plot_runs
 
     paths = plot_runs(pipeline_run)
     assert paths == [
@@ -123,7 +122,7 @@ def test_learning_curves_are_readable_and_cover_every_stage(pipeline_run, figure
 
 
 def test_a_panel_without_metrics_is_not_drawn(tmp_path, figures):
-    from training.plot import plot_run
+    from maopd.training.plot import plot_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -145,8 +144,8 @@ def test_maopd_plot_accepts_the_train_run_directory(pipeline_run, tmp_path, caps
 
 
 def test_cost_accuracy_plot_is_readable_with_coinciding_points(tmp_path, figures):
-    from benchmarks.eval.report import plot_cost_accuracy
-    from benchmarks.eval.summary import summarize
+    from maopd.evaluation.report import plot_cost_accuracy
+    from maopd.evaluation.summary import summarize
 
     costs = {
         ("d", q, a): {"search_actions": 2, "input_tokens": 100, "output_tokens": 10} for q in range(3) for a in range(2)
@@ -160,34 +159,10 @@ def test_cost_accuracy_plot_is_readable_with_coinciding_points(tmp_path, figures
     check_readable(figure, str(tmp_path))
 
 
-def test_memory_soak_plot_keeps_one_unit_per_axis(tmp_path, figures):
-    from benchmarks.memory_soak import plot
-
-    samples = [
-        {
-            "step": s,
-            "rss_mb": 500 + s,
-            "checkpoints_mb": 3.0 * min(s, 2),
-            "metrics_kb": 2.0 * s,
-            "tensorboard_kb": 4.0 * s,
-            "samples_files": min(s, 5),
-            "checkpoint_dirs": 2,
-        }
-        for s in range(1, 12)
-    ]
-    args = argparse.Namespace(warmup=3, steps=10, batch_size=2, group_size=2)
-    plot(samples, tmp_path / "soak.png", args)
-    (figure,) = figures()
-    check_readable(figure)
-    units = [a.get_ylabel() for a in figure.axes]
-    assert all(a.get_yscale() == "linear" for a in figure.axes)
-    assert sum("MiB" in u for u in units) == 2 and sum("KiB" in u for u in units) == 0
-
-
 @pytest.mark.slow
 def test_rllib_curve_is_readable(tmp_path, figures):
     pytest.importorskip("ray")
-    from training.rllib.train_ppo import plot
+    from maopd.training.rllib.train_ppo import plot
 
     plot([{"agent_steps": 2000 * i, "dev_em": 0.1 * i} for i in range(5)], tmp_path / "curve.png", "PPO")
     (figure,) = figures()

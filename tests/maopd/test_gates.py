@@ -1,4 +1,4 @@
-"""The testbed's gates (``maopd.gates``, ``maopd tune gates``): each check at its threshold, the
+"""The testbed's gates (``maopd.study.gates``, ``maopd tune gates``): each check at its threshold, the
 rows and verdict, and one quick run of the command on the smoke π_0."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.synthwiki.popularity import BANDS
-from maopd import gates
-from maopd.gates import GATES, MET, NOT_MEASURED, NOT_MET
+from maopd.envs.synthwiki.popularity import BANDS
+from maopd.study import gates
+from maopd.study.gates import GATES, MET, NOT_MEASURED, NOT_MET
 
 
 def test_each_check_is_met_at_its_threshold_and_not_just_past_it():

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 import maopd.base.json_files as json_files
-from benchmarks.eval.converters import convert
-from benchmarks.eval.manifest import load_manifest
-from benchmarks.eval.records import iter_records
-from benchmarks.eval.runner import finished_keys
-from envs.datasets import load_questions
-from envs.retrieval.corpus import load_corpus
 from maopd.base.errors import UserError
 from maopd.base.json_files import iter_json_lines, json_text, read_json_file, write_json
-from training.ptx import read_rows
-from training.run_logging import read_metrics, truncate_metrics
+from maopd.envs.datasets import load_questions
+from maopd.envs.retrieval.corpus import load_corpus
+from maopd.evaluation.converters import convert
+from maopd.evaluation.manifest import load_manifest
+from maopd.evaluation.records import iter_records
+from maopd.evaluation.runner import finished_keys
+from maopd.training.ptx import read_rows
+from maopd.training.run_logging import read_metrics, truncate_metrics
 
 DEEP = "[" * 200_000 + "]" * 200_000
 QUESTION = {"id": "q1", "question": "Who?", "golden_answers": ["Ann"]}
@@ -126,7 +126,7 @@ def test_a_finite_value_is_written_as_json_dumps_writes_it():
 
 
 def test_the_metrics_logger_writes_no_nan(tmp_path, caplog):
-    from training.run_logging import MetricsLogger
+    from maopd.training.run_logging import MetricsLogger
 
     logger = MetricsLogger(tmp_path, tensorboard=False)
     with caplog.at_level(logging.WARNING):
@@ -158,7 +158,7 @@ def test_a_torn_last_line_is_dropped_reading_from_the_end(tmp_path, tail):
 def test_a_gzipped_jsonl_file_is_read_and_a_damaged_one_is_named(tmp_path):
     import gzip
 
-    from benchmarks.eval.records import RecordError
+    from maopd.evaluation.records import RecordError
 
     row = {"method": "m", "dataset": "d", "question_id": "q", "attempt": 0, "golden_answers": ["a"]}
     path = tmp_path / "records.jsonl.gz"

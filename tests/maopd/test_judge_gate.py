@@ -6,15 +6,15 @@ import math
 
 import pytest
 
-from benchmarks.eval.classifier_metrics import balanced_accuracy, roc_auc
-from envs.prompts import judgement_text
-from envs.synthwiki import load_default_world
-from envs.synthwiki.judge_labels import judge_examples
-from envs.synthwiki.knowledge import Knowledge
-from maopd.tuning import balanced_judge_figures, judge_gate
+from maopd.envs.prompts import judgement_text
+from maopd.envs.synthwiki import load_default_world
+from maopd.envs.synthwiki.judge_labels import judge_examples
+from maopd.envs.synthwiki.knowledge import Knowledge
+from maopd.evaluation.classifier_metrics import balanced_accuracy, roc_auc
+from maopd.study.tuning import balanced_judge_figures, judge_gate
+from maopd.training.config import CriticConfig
+from maopd.training.critic import PromptedCritic, verdict_ids
 from tests.training.test_divergence_judge_and_zero_rl import ScriptedJudge
-from training.config import CriticConfig
-from training.critic import PromptedCritic, verdict_ids
 
 
 def test_balanced_accuracy_and_roc_auc_match_hand_counts():
@@ -34,7 +34,9 @@ def examples():
 
 
 def test_a_constant_judge_has_balanced_accuracy_one_half_and_a_perfect_one_passes(examples, monkeypatch):
-    monkeypatch.setattr("training.critic.prompt_ids", lambda tokenizer, messages: [0])  # scripted judges read none
+    monkeypatch.setattr(
+        "maopd.training.critic.prompt_ids", lambda tokenizer, messages: [0]
+    )  # scripted judges read none
     always = PromptedCritic(ScriptedJudge([judgement_text(True)] * len(examples)), CriticConfig())
     figures = balanced_judge_figures(always, examples)
     assert figures["examples"] == 60 and figures["negatives"] == 30
@@ -50,7 +52,7 @@ def test_a_constant_judge_has_balanced_accuracy_one_half_and_a_perfect_one_passe
 
 
 def test_p_yes_is_the_first_verdict_token_probability_of_yes_over_no(models):
-    from benchmarks.eval.solvers import model_policy
+    from maopd.evaluation.solvers import model_policy
 
     policy = model_policy(str(models / "pi0"))
     yes, no = verdict_ids(policy.tokenizer, True), verdict_ids(policy.tokenizer, False)

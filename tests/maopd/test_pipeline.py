@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.synthwiki import load_default_world
 from maopd.base.config import ConfigError, save_yaml
 from maopd.cli import main
+from maopd.envs.synthwiki import load_default_world
 from maopd.pipeline.config import load_experiment, load_preset, ptx_data_path, stage_config, stage_settings
 from maopd.pipeline.job import held_out_manifest, ptx_rows
 from maopd.pipeline.seeds import seed_config

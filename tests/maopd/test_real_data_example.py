@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.tiny_model import build_tiny_lm, save_model
+from maopd.agents.tiny_model import build_tiny_lm, save_model
 from maopd.cli import main
 from tests.real_data import REAL, needs_real
 

@@ -13,7 +13,7 @@ from maopd.base.config import ConfigError
 from maopd.base.network import is_loopback_host
 from maopd.base.run_dir import CONFIG_FILE, check_resume, write_record
 from maopd.base.secrets import redact, redact_strings, redact_url
-from training.config import build_config
+from maopd.training.config import build_config
 
 KEY = "sk-abcdef0123456789"
 

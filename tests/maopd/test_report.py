@@ -8,14 +8,14 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from benchmarks.eval.records import iter_records
-from benchmarks.eval.score_matrix import ScoreMatrix
-from benchmarks.eval.seed_statistics import side_by_side
 from maopd.base.config import ConfigError, save_yaml
+from maopd.evaluation.records import iter_records
+from maopd.evaluation.score_matrix import ScoreMatrix
+from maopd.evaluation.seed_statistics import side_by_side
 from maopd.pipeline.config import load_experiment
 from maopd.pipeline.seeds import seed_config
-from maopd.preregistration import CLAIMS, PLAN, VERDICT_RULES
-from maopd.report import (
+from maopd.study.preregistration import CLAIMS, PLAN, VERDICT_RULES
+from maopd.study.report import (
     check_saved_configs,
     claim_verdicts,
     save_runs,
@@ -138,11 +138,11 @@ def test_the_change_in_searches_counts_seeds_and_window_steps():
 def test_the_report_and_its_claims_build_from_saved_seeds_alone(tmp_path, monkeypatch):
     """``maopd report build`` on a saved part: the seed report, and the claims from its score
     matrix; the figures are recomputed from the committed matrix by ``claim_verdicts`` itself."""
-    from benchmarks.eval.records import record_line
-    from benchmarks.eval.score_matrix import read_matrix
-    from maopd import preregistration, report
     from maopd.cli import main
-    from tests.benchmarks.test_score_matrix import records
+    from maopd.evaluation.records import record_line
+    from maopd.evaluation.score_matrix import read_matrix
+    from maopd.study import preregistration, report
+    from tests.evaluation.test_score_matrix import records
 
     rng = np.random.default_rng(1)
     questions = [("1-hop", f"q{i:02d}") for i in range(12)]
@@ -243,10 +243,10 @@ def test_the_committed_report_recomputes_from_its_score_matrix_and_saved_runs():
     the committed score matrix and saved runs: anyone can check the report without training."""
     from pathlib import Path
 
-    from benchmarks.eval.score_matrix import read_matrix
-    from benchmarks.seed_report import seed_records
-    from maopd.preregistration import named_bands
-    from maopd.report import (
+    from maopd.evaluation.score_matrix import read_matrix
+    from maopd.evaluation.seed_report import seed_records
+    from maopd.study.preregistration import named_bands
+    from maopd.study.report import (
         accuracy_by_band,
         system_figures,
         tables_markdown,

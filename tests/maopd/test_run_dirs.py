@@ -19,13 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.hostile_inputs import TINY
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.lock import LOCKS_ENV, LockedError
+from maopd.base.paths import package_data
 from maopd.base.run_dir import LOCK_FILE, owning
 from maopd.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
+
+# a one-step-cheap stage run: the tiny CPU config with short episodes and no progress or TensorBoard
+TINY = [
+    "--config",
+    str(package_data("configs") / "tiny_cpu_stage1.yaml"),
+    *"env.max_steps=3 rollout.max_new_tokens=8 logging.progress=false logging.tensorboard=false".split(),
+]
 
 
 @contextmanager
@@ -150,7 +157,7 @@ def test_a_cache_entry_is_built_once_while_another_builder_holds_it(tmp_path):
 
 
 def test_an_eval_records_file_has_one_writer(tmp_path):
-    from benchmarks.eval.runner import run_attempts
+    from maopd.evaluation.runner import run_attempts
 
     out = tmp_path / "records.jsonl"
     with held_by(tmp_path / "records.jsonl.lock", 4242):

@@ -17,7 +17,7 @@ of the loss has a non-zero gradient on a Searcher token:
 Plus ``leader_answerer_kl_in_reward``: whether the Leader and Answerer rewards carry the KL penalty
 (the paper keeps it in every Table 3 variant; it gives Searcher tokens nothing), and
 ``kl_reference_pi_T``: whether the frozen model the trainer loads for the KL terms
-(``training.model_loading.frozen_sources``) is π_T, the Stage I checkpoint ("The frozen reference
+(``maopd.training.model_loading.frozen_sources``) is π_T, the Stage I checkpoint ("The frozen reference
 policy is the Stage-I Teacher π_T", whichever model the Searchers distil from).
 
 ``PAPER`` is the paper's definition (Stage II, "We update the student with the PPO clipped
@@ -37,11 +37,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs.actions import LEADER, SEARCHER
+from maopd.envs.actions import LEADER, SEARCHER
 from maopd.pipeline.config import VARIANT_METHODS, load_preset, stage_config
-from training.advantages import SEARCHER_OUTCOMES, team_token_advantages
-from training.losses import ppo_loss
-from training.model_loading import frozen_sources
+from maopd.training.advantages import SEARCHER_OUTCOMES, team_token_advantages
+from maopd.training.losses import ppo_loss
+from maopd.training.model_loading import frozen_sources
 
 STAGE1 = "<stage1>"  # the Stage I checkpoint the pipeline hands Stage II (π_T)
 
@@ -161,7 +161,7 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         "grpo": surrogate and signal in SEARCHER_OUTCOMES,
         "entropy": config.ppo.entropy_coef > 0 and searcher_grad(zero, config.ppo.entropy_coef, 0.0),
         "kl_loss": has_teacher and config.ppo.kl_loss_coef > 0 and searcher_grad(zero, 0.0, config.ppo.kl_loss_coef),
-        # PPO-ptx leaves out the calls of a role whose loss weight is 0 (training.ptx.PtxData)
+        # PPO-ptx leaves out the calls of a role whose loss weight is 0 (maopd.training.ptx.PtxData)
         "ptx": config.ptx.coef > 0 and config.ppo.role_loss_weights.get("searcher", 1.0) != 0,
         "leader_answerer_kl_in_reward": kl_in_reward,
         "kl_reference_pi_T": frozen_sources(config)[1] == "checkpoint" and config.teacher.path == STAGE1,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.option.wrapper import GLOBAL_FEATURES, OBSERVATION_SIZE
+from maopd.envs.option.wrapper import GLOBAL_FEATURES, OBSERVATION_SIZE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,11 +54,11 @@ def test_doc_commands_do_not_overwrite_committed_results():
 
 @pytest.mark.slow
 def test_demo_script_needs_no_activated_venv(tmp_path):
-    script = (ROOT / "benchmarks" / "eval" / "demo_real_data.sh").read_text()
+    script = (ROOT / "benchmarks" / "demo_real_data.sh").read_text()
     assert not re.search(r"^\s*maopd ", script, re.MULTILINE)
     assert ".venv/bin/maopd" in script
     # with neither the venv nor maopd on PATH it says what to do
-    fake = tmp_path / "repo" / "benchmarks" / "eval"
+    fake = tmp_path / "repo" / "benchmarks"
     fake.mkdir(parents=True)
     (fake / "demo_real_data.sh").write_text(script)
     done = subprocess.run(
@@ -70,15 +70,6 @@ def test_demo_script_needs_no_activated_venv(tmp_path):
         timeout=60,
     )
     assert done.returncode == 1 and "scripts/setup.sh" in done.stderr
-
-
-def test_credit_benchmark_prints_no_interval_for_one_seed():
-    from benchmarks.credit_assignment import COLUMNS, table
-
-    run = {**dict.fromkeys(COLUMNS, 0.25), "seconds": 3.0}
-    one = table({"opd": [run]}, window=10)
-    assert "[" not in one and "1 seed" in one
-    assert "[" in table({"opd": [run, {**run, COLUMNS[0]: 0.5}]}, window=10)
 
 
 def test_readme_timings_come_from_the_job():

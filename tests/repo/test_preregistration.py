@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.synthwiki.popularity import BANDS
-from maopd import preregistration
+from maopd.envs.synthwiki.popularity import BANDS
 from maopd.pipeline.config import VARIANT_METHODS
-from maopd.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, registered_pi0s, report_configs
+from maopd.study import preregistration
+from maopd.study.preregistration import CLAIMS, GATE_GROUPS, PLAN, claim_status, registered_pi0s, report_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTERED = ROOT / "benchmarks" / "results" / "preregistration" / "preregistration.json"
@@ -89,7 +89,7 @@ def test_the_readme_shows_every_claim_with_its_status_and_the_commands(monkeypat
             "test_split_version": 3,
             "test_split_sha256": "a" * 64,
         },
-        "environments": ["envs.cascade_search_v1"],
+        "environments": ["maopd.envs.cascade_search_v1"],
         "prompts_sha256": "b" * 64,
         "pi0": [{"training_seed": 0, "key": "k", "weights_sha256": "c" * 64}],
         "configs_sha256": "d" * 64,

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.base.config import ConfigError, from_dict
-from training.advantages import (
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.training.advantages import (
     SEARCHER_ESTIMATORS,
     AdvantageConfig,
     SearcherInputs,
@@ -20,7 +20,7 @@ from training.advantages import (
     sequence_kl,
     team_token_advantages,
 )
-from training.losses import NonFiniteError, PluginOutputError
+from maopd.training.losses import NonFiniteError, PluginOutputError
 
 
 def test_grpo_binary_group_matches_hand_computation():

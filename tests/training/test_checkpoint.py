@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model
-from agents.tokenizer import train_tokenizer
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.atomic import NoSpaceError
 from maopd.base.run_dir import SymlinkInRunError
+from maopd.training import checkpoint as ckpt
 from tests.checkpoints import save_test_checkpoint
-from training import checkpoint as ckpt
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from maopd.base.config import ConfigError
-from training.checkpoint import latest_checkpoint, list_checkpoints
-from training.config import load_config
-from training.run_logging import read_metrics
-from training.trainer import Trainer, train_stage
+from maopd.training.checkpoint import latest_checkpoint, list_checkpoints
+from maopd.training.config import load_config
+from maopd.training.run_logging import read_metrics
+from maopd.training.trainer import Trainer, train_stage
 
 pytestmark = pytest.mark.slow
 STEPS = 20

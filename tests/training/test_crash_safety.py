@@ -24,12 +24,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agents.tiny_model import TinyModelConfig, build_tiny_model
-from agents.tokenizer import train_tokenizer
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+from maopd.agents.tokenizer import train_tokenizer
+from maopd.training import checkpoint as ckpt
+from maopd.training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 from tests.checkpoints import save_test_checkpoint
 from tests.real_data import REAL, needs_real
-from training import checkpoint as ckpt
-from training.run_logging import METRICS_FILE, read_metrics, truncate_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
@@ -121,7 +121,7 @@ def test_a_damaged_checkpoint_is_skipped_with_a_message_naming_it(tmp_path, tiny
     assert ckpt.checkpoint_problem(bad) is None
     damage_fn, reason = DAMAGE[damage]
     damage_fn(bad)
-    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="maopd.training.checkpoint"):
         assert ckpt.latest_checkpoint(tmp_path) == good
         assert ckpt.resolve_model_dir(tmp_path) == good / "model"
     message = caplog.records[0].getMessage()
@@ -132,7 +132,7 @@ def test_a_damaged_checkpoint_is_skipped_with_a_message_naming_it(tmp_path, tiny
 def test_every_checkpoint_damaged_means_none(tmp_path, tiny, caplog):
     for step in (1, 2):
         _truncate(_save(tmp_path, step, tiny) / "trainer_state.pt")
-    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="maopd.training.checkpoint"):
         assert ckpt.latest_checkpoint(tmp_path) is None
     assert len(caplog.records) == 2
 

@@ -22,13 +22,13 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from agents.tiny_model import load_model
+from maopd.agents.tiny_model import load_model
 from maopd.base.config import ConfigError
-from training.config import build_config
-from training.distributed import DistributedConfig, DistributedContext
-from training.ptx import write_rows
-from training.run_logging import read_metrics
-from training.trainer import Trainer, train_stage
+from maopd.training.config import build_config
+from maopd.training.distributed import DistributedConfig, DistributedContext
+from maopd.training.ptx import write_rows
+from maopd.training.run_logging import read_metrics
+from maopd.training.trainer import Trainer, train_stage
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 240

@@ -4,13 +4,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from agents.hf_policy import HFPolicy  # noqa: E402
-from agents.sampling import SamplingConfig  # noqa: E402
-from agents.tiny_model import build_tiny_lm, load_model, save_model  # noqa: E402
-from envs import hierarchical_search_v1  # noqa: E402
-from envs.synthwiki import load_default_world  # noqa: E402
-from training.distributed_rollout import RayRolloutCollector, RayRolloutConfig, _shards  # noqa: E402
-from training.rollout import TeamRolloutCollector  # noqa: E402
+from maopd.agents.hf_policy import HFPolicy  # noqa: E402
+from maopd.agents.sampling import SamplingConfig  # noqa: E402
+from maopd.agents.tiny_model import build_tiny_lm, load_model, save_model  # noqa: E402
+from maopd.envs import hierarchical_search_v1  # noqa: E402
+from maopd.envs.synthwiki import load_default_world  # noqa: E402
+from maopd.training.distributed_rollout import RayRolloutCollector, RayRolloutConfig, _shards  # noqa: E402
+from maopd.training.rollout import TeamRolloutCollector  # noqa: E402
 
 ENV = {"max_steps": 5, "num_searchers": 2, "split": "dev"}
 SAMPLING = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=6)

@@ -10,17 +10,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agents.sampling import Candidate
-from envs.actions import SEARCHER
-from envs.rewards import report_has_gold
+from maopd.agents.sampling import Candidate
 from maopd.base.config import ConfigError
+from maopd.envs.actions import SEARCHER
+from maopd.envs.rewards import report_has_gold
+from maopd.training.advantages import AdvantageConfig, team_token_advantages
+from maopd.training.config import CriticConfig
+from maopd.training.critic import PromptedCritic
+from maopd.training.divergence import decision_index, response_runs, searcher_divergence_metrics
+from maopd.training.losses import PPOLossConfig, ppo_loss
+from maopd.training.trainer import Trainer
 from tests.training.test_trainer import scripted_batch, stage2_config  # noqa: F401  (a fixture, used by name)
-from training.advantages import AdvantageConfig, team_token_advantages
-from training.config import CriticConfig
-from training.critic import PromptedCritic
-from training.divergence import decision_index, response_runs, searcher_divergence_metrics
-from training.losses import PPOLossConfig, ppo_loss
-from training.trainer import Trainer
 
 # ----- Teacher–student divergence ------------------------------------------------------
 
@@ -217,7 +217,7 @@ def test_report_has_gold_matches_whole_normalized_words():
 
 
 def test_judge_format_rate_and_agreement(monkeypatch):
-    monkeypatch.setattr("training.critic.prompt_ids", lambda tokenizer, messages: [0])
+    monkeypatch.setattr("maopd.training.critic.prompt_ids", lambda tokenizer, messages: [0])
     # reports: gold, gold, not gold, not gold, gold; a call without a report is not judged
     records = [
         [_record(["born in Tarvel", "Tarvel, a town", None]), _record(["Paris", "nothing found", "It is Tarvel"])]
@@ -247,10 +247,10 @@ def test_judge_format_rate_and_agreement(monkeypatch):
 
 
 def test_judge_agreement_on_the_world_counts_a_bridge_report_as_correct(monkeypatch):
-    from envs.synthwiki import load_default_world
-    from envs.synthwiki.grammar import parse_question, subquestion
-    from envs.synthwiki.knowledge import Knowledge, final_answer
-    from training.trainer import world_report_gold
+    from maopd.envs.synthwiki import load_default_world
+    from maopd.envs.synthwiki.grammar import parse_question, subquestion
+    from maopd.envs.synthwiki.knowledge import Knowledge, final_answer
+    from maopd.training.trainer import world_report_gold
 
     world = load_default_world()
     gold = world_report_gold(corpus=None)
@@ -270,7 +270,7 @@ def test_judge_agreement_on_the_world_counts_a_bridge_report_as_correct(monkeypa
     assert not gold("not a question of the world", question.golden_answers[0])
     assert world_report_gold(corpus="my_corpus.jsonl") is None  # another corpus: the question's answers decide
 
-    monkeypatch.setattr("training.critic.prompt_ids", lambda tokenizer, messages: [0])
+    monkeypatch.setattr("maopd.training.critic.prompt_ids", lambda tokenizer, messages: [0])
     record = _record([f"The answer is {bridge}.", "nothing"], golden=question.golden_answers)
     for report in record["reports"]:
         report["task"] = bridge_task
@@ -291,11 +291,11 @@ def test_judge_figures_reach_the_step_metrics(models, tmp_path, scripted_batch):
 def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_path, capsys):
     import json
 
-    from agents.expert_team import expert_team
-    from benchmarks.eval.records import from_workflow, record_line
-    from envs import hierarchical_search_v1
-    from envs.episode import run_episode
+    from maopd.agents.expert_team import expert_team
     from maopd.cli import main
+    from maopd.envs import hierarchical_search_v1
+    from maopd.envs.episode import run_episode
+    from maopd.evaluation.records import from_workflow, record_line
 
     env = hierarchical_search_v1.env(split="dev")
     workflows = [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(3)]

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.base.config import ConfigError, from_dict
-from training.losses import (
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.training.losses import (
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
     NonFiniteError,

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from benchmarks.credit_assignment import _LOADED_PLUGINS, load_plugins
-from envs.option.menus import MENU_SIZE
-from envs.option.scenarios import SCENARIOS, OptionScenario
-from training.losses import PluginOutputError
-from training.marl.credit import (
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.scenarios import SCENARIOS, OptionScenario
+from maopd.training.losses import PluginOutputError
+from maopd.training.marl.credit import (
     CREDIT_METHODS,
     VALUE_LR,
     CreditContext,
@@ -27,8 +24,8 @@ from training.marl.credit import (
     register,
     role_reward,
 )
-from training.marl.policy import MenuPolicy, play_batch
-from training.marl.trainer import MarlConfig, evaluate, ppo_update, train, vector_env
+from maopd.training.marl.policy import MenuPolicy, play_batch
+from maopd.training.marl.trainer import MarlConfig, evaluate, ppo_update, train, vector_env
 
 
 @pytest.fixture(scope="module")
@@ -232,23 +229,3 @@ def test_mappo_keeps_its_value_across_batches_and_reads_the_state(batch):
 def test_a_tiny_training_run_with_mappo_completes():
     _, metrics = train(MarlConfig(method="mappo", **TINY), progress=False)
     assert [row["iteration"] for row in metrics["curve"]] == [1, 2] and 0.0 <= metrics["em"] <= 1.0
-
-
-def test_a_plugin_reads_the_global_state_through_the_registry(batch, tmp_path):
-    """The state-baseline example of docs/marl.md, loaded as the benchmark's --plugin loads it."""
-    docs = (Path(__file__).parents[2] / "docs" / "marl.md").read_text()
-    (example,) = re.findall(r"```python\n(# state_baseline\.py\n.*?)```", docs, re.DOTALL)
-    plugin = tmp_path / "state_baseline.py"
-    plugin.write_text(example)
-    env, policy, episodes = batch
-    try:
-        (described,) = load_plugins([plugin])
-        assert described["methods"] == ["state_baseline"]
-        advantages = get_credit_method("state_baseline")(episodes, CreditContext(env, policy))
-        assert [len(a) for a in advantages] == [len(ep.decisions) for ep in episodes]
-        assert all(np.isfinite(a).all() for a in advantages)
-        _, metrics = train(MarlConfig(method="state_baseline", **TINY), progress=False)
-        assert len(metrics["curve"]) == 2
-    finally:
-        CREDIT_METHODS.pop("state_baseline", None)
-        _LOADED_PLUGINS.clear()

@@ -10,11 +10,11 @@ import shutil
 import pytest
 import torch
 
-from training import trainer as trainer_module
-from training.checkpoint import latest_checkpoint
-from training.config import load_config
-from training.run_logging import read_metrics
-from training.trainer import TrainingStopped, train_stage
+from maopd.training import trainer as trainer_module
+from maopd.training.checkpoint import latest_checkpoint
+from maopd.training.config import load_config
+from maopd.training.run_logging import read_metrics
+from maopd.training.trainer import TrainingStopped, train_stage
 
 pytestmark = pytest.mark.slow
 OVERRIDES = [

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from training.nonfinite import save_nonfinite_step
+from maopd.training.nonfinite import save_nonfinite_step
 
 
 def test_the_dump_loads_with_weights_only(tmp_path):

@@ -18,8 +18,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.examples.rl_modules.classes.action_masking_rlm import ActionMaskingTorchRLModule
 
-from training.rllib import train_ppo
-from training.rllib.envs import (
+from maopd.training.rllib import train_ppo
+from maopd.training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
     make_multi_agent_env,

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_missing_ray_names_the_install_command():
-    code = "import sys; sys.modules['ray'] = None; import training.rllib.train_ppo"
+    code = "import sys; sys.modules['ray'] = None; import maopd.training.rllib.train_ppo"
     done = subprocess.run(
         [sys.executable, "-c", code],
         check=False,
@@ -25,5 +25,5 @@ def test_missing_ray_names_the_install_command():
     )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ModuleNotFoundError: training.rllib needs Ray RLlib"), last
+    assert last.startswith("ModuleNotFoundError: maopd.training.rllib needs Ray RLlib"), last
     assert "pip install -e '.[rllib]'" in last

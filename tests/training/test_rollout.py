@@ -3,17 +3,17 @@
 import pytest
 import torch
 
-from agents.chat_tokens import encode_text, render_text
-from agents.expert_team import expert_team
-from agents.hf_policy import HFPolicy
-from agents.sampling import Candidate, SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_model
-from agents.tokenizer import train_tokenizer
-from envs import cascade_search_v1, hierarchical_search_v1
-from envs.synthwiki import load_default_world
-from training.rollout import TeamRolloutCollector
-from training.teacher import Teacher
-from training.token_scoring import score_tokens
+from maopd.agents.chat_tokens import encode_text, render_text
+from maopd.agents.expert_team import expert_team
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import Candidate, SamplingConfig
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+from maopd.agents.tokenizer import train_tokenizer
+from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs.synthwiki import load_default_world
+from maopd.training.rollout import TeamRolloutCollector
+from maopd.training.teacher import Teacher
+from maopd.training.token_scoring import score_tokens
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ from itertools import pairwise
 import pytest
 import torch
 
-from agents.chat_tokens import encode_text, end_of_turn_id, render_text
-from agents.tokenizer import train_tokenizer
-from envs.prompts import feedback_message, information_message, system_message, task_message
-from envs.retrieval.base import Passage
+from maopd.agents.chat_tokens import encode_text, end_of_turn_id, render_text
+from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.config import ConfigError
 from maopd.commands.sft import resolve_config
-from training.base_model import (
+from maopd.envs.prompts import feedback_message, information_message, system_message, task_message
+from maopd.envs.retrieval.base import Passage
+from maopd.training.base_model import (
     METRICS_FILE,
     SMOKE_CONFIG,
     SFTConfig,
@@ -21,7 +21,7 @@ from training.base_model import (
     demonstration_chats,
     load_or_build_base_model,
 )
-from training.sft import (
+from maopd.training.sft import (
     SFTExample,
     TrainingSchedule,
     encode_call,
@@ -95,7 +95,7 @@ def test_learning_rate_warms_up_then_decays_to_the_floor():
 
 @pytest.mark.slow
 def test_training_lowers_the_loss_on_the_assistant_tokens(tokenizer):
-    from agents.tiny_model import TinyModelConfig, build_tiny_model
+    from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
 
     model = build_tiny_model(tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, initializer_range=0.02))
     examples = [encode_call(tokenizer, SEARCHER_CHAT)] * 8
@@ -149,7 +149,7 @@ def test_a_skip_search_knob_of_one_makes_every_searcher_demonstration_give_up():
 
 def test_single_workflow_demonstrations_show_the_solver():
     """SFTConfig.workflows accepts the single agent: π_0 then sees solver calls (search, answer)."""
-    from training.base_model import roles_shown
+    from maopd.training.base_model import roles_shown
 
     config = replace(SMOKE_CONFIG, demo_questions=5, workflows=["single"], noise=0.0)
     rows = demonstration_chats(config, progress=False)
@@ -165,8 +165,8 @@ def test_single_workflow_demonstrations_show_the_solver():
 
 
 def test_decidable_critic_labels_replace_the_played_reports_verdicts_with_balanced_examples():
-    from envs.prompts import parse_judgement
-    from envs.synthwiki.judge_labels import judge_label
+    from maopd.envs.prompts import parse_judgement
+    from maopd.envs.synthwiki.judge_labels import judge_label
 
     gold = replace(SMOKE_CONFIG, demo_questions=8, workflows=["hierarchical"], critic_demos=True)
     decidable = replace(gold, critic_labels="decidable")
@@ -191,7 +191,7 @@ def test_decidable_critic_labels_replace_the_played_reports_verdicts_with_balanc
 
 @pytest.mark.slow
 def test_same_config_builds_identical_weights(smoke_model, tmp_path):
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     again = load_or_build_base_model(SMOKE_CONFIG, tmp_path / "cache", progress=False)
     first, _ = load_model(smoke_model)
@@ -221,7 +221,7 @@ def test_the_default_preset_base_model_is_shipped():
     """The main job starts from the committed π_0: the preset and the shipped model must agree."""
     from maopd.base.config import load_yaml
     from maopd.pipeline.config import load_preset
-    from training.base_model import CONFIG_FILE, SHIPPED_DIR
+    from maopd.training.base_model import CONFIG_FILE, SHIPPED_DIR
 
     config = load_preset("default").base_model
     directory = SHIPPED_DIR / f"base-{config.key()}"
@@ -233,8 +233,8 @@ def test_the_default_preset_base_model_is_shipped():
 
 
 def test_pretraining_reads_other_worlds_in_full_windows():
-    from envs.synthwiki.world import build_world, load_default_world
-    from training.base_model import pretraining_examples
+    from maopd.envs.synthwiki.world import build_world, load_default_world
+    from maopd.training.base_model import pretraining_examples
 
     tokenizer = train_tokenizer(vocab_size=600)
     config = replace(SMOKE_CONFIG, pretrain_worlds=2, pretrain_seq_len=64)
@@ -249,8 +249,8 @@ def test_pretraining_reads_other_worlds_in_full_windows():
 
 
 def test_recall_restates_sentences_of_the_passages_just_read():
-    from agents.scripted import sentences
-    from training.base_model import pretraining_texts
+    from maopd.agents.scripted import sentences
+    from maopd.training.base_model import pretraining_texts
 
     config = replace(SMOKE_CONFIG, pretrain_worlds=1, pretrain_recall_group=3, pretrain_recall_sentences=2)
     texts = pretraining_texts(config)
@@ -270,7 +270,7 @@ def test_names_of_every_split_are_spelled_from_the_same_pieces(smoke_model):
     """The tokenizer never saw a name, so training names get no whole-word tokens that test names lack."""
     from transformers import AutoTokenizer
 
-    from envs.synthwiki.world import load_default_world
+    from maopd.envs.synthwiki.world import load_default_world
 
     tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
     world = load_default_world(SMOKE_CONFIG.world_seed, SMOKE_CONFIG.world_size)
@@ -285,7 +285,7 @@ def test_names_of_every_split_are_spelled_from_the_same_pieces(smoke_model):
 
 @pytest.mark.slow
 def test_a_different_seed_builds_different_weights(smoke_model, tmp_path):
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     other = build_base_model(replace(SMOKE_CONFIG, seed=1, demo_questions=4, epochs=1), tmp_path / "m", progress=False)
     first, _ = load_model(smoke_model)
@@ -301,13 +301,13 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agents.hf_policy import HFPolicy
-    from agents.sampling import SamplingConfig
-    from envs import hierarchical_search_v1
-    from envs.episode import run_episode
-    from envs.retrieval.bm25 import BM25Retriever
-    from envs.synthwiki.world import load_default_world
+    from maopd.agents.hf_policy import HFPolicy
+    from maopd.agents.sampling import SamplingConfig
     from maopd.base.config import load_yaml
+    from maopd.envs import hierarchical_search_v1
+    from maopd.envs.episode import run_episode
+    from maopd.envs.retrieval.bm25 import BM25Retriever
+    from maopd.envs.synthwiki.world import load_default_world
 
     model = AutoModelForCausalLM.from_pretrained(smoke_model, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(smoke_model, local_files_only=True)
@@ -332,11 +332,11 @@ def test_knowledge_states_each_fact_by_popularity_and_asks_only_other_worlds_que
     """KnowledgeConfig: every fact of the RL world and the question/answer world is stated as often
     as its subject's popularity says, in recall phrasings; questions are asked only of the other
     world's entities, and no RL-world statement is a question (or matches a question template)."""
-    from envs.synthwiki.facts import graph_facts
-    from envs.synthwiki.grammar import parse_question
-    from envs.synthwiki.popularity import ExposureCurve
-    from envs.synthwiki.world import world_graph
-    from training.base_model import KnowledgeConfig, knowledge_texts, knowledge_worlds
+    from maopd.envs.synthwiki.facts import graph_facts
+    from maopd.envs.synthwiki.grammar import parse_question
+    from maopd.envs.synthwiki.popularity import ExposureCurve
+    from maopd.envs.synthwiki.world import world_graph
+    from maopd.training.base_model import KnowledgeConfig, knowledge_texts, knowledge_worlds
 
     plain = SFTConfig(world_size="tiny")
     knowing = replace(plain, knowledge=KnowledgeConfig(exposure_scale=0.05, qa_share=0.5, report_form=True))
@@ -360,7 +360,7 @@ def test_knowledge_states_each_fact_by_popularity_and_asks_only_other_worlds_que
 def test_the_demonstrating_team_knows_the_popular_band_of_knowledge_worlds_only():
     """Searchers report from memory in a knowledge world (what π_0 is pretrained to know) and
     search everything in a world π_0 knows nothing of."""
-    from training.base_model import KnowledgeConfig
+    from maopd.training.base_model import KnowledgeConfig
 
     def first_outputs(offset):
         config = replace(
@@ -380,7 +380,7 @@ def test_the_demonstrating_team_knows_the_popular_band_of_knowledge_worlds_only(
 
 
 def test_replay_reads_a_share_of_the_knowledge_windows_again():
-    from training.base_model import KnowledgeConfig, replayed
+    from maopd.training.base_model import KnowledgeConfig, replayed
 
     windows = list(range(200))
     config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(replay=0.1))
@@ -391,7 +391,7 @@ def test_replay_reads_a_share_of_the_knowledge_windows_again():
 
 def fine_tuning_variants(config: SFTConfig) -> list[SFTConfig]:
     """``config`` with one setting only fine-tuning reads changed, for each such setting."""
-    from training.base_model import KnowledgeConfig
+    from maopd.training.base_model import KnowledgeConfig
 
     knowledge = config.knowledge or KnowledgeConfig()
     return [
@@ -412,7 +412,7 @@ def fine_tuning_variants(config: SFTConfig) -> list[SFTConfig]:
 
 
 def test_the_pretraining_key_ignores_exactly_the_fine_tuning_settings():
-    from training.base_model import KnowledgeConfig
+    from maopd.training.base_model import KnowledgeConfig
 
     base = replace(SFTConfig(), knowledge=KnowledgeConfig(), critic_demos=True)
     for variant in fine_tuning_variants(base):
@@ -435,7 +435,7 @@ def test_a_new_setting_at_its_default_keeps_every_key():
     """``KEYED_WHEN_SET`` holds in nested configs: ``lookup_demos`` and ``pretrain_lr`` unset keep
     the shipped π_0's key."""
     from maopd.base.config import load_yaml
-    from training.base_model import SHIPPED_DIR
+    from maopd.training.base_model import SHIPPED_DIR
 
     for directory in SHIPPED_DIR.glob("base-*"):
         assert load_yaml(SFTConfig, directory / "sft_config.yaml").key() == directory.name.removeprefix("base-")
@@ -446,7 +446,7 @@ def test_a_build_reuses_a_pretraining_and_gives_the_same_weights(tmp_path):
     bits as pretraining again (a fresh build of the same config)."""
     import json
 
-    from training.base_model import KnowledgeConfig
+    from maopd.training.base_model import KnowledgeConfig
 
     config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02))
     first = build_base_model(config, tmp_path / "base-first", progress=False)
@@ -477,7 +477,7 @@ def test_a_build_reuses_a_pretraining_and_gives_the_same_weights(tmp_path):
 def test_a_finetune_seed_varies_the_fine_tuning_alone(tmp_path):
     """``finetune_seed`` keeps the pretraining (key and weights, reused) and draws the fine-tuning
     anew; unset it is ``seed`` and stays out of the key, so existing π_0s keep theirs."""
-    from training.base_model import KnowledgeConfig, demonstration_chats, replayed
+    from maopd.training.base_model import KnowledgeConfig, demonstration_chats, replayed
 
     config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02), noise=0.3)
     varied = replace(config, finetune_seed=1)
@@ -496,10 +496,10 @@ def test_a_finetune_seed_varies_the_fine_tuning_alone(tmp_path):
 def test_lookup_demos_show_the_searcher_each_fact_of_the_question_answer_world():
     """``lookup_demos``: one Searcher call per fact of the question/answer world, reported from
     memory exactly when the fact is in the popular band, searched otherwise; none of the RL world."""
-    from envs.synthwiki.facts import graph_facts
-    from envs.synthwiki.popularity import ExposureCurve
-    from envs.synthwiki.world import world_graph
-    from training.base_model import KnowledgeConfig
+    from maopd.envs.synthwiki.facts import graph_facts
+    from maopd.envs.synthwiki.popularity import ExposureCurve
+    from maopd.envs.synthwiki.world import world_graph
+    from maopd.training.base_model import KnowledgeConfig
 
     config = replace(
         SMOKE_CONFIG,

@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from envs.actions import SOLVER
 from maopd.base.config import ConfigError
 from maopd.cli import main
-from training.advantages import AdvantageConfig, team_token_advantages
-from training.config import load_config
-from training.run_logging import read_metrics
+from maopd.envs.actions import SOLVER
+from maopd.training.advantages import AdvantageConfig, team_token_advantages
+from maopd.training.config import load_config
+from maopd.training.run_logging import read_metrics
 
 TINY = "configs/tiny_cpu_single.yaml"
 FAST = ["rollout.max_new_tokens=8", "logging.progress=false", "logging.tensorboard=false"]
@@ -84,7 +84,7 @@ def test_tiny_single_agent_run_trains_the_solver(tmp_path):
 
 @pytest.mark.slow
 def test_solver_tokens_get_advantages_when_the_groups_rewards_differ(tmp_path):
-    from training.trainer import Trainer
+    from maopd.training.trainer import Trainer
 
     config = load_config(TINY, [f"run_dir={tmp_path}", *FAST])
     trainer = Trainer(config)

@@ -5,13 +5,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
-from agents.hf_policy import HFPolicy
-from agents.sampling import SamplingConfig
-from agents.tiny_model import TinyModelConfig, build_tiny_model
-from envs.prompts import system_message, task_message
-from training.teacher import Teacher, _token_trees
-from training.token_scoring import pad_batch, score_tokens
+from maopd.agents.chat_tokens import encode_text, prompt_ids, turn_continuation_ids
+from maopd.agents.hf_policy import HFPolicy
+from maopd.agents.sampling import SamplingConfig
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model
+from maopd.envs.prompts import system_message, task_message
+from maopd.training.teacher import Teacher, _token_trees
+from maopd.training.token_scoring import pad_batch, score_tokens
 
 INFO = {"role": "user", "content": "<information>\n[1] Paris: the capital of France.\n</information>"}
 
@@ -224,8 +224,8 @@ def test_eager_attention_trees_match_sdpa(tokenizer, searcher_calls):
 
 
 def test_teacher_rows_are_the_rows_the_losses_read():
-    from envs.actions import ANSWERER, LEADER, SEARCHER
-    from training.teacher import teacher_rows
+    from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+    from maopd.training.teacher import teacher_rows
 
     roles = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER])
     assert teacher_rows(roles, searcher_opd=True, kl_in_reward=False, kl_loss=False).tolist() == [
@@ -245,8 +245,8 @@ def test_teacher_rows_are_the_rows_the_losses_read():
 
 
 def test_reference_rows_are_the_rows_the_kl_terms_read():
-    from envs.actions import ANSWERER, LEADER, SEARCHER
-    from training.teacher import reference_rows
+    from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+    from maopd.training.teacher import reference_rows
 
     roles = torch.tensor([LEADER, SEARCHER, ANSWERER])
     assert reference_rows(roles, kl_in_reward=True, kl_loss=False).tolist() == [True, False, True]
@@ -268,9 +268,9 @@ class _RecordingTeacher:
 
 
 def test_frozen_models_score_each_row_with_the_model_a_term_reads():
-    from envs.actions import ANSWERER, LEADER, SEARCHER
-    from training.teacher import FrozenModels
-    from training.token_scoring import TokenBatch
+    from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+    from maopd.training.teacher import FrozenModels
+    from maopd.training.token_scoring import TokenBatch
 
     roles = torch.tensor([LEADER, SEARCHER, ANSWERER])
     batch = TokenBatch(torch.ones(3, 2, dtype=torch.long), torch.ones(3, 2), torch.ones(3, 2))

@@ -15,22 +15,22 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agents.chat_tokens import encode_text
-from agents.expert_team import expert_team
-from agents.sampling import Candidate
-from agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
-from agents.tokenizer import train_tokenizer
-from envs import hierarchical_search_v1
-from envs.actions import ANSWERER, LEADER, SEARCHER
-from envs.synthwiki import load_default_world
-from training.advantages import grpo_advantages
-from training.config import apply_settings, build_config
-from training.losses import NonFiniteError
-from training.model_loading import TokenizerMismatchError, check_tokenizers_match
-from training.rollout import TeamRolloutCollector
-from training.rollout_rewards import record_rewards
-from training.token_scoring import score_tokens
-from training.trainer import Trainer
+from maopd.agents.chat_tokens import encode_text
+from maopd.agents.expert_team import expert_team
+from maopd.agents.sampling import Candidate
+from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, save_model
+from maopd.agents.tokenizer import train_tokenizer
+from maopd.envs import hierarchical_search_v1
+from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.envs.synthwiki import load_default_world
+from maopd.training.advantages import grpo_advantages
+from maopd.training.config import apply_settings, build_config
+from maopd.training.losses import NonFiniteError
+from maopd.training.model_loading import TokenizerMismatchError, check_tokenizers_match
+from maopd.training.rollout import TeamRolloutCollector
+from maopd.training.rollout_rewards import record_rewards
+from maopd.training.token_scoring import score_tokens
+from maopd.training.trainer import Trainer
 
 GROUP = 2
 
@@ -76,7 +76,7 @@ def _vary_rewards(batch):
 
 @pytest.fixture(scope="module")
 def scripted_batch(models):
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     model, tokenizer = load_model(models / "pi0")
     questions = [q for q in load_default_world().splits["train"] if q.metadata["hops"] == 2][:2]
@@ -133,7 +133,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(models, tmp_path, sc
 
 
 def _ptx_file(path):
-    from training.ptx import write_rows
+    from maopd.training.ptx import write_rows
 
     questions = load_default_world().splits["dev"][:100]
     texts = [{"text": q.question} for q in questions]
@@ -152,7 +152,7 @@ def _ptx_file(path):
 
 @pytest.mark.slow
 def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, tmp_path, scripted_batch):
-    from training.sft import sft_loss
+    from maopd.training.sft import sft_loss
 
     data = _ptx_file(tmp_path / "ptx.jsonl")
     grads, ptx_grad = [], None
@@ -192,7 +192,7 @@ def test_ptx_adds_the_negative_log_likelihood_gradient_of_its_examples(models, t
 
 def test_ptx_leaves_out_the_calls_of_a_role_with_loss_weight_zero(models, tmp_path):
     """'w/o direct Searcher supervision' with PPO-ptx on: no Searcher call is a ptx example."""
-    from training.ptx import write_rows
+    from maopd.training.ptx import write_rows
 
     chat = [
         {"role": "user", "content": "Where was Orlen Vask born?"},
@@ -208,7 +208,7 @@ def test_ptx_leaves_out_the_calls_of_a_role_with_loss_weight_zero(models, tmp_pa
 
 
 def test_ptx_data_is_written_whole_or_not_at_all(tmp_path):
-    from training.ptx import read_rows, write_rows
+    from maopd.training.ptx import read_rows, write_rows
 
     target = tmp_path / "ptx.jsonl"
     with pytest.raises(TypeError):
@@ -300,7 +300,7 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
 def test_base_model_teacher_distils_from_pi0_and_keeps_pi_t_as_the_kl_reference(models, tmp_path, scripted_batch):
     """Two distinguishable frozen models: the Searchers' OPD log-probs are π_0's, the Leader/Answerer
     KL-in-reward and the KL loss read π_T's (another model's weights), each model scored once."""
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     settings = {"ppo.kl_loss_coef": 0.01}
     trainer, base = _advantages(models, tmp_path, scripted_batch, variant="base_model_teacher", **settings)
@@ -398,7 +398,7 @@ def test_teacher_with_another_vocabulary_is_refused(models, tmp_path):
     save_model(build_tiny_model(other, TinyModelConfig()), other, tmp_path / "other")
     with pytest.raises(TokenizerMismatchError, match="same vocabulary"):
         Trainer(stage2_config(models, tmp_path, **{"teacher.path": str(tmp_path / "other")}))
-    from agents.tiny_model import load_model
+    from maopd.agents.tiny_model import load_model
 
     _, tokenizer = load_model(models / "pi0")
     check_tokenizers_match(tokenizer, tokenizer, "same")
@@ -423,7 +423,7 @@ def test_config_errors_name_the_field(models, tmp_path):
 def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scripted_batch):
     """`maopd tune beta` relies on the Searcher's surrogate gradient at π_old being β times its
     gradient at β = 1, and the Leader/Answerer gradient not depending on β."""
-    from training.role_gradients import role_gradient_norms
+    from maopd.training.role_gradients import role_gradient_norms
 
     norms = []
     for beta in (1.0, 2.5):
@@ -438,7 +438,7 @@ def test_opd_calibration_gradient_norms_are_linear_in_beta(models, tmp_path, scr
 
 def test_the_teacher_and_the_kl_reference_are_named_apart():
     from maopd.base.config import ConfigError
-    from training.model_loading import frozen_sources
+    from maopd.training.model_loading import frozen_sources
 
     base = {"stage": "stage2", "variant": "base_model_teacher"}
     with pytest.raises(ConfigError, match="teacher.path: teacher.reference 'checkpoint'"):
@@ -462,7 +462,7 @@ def test_a_requested_logger_that_is_not_installed_is_refused_before_any_work(mon
     import importlib.util
 
     from maopd.base.config import ConfigError
-    from training.config import LoggingConfig
+    from maopd.training.config import LoggingConfig
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))

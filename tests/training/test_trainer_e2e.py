@@ -14,12 +14,12 @@ from safetensors.torch import load_file
 from maopd.base.lock import holder
 from maopd.base.run_dir import LOCK_FILE
 from maopd.cli import main
-from training import trainer as trainer_module
-from training.algorithm import OPDAlgorithm, OPDConfig
-from training.checkpoint import latest_checkpoint, list_checkpoints
-from training.config import load_config
-from training.run_logging import read_metrics
-from training.trainer import TrainingStopped, train_stage
+from maopd.training import trainer as trainer_module
+from maopd.training.algorithm import OPDAlgorithm, OPDConfig
+from maopd.training.checkpoint import latest_checkpoint, list_checkpoints
+from maopd.training.config import load_config
+from maopd.training.run_logging import read_metrics
+from maopd.training.trainer import TrainingStopped, train_stage
 
 pytestmark = pytest.mark.slow
 FAST = ["rollout.max_new_tokens=8", "logging.progress=false"]

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.vllm_policy import VLLMPolicy, VLLMWorkerError
+from maopd.agents.vllm_policy import VLLMPolicy, VLLMWorkerError
 from maopd.base.config import ConfigError
 from maopd.cli import main
 from maopd.pipeline.config import load_preset, stage_config
+from maopd.training.checkpoint import latest_checkpoint
+from maopd.training.config import build_config, load_config
+from maopd.training.model_loading import load_policy_model
+from maopd.training.rollout_engine import EngineSyncError
+from maopd.training.run_logging import read_metrics
+from maopd.training.trainer import StageRun
 from tests.vllm_support import require_vllm_python, save_tiny_model
-from training.checkpoint import latest_checkpoint
-from training.config import build_config, load_config
-from training.model_loading import load_policy_model
-from training.rollout_engine import EngineSyncError
-from training.run_logging import read_metrics
-from training.trainer import StageRun
 
 ROOT = Path(__file__).resolve().parents[2]
 # A learning rate large enough that one step moves the log-probs far beyond the sync tolerance.
@@ -56,10 +56,10 @@ def test_the_old_key_decode_engine_still_loads_and_cannot_be_set_twice():
 
 
 def test_engine_vllm_is_refused_up_front_without_the_venv_or_with_what_it_cannot_honour(monkeypatch):
-    monkeypatch.setattr("training.config.vllm_python", lambda: None)
+    monkeypatch.setattr("maopd.training.config.vllm_python", lambda: None)
     with pytest.raises(ConfigError, match=r"rollout.engine: .*`bash scripts/setup_vllm.sh`$"):
         build_config({"stage": "stage1"}, ["rollout.engine=vllm", "model.tiny.head_dim=32"])
-    monkeypatch.setattr("training.config.vllm_python", lambda: Path(sys.executable))
+    monkeypatch.setattr("maopd.training.config.vllm_python", lambda: Path(sys.executable))
     for setting, key in [
         ("rollout.top_p=0.9", "rollout.top_p"),
         ("distributed.fsdp=true", "distributed.fsdp"),
@@ -72,7 +72,7 @@ def test_engine_vllm_is_refused_up_front_without_the_venv_or_with_what_it_cannot
 
 
 def test_the_pipeline_runs_every_stage_on_the_engine_its_stages_section_names(monkeypatch):
-    monkeypatch.setattr("training.config.vllm_python", lambda: Path(sys.executable))
+    monkeypatch.setattr("maopd.training.config.vllm_python", lambda: Path(sys.executable))
     with pytest.raises(ConfigError, match="^base_model.head_dim: .*set base_model.head_dim=32$"):
         load_preset("smoke", ["stages.rollout.engine=vllm", "base_model.head_dim=16"])
     config = load_preset("smoke", ["stages.rollout.engine=vllm"])  # the smoke π_0's head size is one vLLM serves
@@ -198,7 +198,7 @@ def test_the_worker_ends_with_the_process_that_started_it(tmp_path):
     save_tiny_model(tmp_path / "model")
     parent = f"""
 import os, sys, threading, time
-from agents.vllm_policy import VLLMPolicy
+from maopd.agents.vllm_policy import VLLMPolicy
 kwargs = {{"python": {str(python)!r}, "log_path": {str(tmp_path / "engine.log")!r}}}
 threading.Thread(target=VLLMPolicy, args=({str(tmp_path / "model")!r},), kwargs=kwargs, daemon=True).start()
 while True:

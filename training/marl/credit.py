@@ -19,7 +19,7 @@ advantage per decision. Select one by name (``MarlConfig.method``); add one with
 
 Outcome-based signals are normalized per role over the batch (Eq. 1 with the batch as the
 group); the OPD log-ratio is used as it is, as in the paper. Every decision carries the global
-state (``decision.state``, ``envs.option.wrapper.option_state``) for methods with a centralised
+state (``decision.state``, ``maopd.envs.option.wrapper.option_state``) for methods with a centralised
 critic, ``mappo``'s or one defined outside the package.
 """
 
@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs.actions import TEAM_ROLES
-from envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
-from envs.option.vector import OptionVectorEnv
-from envs.option.wrapper import GLOBAL_FEATURES
-from training.losses import PluginOutputError, check_plugin_output, lookup, registry_decorator
-from training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
+from maopd.envs.actions import TEAM_ROLES
+from maopd.envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
+from maopd.envs.option.vector import OptionVectorEnv
+from maopd.envs.option.wrapper import GLOBAL_FEATURES
+from maopd.training.losses import PluginOutputError, check_plugin_output, lookup, registry_decorator
+from maopd.training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
 
 NORMALIZE_EPS = 1e-6
 

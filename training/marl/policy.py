@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs.option.menus import ITEM_FEATURES
-from envs.option.vector import OptionVectorEnv
-from envs.option.wrapper import GLOBAL_FEATURES, OptionWrapper, play_options
+from maopd.envs.option.menus import ITEM_FEATURES
+from maopd.envs.option.vector import OptionVectorEnv
+from maopd.envs.option.wrapper import GLOBAL_FEATURES, OptionWrapper, play_options
 
 
 class MenuScorer(nn.Module):

@@ -5,10 +5,10 @@ policy and its metrics: greedy dev metrics and a learning curve (per iteration: 
 searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
 trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
 plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time. ``transitions="fast"``
-(the default) plays them in the fast option mode (``envs.option.fast.FastVectorEnv``, a second
+(the default) plays them in the fast option mode (``maopd.envs.option.fast.FastVectorEnv``, a second
 implementation of the workflows replay-tested against the text environments), whose world tables
 every run of the process shares; ``"text"`` in the text environments behind a transition cache
-(``envs.option.vector.OptionVectorEnv``, the reference). Both give the same episodes.
+(``maopd.envs.option.vector.OptionVectorEnv``, the reference). Both give the same episodes.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs.option.fast import FastVectorEnv, World
-from envs.option.menus import MENU_SIZE
-from envs.option.scenarios import get_scenario
-from envs.option.vector import OptionVectorEnv, TransitionCache
 from maopd.base.config import check_fields, checked, seed_field
-from training.marl.credit import CreditContext, get_credit_method
-from training.marl.policy import Episode, MenuPolicy, play_batch
+from maopd.envs.option.fast import FastVectorEnv, World
+from maopd.envs.option.menus import MENU_SIZE
+from maopd.envs.option.scenarios import get_scenario
+from maopd.envs.option.vector import OptionVectorEnv, TransitionCache
+from maopd.training.marl.credit import CreditContext, get_credit_method
+from maopd.training.marl.policy import Episode, MenuPolicy, play_batch
 
 TRANSITIONS = ("fast", "text")  # which implementation plays the episodes (see the module docstring)
 
 
 @dataclass
 class MarlConfig:
-    method: str = "role"  # a key of training.marl.credit.CREDIT_METHODS (plug-ins register more)
-    scenario: str = "synthwiki_v1"  # a key of envs.option.scenarios.SCENARIOS
+    method: str = "role"  # a key of maopd.training.marl.credit.CREDIT_METHODS (plug-ins register more)
+    scenario: str = "synthwiki_v1"  # a key of maopd.envs.option.scenarios.SCENARIOS
     # None: the scenario's; the OPD Teacher plays "cascade"
     workflow: str | None = checked(None, choices=("hierarchical", "cascade"), null="the scenario's")
     seed: int = seed_field(0)

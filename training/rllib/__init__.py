@@ -10,7 +10,7 @@ INSTALL_RLLIB = ".venv/bin/python -m pip install -e '.[rllib]'"
 def missing_ray(exc: ModuleNotFoundError) -> ModuleNotFoundError:
     """The error to raise when Ray is not installed: it names the install command."""
     return ModuleNotFoundError(
-        f"training.rllib needs Ray RLlib ({exc}), which `bash scripts/setup.sh` does not install; "
+        f"maopd.training.rllib needs Ray RLlib ({exc}), which `bash scripts/setup.sh` does not install; "
         f"install it with: {INSTALL_RLLIB}   (or `bash scripts/setup.sh --dev`)",
         name="ray",
     )

@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envs.option.wrapper import option_env, option_parallel_env
-from training.rllib import missing_ray
+from maopd.envs.option.wrapper import option_env, option_parallel_env
+from maopd.training.rllib import missing_ray
 
 try:
     from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv

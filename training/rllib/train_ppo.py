@@ -10,9 +10,9 @@ the end). Before training and after every iteration the greedy policy plays held
 ``searches``), with the figure before training as ``dev_before_training`` in the first result.
 ``curve.json`` and ``curve.png`` in ``--out`` are made from those results.
 
-    python -m training.rllib.train_ppo --workflow hierarchical --iterations 12 --out runs/rllib_ppo
-    python -m training.rllib.train_ppo --out runs/rllib_ppo --resume     # go on after an interruption
-    python -m training.rllib.train_ppo --restore runs/rllib_ppo/ppo/PPO_0/checkpoint_000011 --out runs/more
+    python -m maopd.training.rllib.train_ppo --workflow hierarchical --iterations 12 --out runs/rllib_ppo
+    python -m maopd.training.rllib.train_ppo --out runs/rllib_ppo --resume     # go on after an interruption
+    python -m maopd.training.rllib.train_ppo --restore runs/rllib_ppo/ppo/PPO_0/checkpoint_000011 --out runs/more
 
 ``--restore`` starts a new run from a checkpoint's learner state (the shared module's weights and
 its optimizer) and EnvRunner state; its iterations count from 0 again. ``--resume`` continues the
@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.option.wrapper import option_env, play_options
 from maopd.base.arguments import positive_float, positive_int, seed_int
 from maopd.base.json_files import json_text, write_json
-from training.rllib.envs import (
+from maopd.envs.option.wrapper import option_env, play_options
+from maopd.training.rllib.envs import (
     ENV_NAMES,
     SHARED_POLICY,
     init_local_ray,
@@ -100,7 +100,7 @@ def greedy_accuracy(module, workflow: str, num_questions: int) -> dict[str, floa
 
 def _dev_evaluation_class():
     """``DevEvaluation``, defined on first use: the module imports without Ray (its error message
-    names the install command, see ``training.rllib.envs``)."""
+    names the install command, see ``maopd.training.rllib.envs``)."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
     from ray.rllib.core import COMPONENT_ENV_RUNNER, COMPONENT_LEARNER_GROUP
 
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
     curve = curve_from_results(trial_results)
     command = " ".join(argv if argv is not None else sys.argv[1:])
     summary = {
-        "command": f"python -m training.rllib.train_ppo {command}",
+        "command": f"python -m maopd.training.rllib.train_ppo {command}",
         "args": {k: str(v) for k, v in vars(args).items()},
         "settings": {  # the trial's, which a resumed run's command line does not repeat
             "workflow": result.config["env_config"]["workflow"],

@@ -1,0 +1,1 @@
+"""Tests of maopd.evaluation: the protocol, records, metrics, reports and seed statistics."""

@@ -1,0 +1,107 @@
+"""``maopd eval score`` on methods with different attempt counts: each method keeps its own k."""
+
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from maopd.evaluation.records import record_from_dict
+from maopd.evaluation.report import build_tables, write_tables, write_viewer
+from maopd.evaluation.scoring import score_records
+from maopd.evaluation.summary import summarize
+from tests.evaluation.test_eval_metrics import make_records
+
+
+def test_methods_with_different_attempt_counts_are_scored_each_with_its_own_k(tmp_path, capsys):
+    three = make_records(
+        "three",
+        {"d": [[1, 0, 0], [1, 1, 1]]},
+        costs={
+            ("d", q, a): {"search_actions": 1 + a, "input_tokens": 10, "output_tokens": 5}
+            for q in range(2)
+            for a in range(3)
+        },
+    )
+    four = make_records(
+        "four",
+        {"d": [[1, 1, 0, 0], [0, 0, 0, 0]]},
+        costs={
+            ("d", q, a): {"search_actions": 2, "input_tokens": 20, "output_tokens": 8}
+            for q in range(2)
+            for a in range(4)
+        },
+    )
+    summary = score_records(three + four, [], tmp_path, draws=20)
+    assert {name: m["k"] for name, m in summary["methods"].items()} == {"three": 3, "four": 4}
+    tables = build_tables(summary)
+    main = tables["main"]
+    assert main.headers[:2] == ["method", "k"] and "avg@k" in main.title
+    rows = {row[0]: row for row in main.rows}
+    assert rows["three"][1] == 3 and rows["three"][2] == pytest.approx((1 / 3 + 1) / 2)
+    assert rows["four"][1] == 4 and rows["four"][2] == pytest.approx(0.25)
+    assert tables["table4"].headers == ["method", "k", "avg@k", "pass@k", "k/k"]
+    assert (tmp_path / "cost_accuracy.png").is_file()
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["four"]["k"] == 4
+
+
+def test_one_shared_k_keeps_the_concrete_names():
+    summary = summarize(make_records("a", {"d": [[1, 0]]}) + make_records("b", {"d": [[0, 0]]}), [("a", "b")], draws=10)
+    tables = build_tables(summary)
+    assert tables["main"].headers == ["method", "d", "macro"] and "avg@2" in tables["main"].title
+    assert tables["paired"].headers[2:5] == ["avg@2", "pass@2", "2/2"]
+
+
+PAYLOAD = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+VIEWER_TAGS = {"meta", "title", "style", "h3", "h4", "p", "b", "i", "table", "tr", "td", "div", "code", "pre"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+
+
+def _hostile_records() -> list:
+    """Records whose every text field, trajectory entries included, holds markup."""
+    trajectory = {
+        "subtasks": [{"wave": PAYLOAD, "agent": PAYLOAD, "task": PAYLOAD}],
+        "searches": [{"agent": PAYLOAD, "query": PAYLOAD, "passages": [PAYLOAD]}],
+        "reports": [{"number": PAYLOAD, "agent": PAYLOAD, "text": PAYLOAD}],
+    }
+    rows = [
+        {
+            "method": method,
+            "dataset": f"d{PAYLOAD}|x",
+            "question_id": PAYLOAD,
+            "question": PAYLOAD,
+            "attempt": attempt,
+            "golden_answers": [PAYLOAD],
+            "final_output": f"<answer>{PAYLOAD}</answer>",
+            "trajectory": trajectory,
+        }
+        for method in (f"a|b{PAYLOAD}", "plain")
+        for attempt in range(2)
+    ]
+    return [record_from_dict(row, f"line {n}") for n, row in enumerate(rows, start=1)]
+
+
+def test_the_viewer_escapes_every_text_of_a_record(tmp_path):
+    path = write_viewer(_hostile_records(), tmp_path / "viewer.html")
+    parser = _Tags()
+    parser.feed(path.read_text(encoding="utf-8"))
+    assert parser.tags <= VIEWER_TAGS, parser.tags - VIEWER_TAGS
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in path.read_text(encoding="utf-8")
+
+
+def test_tables_md_keeps_names_inside_their_cells(tmp_path):
+    summary = summarize(_hostile_records(), [(f"a|b{PAYLOAD}", "plain")], draws=10)
+    markdown = write_tables(build_tables(summary), tmp_path).read_text(encoding="utf-8")
+    assert "<script" not in markdown and "<img" not in markdown
+    for block in markdown.split("### ")[1:]:
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        cells = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
+        assert len(cells) == 1, block  # every row has as many cells as the header
