@@ -4,9 +4,11 @@ Every config in the project is a plain ``@dataclass``. ``from_dict`` builds one 
 dicts (as YAML gives them) and checks each value against the field's type annotation, so a typo
 or a wrong type fails at load time with the dotted path of the field, not deep inside a run.
 
-A field's range or choices are declared beside it, ``batch_size: int = checked(32, ge=1)``, and
-``check_fields(self)`` in the dataclass's ``__post_init__`` checks them all; ``field_like`` declares
-a setting that another config defines (its range, and its default unless another is given).
+A field's range or choices and its help text are declared on it,
+``batch_size: int = checked(32, ge=1, help="questions per step")``, and ``check_fields(self)`` in the
+dataclass's ``__post_init__`` checks them all; ``field_like`` declares a setting that another config
+defines (its range, its help, and its default unless another is given). ``field_help`` reads the help
+back, as ``maopd config show --explain`` prints it.
 
 A renamed field keeps loading under its old name: the dataclass lists it in a class attribute
 ``RENAMED = {"old": "new"}``, and ``from_dict`` and ``check_partial`` read the old key as the new
@@ -102,6 +104,7 @@ class Constraint:
 
 
 CONSTRAINT = "constraint"  # the metadata key of a field's Constraint
+HELP = "help"  # the metadata key of a field's help text
 
 
 def checked(
@@ -116,36 +119,47 @@ def checked(
     null: str | None = None,
     what: str = "",
     note: str = "",
+    help: str = "",
     metadata: dict[str, Any] | None = None,
 ) -> Any:
-    """A dataclass field with its ``Constraint``, which ``check_fields`` checks (and any other ``metadata``)."""
+    """A dataclass field with its ``Constraint``, which ``check_fields`` checks, its ``help`` text
+    (what the setting does, for a user reading ``maopd config show --explain``), and any other ``metadata``."""
     constraint = Constraint(ge, gt, le, lt, None if choices is None else tuple(choices), null, what, note)
     return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={**(metadata or {}), CONSTRAINT: constraint}
+        default=default,
+        default_factory=default_factory,
+        metadata={**(metadata or {}), CONSTRAINT: constraint, HELP: help},
     )
 
 
-def probability(default: float, **metadata: Any) -> Any:
+def field_help(cls: type, name: str) -> str:
+    """The help text of dataclass ``cls``'s field ``name`` ("" when it has none)."""
+    spec = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return spec.metadata.get(HELP, "")
+
+
+def probability(default: float, help: str = "", **metadata: Any) -> Any:
     """A field holding a probability: ``checked`` in [0, 1]."""
-    return checked(default, ge=0, le=1, what="a probability", metadata=metadata or None)
+    return checked(default, ge=0, le=1, what="a probability", help=help, metadata=metadata or None)
 
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding (np.random.seed) takes no larger seed
 
 
-def seed_field(default: int | None = 0, null: str | None = None, **metadata: Any) -> Any:
+def seed_field(default: int | None = 0, null: str | None = None, help: str = "", **metadata: Any) -> Any:
     """A field holding a random seed: ``checked`` in [0, ``MAX_SEED``]; with ``null``, None too
     (meaning what ``null`` names)."""
-    return checked(default, ge=0, le=MAX_SEED, null=null, what="a seed", metadata=metadata or None)
+    return checked(default, ge=0, le=MAX_SEED, null=null, what="a seed", help=help, metadata=metadata or None)
 
 
-def field_like(cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
-    """A field declared as ``cls``'s field ``name`` is: its constraint, and its default unless
-    ``default`` is given. A setting several configs carry is so defined once, in ``cls``."""
+def field_like(cls: type, name: str, default: Any = dataclasses.MISSING, help: str = "") -> Any:
+    """A field declared as ``cls``'s field ``name`` is: its constraint, its help (unless ``help`` is
+    given), and its default unless ``default`` is given. A setting several configs carry is so
+    defined once, in ``cls``."""
     spec = next(f for f in dataclasses.fields(cls) if f.name == name)
     if default is dataclasses.MISSING:
         default = spec.default
-    return dataclasses.field(default=default, metadata=spec.metadata)
+    return dataclasses.field(default=default, metadata={**spec.metadata, **({HELP: help} if help else {})})
 
 
 @functools.cache
