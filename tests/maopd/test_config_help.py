@@ -13,13 +13,11 @@ from maopd.agents.openai_policy import OpenAIPolicyConfig
 from maopd.base.config import field_help
 from maopd.evaluation.runner import EvalSettings
 from maopd.pipeline.config import PipelineConfig
-from maopd.training.algorithm import OPDConfig
 from maopd.training.config import TrainConfig
 from maopd.training.distributed_rollout import RayRolloutConfig
 from maopd.training.marl.trainer import MarlConfig
 
-ROOTS = (PipelineConfig, TrainConfig, MarlConfig, NoiseConfig, OpenAIPolicyConfig, EvalSettings, OPDConfig)
-ROOTS += (RayRolloutConfig,)
+ROOTS = (PipelineConfig, TrainConfig, MarlConfig, NoiseConfig, OpenAIPolicyConfig, EvalSettings, RayRolloutConfig)
 
 
 def _configs() -> list[type]:
