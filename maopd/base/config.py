@@ -89,6 +89,8 @@ class Constraint:
         return f"must be {what}{allowed}{null}{note}"
 
     def accepts(self, value: Any) -> bool:
+        if self.choices is None and self.ge is None and self.gt is None and self.le is None and self.lt is None:
+            return True  # no range or choices declared (a field given for its help text): the type check decides
         if value is None:
             return self.null is not None
         if self.choices is not None:
@@ -397,6 +399,29 @@ def to_record(config: Any) -> dict[str, Any]:
     """The config as saved, logged or compared with a saved one: ``to_dict`` with every secret
     redacted (``maopd.base.secrets``), so that a URL's credentials never reach a file or a log."""
     return redact_strings(to_dict(config))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigLayer:
+    """One layer of a config built from layers (defaults, presets, files, the command line): its
+    name and the settings it holds, a partial nested mapping."""
+
+    name: str
+    values: dict[str, Any]
+
+    def holds(self, key: str) -> bool:
+        """Whether the layer sets dotted ``key``."""
+        node: Any = self.values
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+
+def setting_layer(layers: Sequence[ConfigLayer], key: str) -> ConfigLayer | None:
+    """The layer that set dotted ``key``: the last of ``layers`` (lowest first) that holds it."""
+    return next((layer for layer in reversed(layers) if layer.holds(key)), None)
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
