@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "maopd.commands.eval",
     "maopd.commands.world",
     "maopd.commands.train",
+    "maopd.commands.config",
     "maopd.commands.sft",
     "maopd.commands.tune",
     "maopd.commands.preregister",

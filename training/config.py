@@ -28,6 +28,7 @@ from maopd.agents.tiny_model import TinyModelConfig
 from maopd.agents.vllm_policy import VLLM_HEAD_SIZES, vllm_python
 from maopd.base.config import (
     ConfigError,
+    ConfigLayer,
     apply_overrides,
     check_fields,
     check_partial,
@@ -392,13 +393,28 @@ def apply_settings(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     return data
 
 
-def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Defaults < stage < variant < ``data`` (a parsed YAML file) < ``overrides`` (``a.b=value``)."""
+def config_layers(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> list[ConfigLayer]:
+    """The layers of a ``TrainConfig``, lowest first: the defaults, the stage's and the variant's
+    settings, ``data`` (a parsed YAML file) and ``overrides`` (``a.b=value``). ``build_config``
+    lays them over each other; ``maopd config show --explain`` names the last one holding a key."""
     user = current_names(TrainConfig, apply_overrides(data or {}, overrides or []))
     defaults = defaults_dict(TrainConfig)
     head = check_partial(TrainConfig, {k: user.get(k, defaults[k]) for k in ("stage", "variant")}, "")
-    layered = apply_settings(defaults, STAGE_SETTINGS[head["stage"]])
-    layered = apply_settings(layered, VARIANT_SETTINGS[head["variant"]])
+    return [
+        ConfigLayer("default", defaults),
+        ConfigLayer(f"stage settings of {head['stage']}", apply_settings({}, STAGE_SETTINGS[head["stage"]])),
+        ConfigLayer(f"variant settings of {head['variant']}", apply_settings({}, VARIANT_SETTINGS[head["variant"]])),
+        ConfigLayer("file", current_names(TrainConfig, data or {})),
+        ConfigLayer("command line", current_names(TrainConfig, apply_overrides({}, overrides or []))),
+    ]
+
+
+def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Defaults < stage < variant < ``data`` (a parsed YAML file) < ``overrides`` (``a.b=value``)."""
+    defaults, stage, variant, *_ = config_layers(data, overrides)
+    layered = deep_merge(deep_merge(defaults.values, stage.values), variant.values)
+    # the file and the overrides as one mapping: an override sets a key inside the file's mappings
+    user = current_names(TrainConfig, apply_overrides(data or {}, overrides or []))
     return from_dict(TrainConfig, deep_merge(layered, user))
 
 

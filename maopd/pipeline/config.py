@@ -206,16 +206,23 @@ def load_experiment(name: str, overrides: list[str] | None = None) -> PipelineCo
 
 def load_preset(name_or_path: str, overrides: list[str] | None = None) -> PipelineConfig:
     """A preset name (``default``, ``smoke``) from configs/pipeline_<name>.yaml, or a YAML path."""
+    return load_yaml(
+        PipelineConfig, preset_file(name_or_path), [stage_setting(override) for override in overrides or []]
+    )
+
+
+def preset_file(name_or_path: str) -> Path:
+    """The YAML file of a preset name (configs/pipeline_<name>.yaml), or the YAML path given."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PRESET_DIR / f"pipeline_{name_or_path}.yaml"
         if not path.is_file():
             known = sorted(p.stem.removeprefix("pipeline_") for p in PRESET_DIR.glob("pipeline_*.yaml"))
             raise ConfigError(f"preset {name_or_path!r} not found; known presets: {known}, or pass a YAML path")
-    return load_yaml(PipelineConfig, path, [_stage_setting(override) for override in overrides or []])
+    return path
 
 
-def _stage_setting(override: str) -> str:
+def stage_setting(override: str) -> str:
     """A command-line setting that only stages have applies to every stage: ``rollout.engine=vllm``
     becomes ``stages.rollout.engine=vllm``. (A YAML file says ``stages:``; ``unknown_key_hint``.)"""
     from maopd.training.config import TrainConfig
@@ -244,6 +251,15 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
     from maopd.training.config import build_config
 
     settings = stage_settings(config, stage)
+    for key, value in pipeline_settings(config, stage, variant, base_model, teacher).items():
+        set_dotted(settings, key, value)
+    return build_config(settings)
+
+
+def pipeline_settings(
+    config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None
+) -> dict[str, Any]:
+    """The dotted settings of one stage run that the pipeline sets itself (``PIPELINE_KEYS``)."""
     pipeline = {
         "stage": stage,
         "variant": variant,
@@ -253,11 +269,9 @@ def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: P
     }
     if teacher is not None:
         pipeline["teacher.path"] = str(teacher)
-    if needs_ptx_data(settings):
+    if needs_ptx_data(stage_settings(config, stage)):
         pipeline["ptx.data"] = str(ptx_data_path(config))
-    for key, value in pipeline.items():
-        set_dotted(settings, key, value)
-    return build_config(settings)
+    return pipeline
 
 
 def needs_ptx_data(settings: dict[str, Any]) -> bool:
