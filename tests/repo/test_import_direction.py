@@ -140,6 +140,11 @@ def test_the_graph_sees_imports(module):
     assert GRAPH[module]
 
 
+def test_the_import_root_imports_nothing():
+    """``import maopd.base.config`` must not pull in the CLI or any layer through the package."""
+    assert not GRAPH["maopd"]
+
+
 def test_the_base_imports_nothing_of_the_project():
     assert not [f"{s} imports {t}" for s, ts in GRAPH.items() if _layer(s) == 0 for t in ts if _layer(t) > 0]
 
