@@ -10,9 +10,10 @@ from maopd.base.errors import UserError
 
 def _show(args: argparse.Namespace) -> int:
     from maopd.base.config import dump_yaml, set_dotted
+    from maopd.pipeline.config import DEFAULT_PRESET
     from maopd.pipeline.layers import matching, resolve
 
-    settings = resolve(args.preset, args.overrides)
+    settings = resolve(args.preset or DEFAULT_PRESET, args.overrides)
     if args.explain is None:
         tree: dict = {}
         for setting in settings:
@@ -44,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     show.add_argument(
         "--preset",
-        default="default",
-        help="a preset (default, smoke), an experiment (quick, table3, paper_beta) or a pipeline YAML path",
+        help="a preset (default, smoke), an experiment (quick, table3, paper_beta) or a pipeline YAML path; "
+        "without it, the preset `maopd train` runs",
     )
     show.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="settings as `maopd train` takes them")
     show.add_argument(

@@ -28,6 +28,7 @@ from maopd.envs.policy import SamplingSettings
 from maopd.training.base_model import SFTConfig
 
 PRESET_DIR = package_data("configs")
+DEFAULT_PRESET = "default"  # configs/pipeline_default.yaml: what `maopd train` runs, and what experiments start from
 PTX_SOURCES = ("demonstrations", "pretraining")
 VARIANT_METHODS = {
     "full": "MultiAgent-OPD",
@@ -201,7 +202,7 @@ def load_experiment(name: str, overrides: list[str] | None = None) -> PipelineCo
     """The default preset with the experiment's settings, then ``overrides``."""
     if name not in EXPERIMENTS:
         return load_preset(name, overrides)
-    return load_preset("default", [*EXPERIMENTS[name], *(overrides or [])])
+    return load_preset(DEFAULT_PRESET, [*EXPERIMENTS[name], *(overrides or [])])
 
 
 def load_preset(name_or_path: str, overrides: list[str] | None = None) -> PipelineConfig:

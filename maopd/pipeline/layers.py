@@ -36,6 +36,7 @@ from maopd.base.config import (
     to_dict,
 )
 from maopd.pipeline.config import (
+    DEFAULT_PRESET,
     EXPERIMENTS,
     STAGES,
     PipelineConfig,
@@ -95,14 +96,14 @@ def _settings(cls: type, layers: list[ConfigLayer], resolved: dict[str, Any], pr
     return settings
 
 
-def resolve(preset: str = "default", overrides: list[str] | None = None) -> list[Setting]:
+def resolve(preset: str = DEFAULT_PRESET, overrides: list[str] | None = None) -> list[Setting]:
     """Every setting of the main job under ``preset`` (a preset, an experiment or a YAML path) and
     ``overrides``: the pipeline's own, then each stage run's, as ``<run>.<key>`` where ``<run>`` is
     the run's directory name (``stage1``, ``stage2_full``, ``single``)."""
     overrides = overrides or []
     config = load_experiment(preset, overrides)
     experiment = EXPERIMENTS.get(preset)
-    name = "default" if experiment is not None else preset
+    name = DEFAULT_PRESET if experiment is not None else preset
     path = preset_file(name)
     sources = [
         (
