@@ -42,18 +42,39 @@ from maopd.envs.synthwiki.knowledge import Knowledge, Step, resolve
 class NoiseConfig:
     """Probabilities of each mistake, per role."""
 
-    searcher_skip_search: float = probability(0.0)  # report at once, without searching
-    searcher_wrong_entity: float = probability(0.0)  # query a misspelt entity and report what comes back
-    searcher_early_report: float = probability(0.0)  # report after the first search, with its first sentence
-    searcher_misformat: float = probability(0.0)  # an output without a complete action tag
-    # report at once, without searching, the facts of the task the team's closed book knows
-    # (maopd.envs.synthwiki.closed_book); a task with any fact it does not know is searched as usual.
-    # Needs a closed book.
-    searcher_memory_report: float = probability(0.0)
-    leader_drop_report: float = probability(0.0)  # leave one report out of the selection
-    leader_misformat: float = probability(0.0)
-    answerer_wrong_report: float = probability(0.0)  # answer with a fact of another report
-    answerer_misformat: float = probability(0.0)
+    searcher_skip_search: float = probability(
+        0.0, help="The probability that a Searcher call reports at once, without searching."
+    )
+    searcher_wrong_entity: float = probability(
+        0.0, help="The probability that a Searcher call queries a misspelt entity and reports what comes back."
+    )
+    searcher_early_report: float = probability(
+        0.0,
+        help="The probability that a Searcher call reports right after its first search, with the first sentence "
+        "of the first passage it found.",
+    )
+    searcher_misformat: float = probability(
+        0.0, help="The probability that a Searcher output lacks a complete action tag (its closing tag is dropped)."
+    )
+    searcher_memory_report: float = probability(
+        0.0,
+        help="The probability that a Searcher call reports at once, without searching, the facts of its task that "
+        "the team's closed book knows; a task with a fact it does not know is searched as usual. Needs a closed book.",
+    )
+    leader_drop_report: float = probability(
+        0.0, help="The probability that the Leader leaves one report out of its selection."
+    )
+    leader_misformat: float = probability(
+        0.0, help="The probability that a Leader output lacks a complete action tag (its closing tag is dropped)."
+    )
+    answerer_wrong_report: float = probability(
+        0.0,
+        help="The probability that the Answerer answers with a value drawn at random from the facts of the reports "
+        "it was given (the single agent: of its passages) instead of working the answer out.",
+    )
+    answerer_misformat: float = probability(
+        0.0, help="The probability that an Answerer output lacks a complete action tag (its closing tag is dropped)."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

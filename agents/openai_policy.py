@@ -41,7 +41,7 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,21 +64,45 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 class OpenAIPolicyConfig:
     """Where the endpoint is and how to call it; the sampling defaults are the paper's eval ones."""
 
-    base_url: str
-    model: str
-    api_key_env: str = "OPENAI_API_KEY"
+    base_url: str = checked(
+        help="The endpoint's base URL (http:// or https://); requests go to <base_url>/chat/completions."
+    )
+    model: str = checked(help="The name of the served model, as the endpoint knows it.")
+    api_key_env: str = checked(
+        "OPENAI_API_KEY",
+        help="The environment variable holding the API key (never a config file); unset, requests go without a key.",
+    )
     temperature: float = field_like(SamplingSettings, "temperature")
     top_p: float = field_like(SamplingSettings, "top_p")
     max_tokens: int = field_like(SamplingSettings, "max_new_tokens")
-    max_concurrency: int = checked(8, ge=1)
-    timeout_s: float = checked(120.0, gt=0)  # the deadline of one attempt, start to last byte
-    max_response_bytes: int = checked(16 * 2**20, ge=1)
-    max_retries: int = checked(3, ge=0)
-    backoff_s: float = checked(1.0, ge=0)
-    # Server-specific request fields, e.g. {"top_k": 20} for vLLM. Never put the key here.
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    # Send the key over plain http to a non-loopback host (it travels readable on the network).
-    allow_insecure_key: bool = False
+    max_concurrency: int = checked(8, ge=1, help="The most requests in flight at once.")
+    timeout_s: float = checked(
+        120.0,
+        gt=0,
+        help="The deadline of one attempt of a request, in seconds: connecting, sending and reading the whole answer.",
+    )
+    max_response_bytes: int = checked(
+        16 * 2**20, ge=1, help="The largest answer accepted, in bytes; a larger one is refused."
+    )
+    max_retries: int = checked(
+        3,
+        ge=0,
+        help="How many times a request is retried after a connection error, a missed deadline or an answer with "
+        "status 408, 409, 429, 500, 502, 503 or 504.",
+    )
+    backoff_s: float = checked(
+        1.0, ge=0, help="The wait before the first retry, in seconds; it doubles with each further retry."
+    )
+    extra_body: dict[str, Any] = checked(
+        default_factory=dict,
+        help='Server-specific request fields added to every request, e.g. {"top_k": 20} for vLLM. Never put the '
+        "API key here.",
+    )
+    allow_insecure_key: bool = checked(
+        False,
+        help="Send the API key over plain http to a host that is not loopback, where it travels readable on the "
+        "network.",
+    )
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):

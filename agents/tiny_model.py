@@ -32,18 +32,25 @@ from maopd.base.config import ConfigError, check_fields, checked, seed_field
 
 @dataclass
 class TinyModelConfig:
-    hidden_size: int = checked(64, ge=1)
-    num_layers: int = checked(2, ge=1)
-    num_heads: int = checked(4, ge=1)
-    num_kv_heads: int = checked(2, ge=1)
-    head_dim: int = checked(16, ge=1)
-    intermediate_size: int = checked(128, ge=1)
-    max_position_embeddings: int = checked(16384, ge=1)
-    # Larger than Qwen's 0.02 so that a random model's next-token distributions are far from
-    # uniform, which makes sampling, top-p and stop-tag tests meaningful.
-    initializer_range: float = 0.2
-    tie_word_embeddings: bool = True
-    seed: int = seed_field()
+    hidden_size: int = checked(64, ge=1, help="The width of the model's hidden states.")
+    num_layers: int = checked(2, ge=1, help="Decoder layers.")
+    num_heads: int = checked(4, ge=1, help="Attention (query) heads per layer.")
+    num_kv_heads: int = checked(
+        2, ge=1, help="Key/value heads per layer (grouped-query attention); num_heads must be a multiple of it."
+    )
+    head_dim: int = checked(16, ge=1, help="The size of each attention head.")
+    intermediate_size: int = checked(128, ge=1, help="The width of each layer's feed-forward (MLP) block.")
+    max_position_embeddings: int = checked(16384, ge=1, help="The longest sequence, in tokens, the model is built for.")
+    # a peaked random model is what makes the sampling, top-p and stop-tag tests meaningful
+    initializer_range: float = checked(
+        0.2,
+        help="The standard deviation of the random initial weights: larger than Qwen's 0.02, so that a random "
+        "model's next-token distributions are far from uniform.",
+    )
+    tie_word_embeddings: bool = checked(
+        True, help="Share one matrix between the input embeddings and the output layer."
+    )
+    seed: int = seed_field(help="Seeds the random initial weights: the same seed and settings give the same model.")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -28,10 +28,25 @@ class SamplingSettings:
     evaluation sampling (Appendix B). ``maopd.agents.sampling.SamplingConfig`` extends it; every other
     config that carries one of these settings declares it with ``maopd.base.config.field_like``."""
 
-    temperature: float = checked(0.6, ge=0, note="0 is greedy")
-    top_p: float = checked(0.95, gt=0, le=1)
-    max_new_tokens: int = checked(512, ge=1)
-    max_input_tokens: int = checked(8192, ge=1)
+    temperature: float = checked(
+        0.6, ge=0, note="0 is greedy", help="Sampling temperature; 0 takes the most likely token (greedy)."
+    )
+    top_p: float = checked(
+        0.95,
+        gt=0,
+        le=1,
+        help="Nucleus sampling: tokens are drawn from the most likely ones whose probabilities add up to top_p; "
+        "1 samples from the whole distribution.",
+    )
+    max_new_tokens: int = checked(
+        512, ge=1, help="The most tokens one model output may have; generation stops there (finish reason 'length')."
+    )
+    max_input_tokens: int = checked(
+        8192,
+        ge=1,
+        help="The longest prompt, in tokens, a model call runs; a longer one is not run (finish reason "
+        "'prompt_too_long') rather than truncated.",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

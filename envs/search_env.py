@@ -162,22 +162,49 @@ class CandidateTexts(spaces.Tuple):
 class SearchEnvConfig:
     """Construction options shared by the workflows; ``max_steps=None`` takes the workflow's budget."""
 
-    max_steps: int | None = checked(None, ge=1, null="the workflow's budget")
-    max_rounds: int = checked(5, ge=1)
-    num_searchers: int = checked(3, ge=1, le=MAX_SEARCHERS)
-    num_candidates: int = checked(1, ge=1)
-    topk: int = checked(3, ge=1)
-    max_action_chars: int = checked(4096, ge=16)
-    max_passage_chars: int = checked(600, ge=16)
-    corpus: str | None = None
-    questions: str | None = None
-    split: str = "train"
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    # False (the paper): an exhausted budget ends the workflow as it stands; it may end without an
-    # Answerer call (record counters["no_answer"] = 1). True: at budget exhaustion Searchers must
-    # report and a Leader that fails its last turn hands every report to the Answerer, so a
-    # workflow always gets an answer. See the module docstring, "Budget exhaustion".
-    force_finish: bool = False
+    max_steps: int | None = checked(
+        None,
+        ge=1,
+        null="the workflow's budget",
+        help="The workflow's budget in environment steps (every scheduled agent acts once per step); null: the "
+        "workflow's own.",
+    )
+    max_rounds: int = checked(
+        5, ge=1, help="The most delegation rounds (waves of Searchers) the hierarchy's Leader may start."
+    )
+    num_searchers: int = checked(
+        3,
+        ge=1,
+        le=MAX_SEARCHERS,
+        help="Searchers per wave in the hierarchy; subtasks delegated beyond them are dropped.",
+    )
+    num_candidates: int = checked(1, ge=1, help="Answer candidates the Answerer writes per request.")
+    topk: int = checked(3, ge=1, help="Passages each search returns.")
+    max_action_chars: int = checked(
+        4096,
+        ge=16,
+        help="The longest output an agent may give, in characters; a longer one is truncated and counts as a "
+        "format failure.",
+    )
+    max_passage_chars: int = checked(600, ge=16, help="Each retrieved passage is shown cut to this many characters.")
+    corpus: str | None = checked(
+        None, help="A Search-R1 corpus JSONL file to search; null: the embedded SynthWiki world's passages."
+    )
+    questions: str | None = checked(
+        None, help="A FlashRAG question JSONL file to play; null: the embedded world's questions of split."
+    )
+    split: str = checked(
+        "train", help="The embedded world's question split (train, dev or test) played when questions is null."
+    )
+    retriever: RetrieverConfig = checked(
+        default_factory=RetrieverConfig, help="The retriever the searches go to, and its settings."
+    )
+    force_finish: bool = checked(
+        False,
+        help="false (the paper's behaviour): an exhausted budget ends the workflow as it stands, possibly without "
+        "an answer. true: at budget exhaustion Searchers must report and a Leader that fails its last turn hands "
+        "every report to the Answerer, so every workflow gets an answer.",
+    )
 
     def __post_init__(self) -> None:
         self.validate(min_steps=1)

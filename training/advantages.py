@@ -218,18 +218,44 @@ def assign_token_advantages(
 class AdvantageConfig:
     """How token advantages are built; see docs/algorithms.md."""
 
-    searcher_signal: str = "opd"  # a key of SEARCHER_ESTIMATORS
-    opd_beta: float = checked(OPD_BETA, ge=0)
-    opd_log_ratio_clamp: float | None = checked(None, gt=0, null="no clamp")
-    # KL(π_old‖π_T) penalty subtracted from Leader and Answerer rewards before Eq. 1.
-    kl_in_reward_coef: float = checked(KL_IN_REWARD_COEF, ge=0)
-    kl_in_reward_estimator: Literal["k1", "k2", "k3"] = "k1"
-    grpo_eps: float = checked(GRPO_EPS, ge=0)
-    grpo_unbiased_std: bool = False
-    # A control: every token advantage is 0 (GRPO and OPD alike), so only the terms the
-    # paper lacks (PPO-ptx, the entropy bonus, the KL loss) move the model. The group advantages
-    # and shaped rewards are still computed, for the logs.
-    zero_rl: bool = False
+    searcher_signal: str = checked(
+        "opd",
+        help="The Searchers' learning signal, a key of SEARCHER_ESTIMATORS: opd (Eq. 5, distilled from the "
+        "Teacher), grpo_final_em (Eq. 1 on the team outcome R_EM), grpo_rs (Eq. 1 on the Searcher's own reward "
+        "R_S) or none (no Searcher signal); plug-ins may register more.",
+    )
+    opd_beta: float = checked(
+        OPD_BETA, ge=0, help="β of Eq. 5: the OPD advantage of a Searcher token is β·log(π_T/π_old)."
+    )
+    opd_log_ratio_clamp: float | None = checked(
+        None,
+        gt=0,
+        null="no clamp",
+        help="Bounds |log(π_T/π_old)| before β is applied, for a Teacher that gives a sampled token a near-zero "
+        "probability; null: no clamp, as in the paper.",
+    )
+    kl_in_reward_coef: float = checked(
+        KL_IN_REWARD_COEF,
+        ge=0,
+        help="The coefficient of the KL(π_old‖π_T) penalty subtracted from the Leader and Answerer rewards "
+        "before Eq. 1; 0 turns it off.",
+    )
+    kl_in_reward_estimator: Literal["k1", "k2", "k3"] = checked(
+        "k1",
+        help="The per-token KL estimate that penalty sums over each sequence: k1 = log(π/π_ref), "
+        "k2 = ½·log(π/π_ref)², k3 = ρ − 1 − log ρ with ρ = π_ref/π.",
+    )
+    grpo_eps: float = checked(GRPO_EPS, ge=0, help="ε of Eq. 1, added to the group's standard deviation.")
+    grpo_unbiased_std: bool = checked(
+        False,
+        help="Eq. 1 divides by the sample standard deviation of the group (n − 1) instead of the population one (n).",
+    )
+    zero_rl: bool = checked(
+        False,
+        help="A control: every token advantage is set to 0 (GRPO and OPD alike), so only the terms outside the "
+        "advantages (the entropy bonus, PPO-ptx, the KL loss) move the model. Group advantages and shaped rewards "
+        "are still computed, for the logs.",
+    )
 
     def __post_init__(self) -> None:
         if self.searcher_signal not in SEARCHER_ESTIMATORS:

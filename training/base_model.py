@@ -38,7 +38,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, Field, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -91,20 +91,51 @@ class KnowledgeConfig:
     question (Allen-Zhu & Li, Physics of Language Models 3.1). ``replay``: the share of these
     texts read again during fine-tuning, so that fine-tuning does not overwrite them."""
 
-    qa_worlds: int = checked(1, ge=1)
-    qa_share: float = probability(0.5)
-    phrasings: int = checked(8, ge=1, le=min(len(t) for t in RECALL_STATEMENTS.values()))
-    exposure_scale: float = checked(1.0, gt=0)
-    replay: float = probability(0.1, **{FINE_TUNING: True})
-    # Also state facts in the canonical sentence a Searcher's report writes (a passage sentence):
-    # a model stores a fact in the phrasings it read, and the fine-tuned Searcher reports in this one
-    report_form: bool = False
-    # Also demonstrate the Searcher's call on the one-hop lookup of every fact of the question/answer
-    # worlds (played in the cascade): the team reports the popular band's from memory and searches the rest. A
-    # Searcher's chat is far from the text pretraining stored facts in; a tiny model reaches for
+    qa_worlds: int = checked(
+        1,
+        ge=1,
+        help="Pretraining worlds (world_seed + 1, …) whose facts π_0 also learns, besides the RL world's; only "
+        "these are also asked as question/answer pairs.",
+    )
+    qa_share: float = probability(
+        0.5,
+        help="The share of the question/answer worlds' entities whose facts are also written as a question with "
+        "its answer, as often as they are stated.",
+    )
+    phrasings: int = checked(
+        8,
+        ge=1,
+        le=min(len(t) for t in RECALL_STATEMENTS.values()),
+        help="How many of each relation's recall statements (schema.RECALL_STATEMENTS) a fact's statements cycle "
+        "through.",
+    )
+    exposure_scale: float = checked(
+        1.0,
+        gt=0,
+        help="Scales how often each fact is stated (ExposureCurve().scaled(exposure_scale)): the same shape over "
+        "popularity, more or fewer statements.",
+    )
+    replay: float = probability(
+        0.1,
+        help="The share of the knowledge texts read again during fine-tuning, so that fine-tuning does not "
+        "overwrite them.",
+        **{FINE_TUNING: True},
+    )
+    report_form: bool = checked(
+        False,
+        help="Also state facts in the sentence a Searcher's report writes (a passage sentence): a model stores a "
+        "fact in the phrasings it read, and the fine-tuned Searcher reports in this one.",
+    )
+    # A Searcher's chat is far from the text pretraining stored facts in; a tiny model reaches for
     # them there only after many such reports, and tells known subjects from unknown ones by
     # seeing both.
-    lookup_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
+    lookup_demos: bool = checked(
+        False,
+        metadata={KEYED_WHEN_SET: True, FINE_TUNING: True},
+        help="Also demonstrate the Searcher's call on the one-hop lookup of every fact of the question/answer "
+        "worlds (played in the cascade): the team reports the popular band's facts from memory and searches the "
+        "rest.",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -114,85 +145,161 @@ class KnowledgeConfig:
 class SFTConfig:
     """Everything that determines π_0. Defaults: the base model used by the training recipes."""
 
-    seed: int = seed_field()
-    # The seed of the fine-tuning's own draws (the demonstrating team, the judge's examples, the
-    # replayed knowledge texts, the batch order); None: ``seed``. Set, it varies the fine-tuning of
-    # one pretraining, whose draws stay ``seed``'s: the build-to-build spread of a recipe.
-    finetune_seed: int | None = seed_field(None, null="seed", **{KEYED_WHEN_SET: True, FINE_TUNING: True})
-    # The SynthWiki world (``maopd.envs.synthwiki.load_default_world``) and its demonstrations.
-    world_seed: int = seed_field()
-    world_size: str = checked("small", choices=tuple(WORLD_SIZES))
-    # the workflows demonstrated (maopd.envs.workflows.WORKFLOWS): by default every one, so that each
-    # system of the main job (the team's two workflows and the single-agent baseline) starts from
-    # a π_0 that has seen its format
-    workflows: list[str] = field(default_factory=lambda: list(WORKFLOWS), metadata={FINE_TUNING: True})
-    # first N train questions of each world, played once per workflow
-    demo_questions: int = checked(600, ge=1, metadata={FINE_TUNING: True})
-    # Demonstrations come from this many independently generated worlds (seeds world_seed,
-    # world_seed + 1, …): every extra world brings new names, so that memorising names stops
-    # paying and copying them from the context is what the model learns. RL and evaluation use
-    # the world_seed world only.
-    demo_worlds: int = checked(1, ge=1, metadata={FINE_TUNING: True})
-    # The first demonstration world is world_seed + demo_world_offset. 1 keeps the world_seed world,
-    # the one RL and evaluation play, out of the demonstrations: π_0 then never saw a question of
-    # that world solved, as a real base model never saw the RL training set.
-    demo_world_offset: int = checked(0, ge=0, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
-    noise: float = probability(0.1, **{FINE_TUNING: True})  # every NoiseConfig knob of the scripted team
-    # Knobs set apart from ``noise``, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach
-    # π_0 decision mistakes (give up without searching, drop a report) and no corrupted copying
-    noise_knobs: dict[str, float] = field(default_factory=dict, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
-    # keep only demonstrations of episodes the team got right
-    successful_only: bool = field(default=False, metadata={FINE_TUNING: True})
-    # Also demonstrate the Prompted Critic's judge (maopd.envs.prompts.CRITIC_PROMPT) on every report of
-    # the played episodes, failed ones included: yes exactly when the report states the answer to its
-    # sub-question. A base model that never saw a judge prompt answers it with noise.
-    critic_demos: bool = field(default=False, metadata={KEYED_WHEN_SET: True})
-    # How the judge demonstrations are labelled (maopd.envs.synthwiki.judge_labels). gold: the played
-    # episodes' reports, yes when the report states its sub-question's answer, which the judge
-    # cannot tell from its inputs when a well-formed report has a wrong value. decidable: instead,
-    # balanced examples drawn from each demonstration world's demonstrated train questions (the
-    # asked fact stated, or an irrelevant, off-entity, wrong-relation, empty or "no information"
-    # report), yes exactly when the report states a fact about the sub-question's entity and asked
-    # relation, which the judge can read from its inputs.
-    critic_labels: str = checked("gold", choices=CRITIC_LABELS, metadata={KEYED_WHEN_SET: True, FINE_TUNING: True})
-    # Pretraining: language modelling on every passage of pretrain_worlds other worlds (seeds
-    # world_seed + 1, …), before the demonstrations, as a real base model reads text before it is
-    # instruction-tuned. Passages repeat their subject's name in every sentence, so this is where
-    # the model learns to copy a name from its context; it never reads the world_seed world.
-    pretrain_worlds: int = checked(0, ge=0)
-    # After every group of this many passages, restate some of their sentences in a shuffled order
-    # (0: none). A value (a year, a city) appears once in a passage, so plain passages never teach
-    # copying it; the restatement does, among distractors, which is what a Searcher's report needs.
-    pretrain_recall_group: int = checked(0, ge=0)
-    pretrain_recall_sentences: int = checked(3, ge=1)
-    # What π_0 knows without search (KnowledgeConfig): every fact of the world_seed world, and of
-    # knowledge.qa_worlds pretraining worlds, stated in pretraining as often as its subject's
-    # popularity says (maopd.envs.synthwiki.popularity). None: π_0 knows no fact of the world_seed world.
-    knowledge: KnowledgeConfig | None = field(default=None, metadata={KEYED_WHEN_SET: True})
-    pretrain_epochs: int = checked(1, ge=1)
-    pretrain_seq_len: int = checked(256, ge=1)
-    pretrain_batch_size: int = checked(16, ge=1)
-    # the pretraining's learning rate; None: ``lr``, the fine-tuning's
-    pretrain_lr: float | None = checked(None, gt=0, null="lr", metadata={KEYED_WHEN_SET: True})
+    seed: int = seed_field(
+        help="Seeds the build: the model's initial weights, the pretraining texts and their order, and the "
+        "fine-tuning's draws unless finetune_seed is set."
+    )
+    finetune_seed: int | None = seed_field(
+        None,
+        null="seed",
+        help="The seed of the fine-tuning's own draws (the demonstrating team, the judge's examples, the replayed "
+        "knowledge texts, the batch order); null: seed. Set, it varies the fine-tuning of one pretraining, whose "
+        "draws stay seed's: the build-to-build spread of a recipe.",
+        **{KEYED_WHEN_SET: True, FINE_TUNING: True},
+    )
+    world_seed: int = seed_field(
+        help="The SynthWiki world RL and evaluation play (maopd.envs.synthwiki.load_default_world); the other "
+        "worlds of the build are numbered from it."
+    )
+    world_size: str = checked(
+        "small", choices=tuple(WORLD_SIZES), help="The size of every SynthWiki world the build generates."
+    )
+    workflows: list[str] = checked(
+        default_factory=lambda: list(WORKFLOWS),
+        metadata={FINE_TUNING: True},
+        help="The workflows demonstrated (of maopd.envs.workflows.WORKFLOWS); by default every one, so that each "
+        "system of the main job (the team's two workflows and the single-agent baseline) starts from a π_0 that "
+        "has seen its format.",
+    )
+    demo_questions: int = checked(
+        600,
+        ge=1,
+        metadata={FINE_TUNING: True},
+        help="The first N train questions of each demonstration world, played once per workflow.",
+    )
+    demo_worlds: int = checked(
+        1,
+        ge=1,
+        metadata={FINE_TUNING: True},
+        help="Demonstrations come from this many independently generated worlds: every extra world brings new "
+        "names, so that memorising names stops paying and copying them from the context is what the model "
+        "learns. RL and evaluation use the world_seed world only.",
+    )
+    demo_world_offset: int = checked(
+        0,
+        ge=0,
+        metadata={KEYED_WHEN_SET: True, FINE_TUNING: True},
+        help="The first demonstration world is world_seed + demo_world_offset. 1 keeps the world RL and "
+        "evaluation play out of the demonstrations: π_0 then never saw a question of that world solved, as a "
+        "real base model never saw the RL training set.",
+    )
+    noise: float = probability(
+        0.1,
+        help="The probability of each mistake of the scripted demonstrating team: every NoiseConfig knob that "
+        "noise_knobs does not set.",
+        **{FINE_TUNING: True},
+    )
+    noise_knobs: dict[str, float] = checked(
+        default_factory=dict,
+        metadata={KEYED_WHEN_SET: True, FINE_TUNING: True},
+        help="NoiseConfig knobs set apart from noise, e.g. {searcher_skip_search: 0.3}: with noise 0 these teach "
+        "π_0 decision mistakes (giving up without searching, dropping a report) and no corrupted copying.",
+    )
+    successful_only: bool = checked(
+        False,
+        metadata={FINE_TUNING: True},
+        help="Keep only the demonstrations of episodes the team got right.",
+    )
+    critic_demos: bool = checked(
+        False,
+        metadata={KEYED_WHEN_SET: True},
+        help="Also demonstrate the Prompted Critic's judge (maopd.envs.prompts.CRITIC_PROMPT) on every report of "
+        "the played episodes, failed ones included. A base model that never saw a judge prompt answers it with "
+        "noise.",
+    )
+    critic_labels: str = checked(
+        "gold",
+        choices=CRITIC_LABELS,
+        metadata={KEYED_WHEN_SET: True, FINE_TUNING: True},
+        help="How the judge demonstrations are labelled (maopd.envs.synthwiki.judge_labels). gold: the played "
+        "reports, yes when a report states its sub-question's answer, which the judge cannot tell from its "
+        "inputs when a well-formed report has a wrong value. decidable: balanced examples drawn from the "
+        "demonstrated train questions (the asked fact stated, or an irrelevant, off-entity, wrong-relation, "
+        "empty or 'no information' report), yes exactly when the report states a fact about the sub-question's "
+        "entity and asked relation, which the judge can read from its inputs.",
+    )
+    pretrain_worlds: int = checked(
+        0,
+        ge=0,
+        help="Pretrain as a language model on every passage of this many other worlds (world_seed + 1, …) before "
+        "the demonstrations, as a real base model reads text before it is instruction-tuned; this is where it "
+        "learns to copy a name from its context. It never reads the world_seed world. 0: no pretraining.",
+    )
+    pretrain_recall_group: int = checked(
+        0,
+        ge=0,
+        help="After every group of this many pretraining passages, restate some of their sentences in a shuffled "
+        "order (0: none). A value (a year, a city) appears once in a passage, so plain passages never teach "
+        "copying it; the restatement does, among distractors, which is what a Searcher's report needs.",
+    )
+    pretrain_recall_sentences: int = checked(
+        3, ge=1, help="How many sentences are restated after each group of pretrain_recall_group passages."
+    )
+    knowledge: KnowledgeConfig | None = checked(
+        None,
+        metadata={KEYED_WHEN_SET: True},
+        help="What π_0 knows without search: every fact of the world_seed world and of knowledge.qa_worlds "
+        "pretraining worlds, stated in pretraining as often as its subject's popularity says. null: π_0 knows "
+        "no fact of the world_seed world.",
+    )
+    pretrain_epochs: int = checked(1, ge=1, help="Passes over the pretraining texts.")
+    pretrain_seq_len: int = checked(256, ge=1, help="The length, in tokens, of the windows pretraining reads.")
+    pretrain_batch_size: int = checked(16, ge=1, help="Windows per pretraining batch.")
+    pretrain_lr: float | None = checked(
+        None,
+        gt=0,
+        null="lr",
+        metadata={KEYED_WHEN_SET: True},
+        help="The pretraining's learning rate; null: lr, the fine-tuning's.",
+    )
     # Tokenizer and model (a Qwen3 architecture, see maopd.agents.tiny_model).
-    vocab_size: int = checked(3072, ge=1)
-    hidden_size: int = checked(128, ge=1)
-    num_layers: int = checked(2, ge=1)
-    num_heads: int = checked(4, ge=1)
-    num_kv_heads: int = checked(2, ge=1)
-    head_dim: int = checked(32, ge=1)
-    intermediate_size: int = checked(384, ge=1)
-    initializer_range: float = checked(0.02, gt=0)
+    vocab_size: int = checked(3072, ge=1, help="The most tokens the tokenizer's vocabulary may hold.")
+    hidden_size: int = checked(128, ge=1, help="The width of the model's hidden states.")
+    num_layers: int = checked(2, ge=1, help="Decoder layers.")
+    num_heads: int = checked(4, ge=1, help="Attention (query) heads per layer.")
+    num_kv_heads: int = checked(
+        2, ge=1, help="Key/value heads per layer (grouped-query attention); num_heads must be a multiple of it."
+    )
+    head_dim: int = checked(32, ge=1, help="The size of each attention head.")
+    intermediate_size: int = checked(384, ge=1, help="The width of each layer's feed-forward (MLP) block.")
+    initializer_range: float = checked(0.02, gt=0, help="The standard deviation of the random initial weights.")
     # Training (see maopd.training.sft.TrainingSchedule).
-    # longer calls are left out, and counted in the metrics
-    max_seq_len: int = checked(1024, ge=1, metadata={FINE_TUNING: True})
-    epochs: int = checked(1, ge=1, metadata={FINE_TUNING: True})
-    lr: float = checked(2e-3, gt=0, metadata={FINE_TUNING: True})
-    min_lr_ratio: float = checked(0.1, ge=0, le=1)
-    warmup_fraction: float = checked(0.03, ge=0, le=1)
-    weight_decay: float = checked(0.01, ge=0)
-    batch_size: int = checked(4, ge=1, metadata={FINE_TUNING: True})
-    grad_clip: float = checked(1.0, gt=0)
+    max_seq_len: int = checked(
+        1024,
+        ge=1,
+        metadata={FINE_TUNING: True},
+        help="The longest demonstration (one model call) fine-tuned on, in tokens; longer calls are left out, "
+        "and counted in the metrics.",
+    )
+    epochs: int = checked(1, ge=1, metadata={FINE_TUNING: True}, help="Fine-tuning passes over the demonstrations.")
+    lr: float = checked(2e-3, gt=0, metadata={FINE_TUNING: True}, help="The fine-tuning's peak learning rate (AdamW).")
+    min_lr_ratio: float = checked(
+        0.1,
+        ge=0,
+        le=1,
+        help="After its warm-up the learning rate decays (cosine) to min_lr_ratio × its peak; for pretraining "
+        "and fine-tuning alike.",
+    )
+    warmup_fraction: float = checked(
+        0.03,
+        ge=0,
+        le=1,
+        help="The share of the steps over which the learning rate rises linearly to its peak; for pretraining "
+        "and fine-tuning alike.",
+    )
+    weight_decay: float = checked(0.01, ge=0, help="AdamW's weight decay, in pretraining and fine-tuning.")
+    batch_size: int = checked(4, ge=1, metadata={FINE_TUNING: True}, help="Demonstrations per fine-tuning batch.")
+    grad_clip: float = checked(1.0, gt=0, help="Gradients are clipped to this norm, in pretraining and fine-tuning.")
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.workflows if w not in WORKFLOWS]

@@ -63,11 +63,23 @@ class DistributedConfig:
     master weights (gradients reduced in fp32), and sharded state kept in host memory (CUDA only).
     """
 
-    fsdp: bool = False
-    mixed_precision: Literal["none", "bfloat16"] = "none"
-    cpu_offload: bool = False
-    backend: Literal["auto", "nccl", "gloo"] = "auto"  # auto: nccl on CUDA, else gloo
-    timeout_s: int = checked(1800, ge=1)  # how long a collective waits for a missing rank
+    fsdp: bool = checked(
+        False,
+        help="Shard parameters, gradients and AdamW states across the ranks with FSDP2, for a model whose fp32 "
+        "weights and optimizer states do not fit one device; false: every rank holds the whole model.",
+    )
+    mixed_precision: Literal["none", "bfloat16"] = checked(
+        "none",
+        help="bfloat16: FSDP2 runs forward and backward in bf16 on fp32 master weights, reducing gradients in fp32; "
+        "none: no mixed precision. Needs fsdp.",
+    )
+    cpu_offload: bool = checked(False, help="Keep the sharded state in host memory (FSDP2, CUDA only). Needs fsdp.")
+    backend: Literal["auto", "nccl", "gloo"] = checked(
+        "auto", help="The torch.distributed backend: nccl, gloo, or auto (nccl on CUDA, else gloo)."
+    )
+    timeout_s: int = checked(
+        1800, ge=1, help="How long, in seconds, a collective waits for a missing rank before the run fails."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

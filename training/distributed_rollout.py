@@ -20,7 +20,7 @@ silently dropped: the merged batch always holds every (question, trajectory).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,23 @@ class RolloutWorker:
 
 @dataclass
 class RayRolloutConfig:
-    num_workers: int = checked(2, ge=1)
-    torch_threads_per_worker: int = 1
-    address: str | None = None  # join this cluster; None starts a local one under the run dir
-    max_restarts: int = 2
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_workers: int = checked(
+        2, ge=1, help="Ray actors the rollouts are spread over, each collecting one contiguous shard of the questions."
+    )
+    torch_threads_per_worker: int = checked(1, help="torch threads each worker uses.")
+    address: str | None = checked(
+        None, help="The Ray cluster to join; null starts a local one under the run directory."
+    )
+    max_restarts: int = checked(
+        2,
+        help="How many times a collection replaces a dead worker and re-runs its shard before it fails with "
+        "RolloutError.",
+    )
+    env_kwargs: dict[str, Any] = checked(
+        default_factory=dict,
+        help="Keyword arguments of every worker's environments, e.g. a retriever config that points them all at "
+        "one retrieval server; by default each worker builds its own BM25 index.",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -24,7 +24,7 @@ config selects a pure function.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 import numpy as np
@@ -291,19 +291,42 @@ def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapp
 class PPOLossConfig:
     """Settings of the PPO update; see docs/algorithms.md."""
 
-    clip_ratio_low: float = checked(0.2, ge=0)
-    clip_ratio_high: float = checked(0.2, ge=0)
-    # The paper adds an entropy bonus without stating its coefficient; 1e-3 is our choice.
-    entropy_coef: float = checked(1e-3, ge=0)
-    # Direct KL loss toward π_T. Off by default: in the paper the Leader/Answerer KL enters the
-    # rewards (``AdvantageConfig.kl_in_reward_coef``) and Searchers get no extra KL.
-    kl_loss_coef: float = checked(0.0, ge=0)
-    kl_loss_estimator: Literal["k1", "k2", "k3"] = "k3"
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        "token-mean"
+    clip_ratio_low: float = checked(
+        0.2, ge=0, help="ε_low of the clipped surrogate: the ratio π_θ/π_old is clipped from below at 1 − ε_low."
     )
-    # Per-role numerator weights, e.g. {"searcher": 0.0} for "w/o direct Searcher supervision".
-    role_loss_weights: dict[str, float] = field(default_factory=dict)
+    clip_ratio_high: float = checked(
+        0.2, ge=0, help="ε_high of the clipped surrogate: the ratio π_θ/π_old is clipped from above at 1 + ε_high."
+    )
+    entropy_coef: float = checked(
+        1e-3,
+        ge=0,
+        help="The coefficient of the entropy bonus subtracted from the loss; 0 turns it off. The paper adds an "
+        "entropy bonus without stating its coefficient: the default is this project's choice.",
+    )
+    kl_loss_coef: float = checked(
+        0.0,
+        ge=0,
+        help="The coefficient of a direct KL loss toward the KL reference π_T; 0 (the default) turns it off: in the "
+        "paper the Leader and Answerer KL enters the rewards (advantage.kl_in_reward_coef) and Searchers get none.",
+    )
+    kl_loss_estimator: Literal["k1", "k2", "k3"] = checked(
+        "k3",
+        help="The per-token KL estimate of the KL loss: k1 = log(π/π_ref), k2 = ½·log(π/π_ref)², "
+        "k3 = ρ − 1 − log ρ with ρ = π_ref/π.",
+    )
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        checked(
+            "token-mean",
+            help="How token losses become one loss: token-mean (every counted token weighs the same), "
+            "seq-mean-token-sum (a sequence weighs by its length), seq-mean-token-mean (every sequence weighs the "
+            "same) or seq-mean-token-sum-norm (Dr. GRPO's constant normaliser, the padded length).",
+        )
+    )
+    role_loss_weights: dict[str, float] = checked(
+        default_factory=dict,
+        help="Per-role weights of the loss, e.g. {searcher: 0.0} for 'w/o direct Searcher supervision'; a role "
+        "weighted 0 gets no gradient while its tokens still count in the denominator. A role not named weighs 1.",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -21,18 +21,57 @@ class RetrieverConfig:
     - http: a Search-R1-compatible server at ``url`` (ours: ``maopd retriever serve``).
     """
 
-    kind: str = "bm25"
-    index_dir: str = ""
-    encoder: str = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2, or a local model directory
-    prefix_style: str = "auto"  # auto: E5 "query: "/"passage: " prefixes when the encoder name says e5
-    index_type: str = "flat"  # flat | hnsw | ivfpq (dense builds only)
-    encode_batch_size: int = 64
-    url: str = "http://127.0.0.1:8000"
-    timeout_s: float = checked(30.0, gt=0)
-    retries: int = checked(2, ge=0)
-    cache: bool = False
-    cache_path: str = ""  # SQLite file: the cache survives restarts and is shared by processes
-    cache_max_entries: int = checked(100_000, ge=1)  # results kept in memory (LRU)
+    kind: str = checked(
+        "bm25",
+        help="The retriever: bm25 (BM25 in process), dense (an encoder and a faiss index), pyserini (Lucene BM25) "
+        "or http (a Search-R1-compatible server at url).",
+    )
+    index_dir: str = checked(
+        "",
+        help="A saved index to load: for bm25 and dense, a directory built by `maopd index build` (empty: index "
+        "the corpus now); for pyserini, a Lucene index directory or a prebuilt index name.",
+    )
+    encoder: str = checked(
+        "minilm",
+        help="The dense retriever's encoder: minilm (the packaged all-MiniLM-L6-v2) or a local model directory.",
+    )
+    prefix_style: str = checked(
+        "auto",
+        help="The dense encoder's input prefixes: e5 adds E5's 'query: ' and 'passage: ', none adds nothing, "
+        "auto adds E5's when the encoder's name contains e5.",
+    )
+    index_type: str = checked(
+        "flat",
+        help="The faiss index a dense retriever builds when no index_dir is given: flat (exact), hnsw (a graph, "
+        "approximate) or ivfpq (compressed; needs enough passages to train on).",
+    )
+    encode_batch_size: int = checked(64, help="Texts the dense encoder embeds per batch.")
+    url: str = checked("http://127.0.0.1:8000", help="The server the http retriever sends its queries to.")
+    timeout_s: float = checked(
+        30.0,
+        gt=0,
+        help="The http retriever's deadline for one request, in seconds: connecting, sending and reading the "
+        "whole answer.",
+    )
+    retries: int = checked(
+        2,
+        ge=0,
+        help="How many times the http retriever retries a request after a connection error, a missed deadline "
+        "or a 5xx answer.",
+    )
+    cache: bool = checked(
+        False,
+        help="Cache search results by retriever, corpus, query and k, so a repeated query is answered from the "
+        "cache, identically.",
+    )
+    cache_path: str = checked(
+        "",
+        help="An SQLite file for the cache, which then survives restarts and is shared by processes "
+        "(empty: in memory only).",
+    )
+    cache_max_entries: int = checked(
+        100_000, ge=1, help="The most results the cache keeps in memory; the least recently used go first."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -37,10 +37,20 @@ from maopd.envs.synthwiki.popularity import band, popularity_ranks
 class ClosedBookConfig:
     """The probability that a fact is recalled right, by its subject's popularity band."""
 
-    popular: float = probability(0.9)
-    middle: float = probability(0.6)
-    long_tail: float = probability(0.0)
-    seed: int = seed_field()
+    popular: float = probability(
+        0.9, help="The probability that a fact about a subject of the most popular quarter is recalled right."
+    )
+    middle: float = probability(
+        0.6,
+        help="The probability that a fact about a subject of the middle band (neither the most popular quarter "
+        "nor the least popular half) is recalled right.",
+    )
+    long_tail: float = probability(
+        0.0, help="The probability that a fact about a subject of the least popular half is recalled right."
+    )
+    seed: int = seed_field(
+        help="Seeds the draws that decide which facts are recalled right and what a wrong recall says instead."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

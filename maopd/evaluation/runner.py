@@ -26,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from maopd.base.atomic import write_text_atomically, writing
+from maopd.base.config import checked
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
 from maopd.base.lock import exclusive
 from maopd.envs.datasets import Question
@@ -39,10 +40,14 @@ Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
 class EvalSettings:
     """What the runner reads: attempts per question (the paper's k = 4), batch size, seed."""
 
-    attempts: int = 4
-    batch_size: int = 8
-    seed: int = 0
-    keep_trajectory: bool = True
+    attempts: int = checked(4, help="Independent attempts (workflows) per question; the paper's k is 4.")
+    batch_size: int = checked(8, help="Attempts handed to the solver at once; their records are appended together.")
+    seed: int = checked(
+        0, help="Seeds every attempt (each gets its own seed from it, the question and the attempt number)."
+    )
+    keep_trajectory: bool = checked(
+        True, help="Keep each attempt's whole workflow record (its trajectory) in its eval record; false leaves it out."
+    )
 
 
 def attempt_seed(seed: int, dataset: str, question_id: str, attempt: int) -> int:

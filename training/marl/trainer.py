@@ -34,22 +34,41 @@ TRANSITIONS = ("fast", "text")  # which implementation plays the episodes (see t
 
 @dataclass
 class MarlConfig:
-    method: str = "role"  # a key of maopd.training.marl.credit.CREDIT_METHODS (plug-ins register more)
-    scenario: str = "synthwiki_v1"  # a key of maopd.envs.option.scenarios.SCENARIOS
-    # None: the scenario's; the OPD Teacher plays "cascade"
-    workflow: str | None = checked(None, choices=("hierarchical", "cascade"), null="the scenario's")
-    seed: int = seed_field(0)
-    iterations: int = checked(30, ge=1)
-    episodes_per_iteration: int = checked(32, ge=1)
-    epochs: int = checked(4, ge=1)
-    lr: float = checked(3e-3, gt=0)
-    clip: float = checked(0.2, gt=0)
-    entropy_coef: float = checked(0.01, ge=0)
-    hidden: int = checked(64, ge=1)
-    teacher_iterations: int = checked(30, ge=1)  # the OPD Teacher's (Stage I)
-    eval_questions: int = checked(100, ge=1)
-    num_envs: int = checked(64, ge=1)
-    transitions: str = checked("fast", choices=TRANSITIONS)
+    method: str = checked(
+        "role",
+        help="The credit-assignment method, a key of maopd.training.marl.credit.CREDIT_METHODS: team, role, "
+        "difference, coma, opd or mappo (plug-ins register more).",
+    )
+    scenario: str = checked(
+        "synthwiki_v1", help="The option-mode scenario, a key of maopd.envs.option.scenarios.SCENARIOS."
+    )
+    workflow: str | None = checked(
+        None,
+        choices=("hierarchical", "cascade"),
+        null="the scenario's",
+        help="The workflow the policy plays; null: the scenario's. The OPD Teacher plays the cascade.",
+    )
+    seed: int = seed_field(0, help="Seeds the policy's initial weights, its sampling and the training questions drawn.")
+    iterations: int = checked(30, ge=1, help="Training iterations: each plays a batch of episodes and updates once.")
+    episodes_per_iteration: int = checked(
+        32, ge=1, help="Episodes (questions drawn from the train split) per iteration."
+    )
+    epochs: int = checked(4, ge=1, help="PPO passes over each iteration's decisions.")
+    lr: float = checked(3e-3, gt=0, help="Adam's learning rate.")
+    clip: float = checked(0.2, gt=0, help="PPO's clip range: the probability ratio is clipped to [1 − clip, 1 + clip].")
+    entropy_coef: float = checked(0.01, ge=0, help="The coefficient of the entropy bonus.")
+    hidden: int = checked(64, ge=1, help="The width of the hidden layers of the policy's slot-scoring MLP.")
+    teacher_iterations: int = checked(
+        30, ge=1, help="Training iterations of the OPD Teacher (Stage I, role rewards on the cascade); method opd only."
+    )
+    eval_questions: int = checked(100, ge=1, help="Dev questions played greedily for the evaluation after training.")
+    num_envs: int = checked(64, ge=1, help="Episodes played at a time.")
+    transitions: str = checked(
+        "fast",
+        choices=TRANSITIONS,
+        help="Which implementation plays the episodes: fast (the fast option mode) or text (the text environments "
+        "behind a transition cache, the reference); both give the same episodes.",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
