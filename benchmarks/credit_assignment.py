@@ -88,8 +88,9 @@ ALL_SCENARIOS = "all scenarios"  # the key and title of the statistics over ever
 # One line style per method besides its colour, so that methods stay apart in grey print.
 LINE_STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1))]
 # A training process keeps many small objects alive (transition, menu and parse caches): with
-# CPython's default thresholds the cyclic collector rescans them every few thousand allocations,
-# 15-20% of the loop's time. Every loop run or timed here collects less often (it still collects).
+# CPython's default thresholds the cyclic collector rescans them every few thousand allocations, a
+# large share of the loop's time (the loop's speed: benchmarks/results/credit_assignment/README.md).
+# Every loop run or timed here collects less often (it still collects).
 GC_THRESHOLDS = (50_000, 20, 20)
 
 

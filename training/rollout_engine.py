@@ -33,8 +33,8 @@ from maopd.training.token_scoring import pad_batch, score_tokens
 
 # |engine − trainer| log-prob allowed on the probe, by model.dtype when rollout.vllm.sync_tolerance
 # is null. float32: the CPU engine and the trainer agree within the 2e-4 tests/agents/test_vllm_policy.py
-# allows (a few 1e-6 measured on the tiny model); the half-precision values allow for other kernels'
-# rounding and were never measured.
+# allows (benchmarks/results/rollout_engines/README.md runs this engine beside the trainer on CPU); the
+# half-precision values allow for other kernels' rounding and were never measured.
 SYNC_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.05}
 PROBE_TEXTS = (
     "The capital of France is",
