@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -69,14 +69,28 @@ class ModelConfig:
     tests and CPU demos.
     """
 
-    path: str = "tiny"
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    tiny_vocab_size: int = 1200
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "auto"  # "auto": cuda when available, else cpu
-    # Recompute each block's activations in backward instead of storing them (less memory, ~1/3
-    # more compute); applies to the PPO re-scoring forward, not to generation.
-    gradient_checkpointing: bool = False
+    path: str = checked(
+        "tiny",
+        help="π_0: tiny (a random tiny Qwen3 built in-process), a local model directory, a run directory or "
+        "checkpoint, or a Hugging Face hub id.",
+    )
+    tiny: TinyModelConfig = checked(
+        default_factory=TinyModelConfig, help="The tiny model's architecture and seed (path: tiny)."
+    )
+    tiny_vocab_size: int = checked(
+        1200, help="The vocabulary size of the tokenizer trained for the tiny model (path: tiny)."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = checked(
+        "float32", help="The dtype of the policy's weights, and of the frozen Teacher and KL reference."
+    )
+    device: str = checked(
+        "auto", help="The device the trainer runs on: auto (cuda when available, else cpu) or a torch device name."
+    )
+    gradient_checkpointing: bool = checked(
+        False,
+        help="Recompute each block's activations in backward instead of storing them: less memory, more compute. "
+        "Applies to the PPO re-scoring forward, not to generation.",
+    )
 
 
 @dataclass
@@ -91,9 +105,21 @@ class TeacherConfig:
     When both name the same model it is loaded once and scores each row once.
     """
 
-    source: Literal["none", "checkpoint", "base_model"] = "none"
-    path: str | None = None
-    reference: Literal["checkpoint", "base_model"] = "checkpoint"
+    source: Literal["none", "checkpoint", "base_model"] = checked(
+        "none",
+        help="The Teacher, whose log-probs are the Searchers' OPD signal: checkpoint (the model at path), "
+        "base_model (π_0 itself, 'w/ base-model teacher') or none.",
+    )
+    path: str | None = checked(
+        None,
+        help="The model that checkpoint names, for the Teacher or the KL reference: a Stage I run directory, one "
+        "of its checkpoints, or a model directory.",
+    )
+    reference: Literal["checkpoint", "base_model"] = checked(
+        "checkpoint",
+        help="The reference of the KL terms (the Leader/Answerer KL-in-reward, the KL loss): checkpoint (the model "
+        "at path, π_T) or base_model (π_0).",
+    )
 
 
 @dataclass
@@ -108,9 +134,22 @@ class VLLMEngineConfig:
     ``maopd.training.rollout_engine.SYNC_TOLERANCE``).
     """
 
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    worker_env: dict[str, str] = field(default_factory=dict)
-    sync_tolerance: float | None = checked(None, gt=0, null="by model.dtype")
+    engine_args: dict[str, Any] = checked(
+        default_factory=dict,
+        help="Arguments added to or overriding vllm.LLM's (gpu_memory_utilization, tensor_parallel_size, ...).",
+    )
+    worker_env: dict[str, str] = checked(
+        default_factory=dict,
+        help="The environment of the engine's worker process, e.g. CUDA_VISIBLE_DEVICES: '1' to run the engine on "
+        "a GPU of its own, or VLLM_CPU_KVCACHE_SPACE (GiB) on a CPU.",
+    )
+    sync_tolerance: float | None = checked(
+        None,
+        gt=0,
+        null="by model.dtype",
+        help="The largest |engine − trainer| log-prob gap the check after each weight sync accepts; null: by "
+        "model.dtype (maopd.training.rollout_engine.SYNC_TOLERANCE).",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -118,30 +157,53 @@ class VLLMEngineConfig:
 
 @dataclass
 class RolloutConfig:
-    batch_size: int = checked(32, ge=1)  # questions per step (B)
-    group_size: int = checked(5, ge=1)  # trajectories per question (G)
-    # rollouts sample the policy's whole distribution: what PPO re-scores is what was sampled
-    temperature: float = field_like(SamplingSettings, "temperature", 1.0)
-    top_p: float = field_like(SamplingSettings, "top_p", 1.0)
+    batch_size: int = checked(32, ge=1, help="Questions per step (B).")
+    group_size: int = checked(5, ge=1, help="Trajectories per question (G): the group Eq. 1 normalises over.")
+    temperature: float = field_like(
+        SamplingSettings,
+        "temperature",
+        1.0,
+        help="The rollouts' sampling temperature; at 1 they sample the policy's whole distribution, so what PPO "
+        "re-scores is what was sampled.",
+    )
+    top_p: float = field_like(
+        SamplingSettings,
+        "top_p",
+        1.0,
+        help="The rollouts' nucleus sampling; at 1 they sample the policy's whole distribution, so what PPO "
+        "re-scores is what was sampled.",
+    )
     max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens")
     max_input_tokens: int = field_like(SamplingSettings, "max_input_tokens")
-    # rows per batched generate call (KV-cache slots of the continuous engine)
-    generation_batch_size: int = checked(64, ge=1)
-    # what generates every model call of the rollouts: HFPolicy's "continuous" (slots refilled as
-    # rows finish, agents/decode_engine.py) or "chunked" (fixed chunks of rows that shrink as rows
-    # finish) decode in the trainer's process; "vllm": a vLLM engine in a worker process
-    # (training/rollout_engine.py, settings in rollout.vllm). decode_compile: a torch.compile mode
-    # for the continuous engine's decode step ("reduce-overhead" on GPU: CUDA graphs), or null (eager)
-    engine: Literal["continuous", "chunked", "vllm"] = "continuous"
-    decode_compile: str | None = None
-    vllm: VLLMEngineConfig = field(default_factory=VLLMEngineConfig)
-    # train on the first N questions of the split only
-    max_questions: int | None = checked(None, ge=1, null="every question")
-    # skip the first N questions of the split (e.g. those π_0's demonstrations were made from)
-    first_question: int = checked(0, ge=0)
-    # DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions
-    # whose G trajectories disagree on R_EM are found; only those are trained on (0: off).
-    dynamic_sampling_rounds: int = checked(0, ge=0)
+    generation_batch_size: int = checked(
+        64, ge=1, help="Rows per batched generate call (the KV-cache slots of the continuous engine)."
+    )
+    engine: Literal["continuous", "chunked", "vllm"] = checked(
+        "continuous",
+        help="What generates every model call of the rollouts: continuous (slots refilled as rows finish) or "
+        "chunked (fixed chunks of rows that shrink as rows finish) decode in the trainer's process; vllm: a vLLM "
+        "engine in a worker process (settings in rollout.vllm).",
+    )
+    decode_compile: str | None = checked(
+        None,
+        help="A torch.compile mode for the continuous engine's decode step (reduce-overhead on GPU: CUDA graphs); "
+        "null: eager.",
+    )
+    vllm: VLLMEngineConfig = checked(
+        default_factory=VLLMEngineConfig, help="How the vLLM engine's worker runs (engine: vllm)."
+    )
+    max_questions: int | None = checked(
+        None, ge=1, null="every question", help="Train on the first N questions of the split only."
+    )
+    first_question: int = checked(
+        0, ge=0, help="Skip the first N questions of the split (e.g. those π_0's demonstrations were made from)."
+    )
+    dynamic_sampling_rounds: int = checked(
+        0,
+        ge=0,
+        help="DAPO's dynamic sampling: up to N more rounds of B questions per step, until B questions whose G "
+        "trajectories disagree on R_EM are found; only those are trained on (0: off).",
+    )
 
     RENAMED: ClassVar[dict[str, str]] = {"decode_engine": "engine"}
 
@@ -151,13 +213,17 @@ class RolloutConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = checked(1e-6, gt=0)
-    weight_decay: float = checked(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = checked(1.0, gt=0)
-    minibatches: int = checked(5, ge=1)  # PPO minibatch updates (optimizer steps) per epoch over a batch
-    epochs: int = checked(1, ge=1)
-    micro_batch_size: int = checked(8, ge=1)  # sequences per forward/backward; gradients accumulate
+    lr: float = checked(1e-6, gt=0, help="AdamW's learning rate.")
+    weight_decay: float = checked(0.0, ge=0, help="AdamW's weight decay.")
+    betas: tuple[float, float] = checked(
+        (0.9, 0.999), help="AdamW's decay rates of its moment estimates, each in [0, 1)."
+    )
+    grad_clip: float = checked(1.0, gt=0, help="The gradient norm each optimizer step clips to.")
+    minibatches: int = checked(5, ge=1, help="PPO minibatch updates (optimizer steps) per epoch over a step's batch.")
+    epochs: int = checked(1, ge=1, help="PPO passes over a step's batch.")
+    micro_batch_size: int = checked(
+        8, ge=1, help="Sequences per forward and backward pass; a minibatch's gradients accumulate over them."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -170,10 +236,12 @@ class OptimConfig:
 class CriticConfig:
     """The Prompted Critic's Searcher reward 0.3·R_EM + 0.5·R_judge + 0.2·b_S."""
 
-    em_weight: float = 0.3
-    judge_weight: float = 0.5
-    bonus_weight: float = 0.2
-    max_new_tokens: int = 16
+    em_weight: float = checked(0.3, help="The weight of the team outcome R_EM in the critic's Searcher reward.")
+    judge_weight: float = checked(
+        0.5, help="The weight of R_judge, 1 when the judge calls the Searcher's report useful, else 0."
+    )
+    bonus_weight: float = checked(0.2, help="The weight of the Searcher's bonus b_S.")
+    max_new_tokens: int = checked(16, help="The most tokens the judge (the current policy, greedy) writes per verdict.")
 
 
 @dataclass
@@ -182,10 +250,16 @@ class PtxConfig:
     added to every PPO minibatch, so that the RL update does not erode what π_0 learned from them
     (``maopd.training.ptx``)."""
 
-    coef: float = checked(0.0, ge=0, note="0 is off")  # γ
-    data: str | None = None  # a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines
-    batch_size: int = checked(4, ge=1)  # examples per minibatch
-    seq_len: int = checked(1536, ge=2)  # text window length; longer chats are skipped
+    coef: float = checked(
+        0.0, ge=0, note="0 is off", help="γ, the weight of the examples' negative log-likelihood; 0 turns PPO-ptx off."
+    )
+    data: str | None = checked(
+        None,
+        help='The examples: a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines. Needed when '
+        "coef > 0 (the pipeline writes π_0's own when unset).",
+    )
+    batch_size: int = checked(4, ge=1, help="Examples drawn per PPO minibatch.")
+    seq_len: int = checked(1536, ge=2, help="Text is cut into windows of this many tokens; longer chats are skipped.")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -193,8 +267,8 @@ class PtxConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = checked(100, ge=1)
-    keep_last: int = checked(3, ge=1)
+    every: int = checked(100, ge=1, help="Save a checkpoint every N steps, and at the last step.")
+    keep_last: int = checked(3, ge=1, help="Keep only the newest N checkpoints.")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -202,14 +276,18 @@ class CheckpointConfig:
 
 @dataclass
 class LoggingConfig:
-    every: int = checked(1, ge=1)
-    sample_every: int = checked(10, ge=0)  # write sample trajectories every N steps (0: never)
-    num_samples: int = checked(2, ge=0)
-    keep_samples: int = checked(0, ge=0)  # keep only the newest N sample files (0: keep all)
-    tensorboard: bool = True
-    wandb: bool = False  # needs the wandb package
-    wandb_project: str = "multiagent-opd"
-    progress: bool = True
+    every: int = checked(
+        1, ge=1, help="Write a metrics row (and the TensorBoard and W&B scalars) every N steps, and at the last step."
+    )
+    sample_every: int = checked(10, ge=0, help="Write sample trajectories every N steps (0: never).")
+    num_samples: int = checked(2, ge=0, help="Full workflow records per sample file.")
+    keep_samples: int = checked(0, ge=0, help="Keep only the newest N sample files (0: keep all).")
+    tensorboard: bool = checked(
+        True, help="Write TensorBoard events under RUN_DIR/tb/ (needs the tensorboard package)."
+    )
+    wandb: bool = checked(False, help="Log to Weights & Biases too (needs the wandb package).")
+    wandb_project: str = checked("multiagent-opd", help="The W&B project the run logs to.")
+    progress: bool = checked(True, help="Show a progress bar of the steps.")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -224,24 +302,48 @@ class LoggingConfig:
 
 @dataclass
 class TrainConfig:
-    stage: Stage = "stage2"
-    variant: Variant = "full"
-    seed: int = seed_field()
-    steps: int = checked(500, ge=1)
-    run_dir: str = "runs/default"
-    searcher_reward: Literal["env", "critic"] = "env"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
-    env: SearchEnvConfig = field(default_factory=SearchEnvConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    ppo: PPOLossConfig = field(default_factory=PPOLossConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    critic: CriticConfig = field(default_factory=CriticConfig)
-    ptx: PtxConfig = field(default_factory=PtxConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # used under torchrun
+    stage: Stage = checked(
+        "stage2",
+        help="What is trained: stage1 (Stage I, the cascade), stage2 (Stage II, the hierarchy) or single (the "
+        "single-agent Search-R1-style baseline); it picks the workflow and the stage's settings.",
+    )
+    variant: Variant = checked(
+        "full",
+        help="The Stage II variant: full (MultiAgent-OPD), the Table 3 ablations outcome_searcher_rl, "
+        "base_model_teacher and no_searcher_supervision, or the prompted_critic baseline.",
+    )
+    seed: int = seed_field(help="Seeds the run: the question order, the rollouts and the PPO minibatch order.")
+    steps: int = checked(500, ge=1, help="Training steps; each collects rollouts and updates the policy.")
+    run_dir: str = checked(
+        "runs/default",
+        help="The directory the run writes (config, metrics, samples, checkpoints) and resumes from.",
+    )
+    searcher_reward: Literal["env", "critic"] = checked(
+        "env",
+        help="The Searcher reward R_S: env (the environment's, 0.9·R_EM + 0.1·b_S) or critic (the Prompted Critic's, "
+        "see critic).",
+    )
+    model: ModelConfig = checked(default_factory=ModelConfig, help="The initial policy π_0.")
+    teacher: TeacherConfig = checked(default_factory=TeacherConfig, help="The frozen Teacher and KL reference.")
+    env: SearchEnvConfig = checked(
+        default_factory=SearchEnvConfig, help="The environments: budgets, team size, corpus, questions, retriever."
+    )
+    rollout: RolloutConfig = checked(default_factory=RolloutConfig, help="What each step collects, and how.")
+    advantage: AdvantageConfig = checked(default_factory=AdvantageConfig, help="How token advantages are built.")
+    ppo: PPOLossConfig = checked(default_factory=PPOLossConfig, help="The PPO loss.")
+    optim: OptimConfig = checked(default_factory=OptimConfig, help="The optimizer and the PPO update's batches.")
+    critic: CriticConfig = checked(
+        default_factory=CriticConfig, help="The Prompted Critic's Searcher reward (searcher_reward: critic)."
+    )
+    ptx: PtxConfig = checked(default_factory=PtxConfig, help="PPO-ptx, off by default.")
+    checkpoint: CheckpointConfig = checked(
+        default_factory=CheckpointConfig, help="When checkpoints are saved, and how many are kept."
+    )
+    logging: LoggingConfig = checked(default_factory=LoggingConfig, help="What the run logs, and how often.")
+    distributed: DistributedConfig = checked(
+        default_factory=DistributedConfig,
+        help="How processes launched by torchrun share a step; one process ignores it.",
+    )
 
     @property
     def workflow(self) -> str:

@@ -8,7 +8,7 @@ against ``TrainConfig``'s tree, types, ranges and the variants' names.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +59,26 @@ PIPELINE_KEYS = {
 
 @dataclass
 class EvalConfig:
-    split: str = checked("test", choices=("dev", "test"))  # "dev" to tune settings: never tune on test
-    # questions of each type (the "datasets" of the macro average)
-    questions_per_type: int | None = checked(None, ge=1, null="every question of the split")
-    attempts: int = checked(4, ge=1)
+    split: str = checked(
+        "test",
+        choices=("dev", "test"),
+        help="The held-out split evaluated: test, or dev to tune settings (never tune on test).",
+    )
+    questions_per_type: int | None = checked(
+        None,
+        ge=1,
+        null="every question of the split",
+        help="Questions of each question type (the 'datasets' of the macro average), sampled with the manifest seed.",
+    )
+    attempts: int = checked(4, ge=1, help="Independent attempts (workflows) per question; the paper's k is 4.")
     temperature: float = field_like(SamplingSettings, "temperature")
     top_p: float = field_like(SamplingSettings, "top_p")
     max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
-    batch_size: int = checked(32, ge=1)
-    seed: int = seed_field()
+    batch_size: int = checked(32, ge=1, help="Attempts played at once.")
+    seed: int = seed_field(
+        help="Seeds the evaluation's sampling: every attempt gets its own seed from it, the question and the "
+        "attempt number."
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -82,24 +93,48 @@ class PipelineConfig:
     the config is built. π_0, the Teacher, the seed and the run
     directories are the pipeline's (``PIPELINE_KEYS``): a stage section setting one is refused."""
 
-    seed: int = seed_field()
-    run_dir: str = "runs/main"
-    base_model: SFTConfig = field(default_factory=SFTConfig)
-    # true: each training seed s trains from its own π_0, base_model fine-tuned with finetune_seed s
-    # (a testbed read as its recipe over fine-tuning seeds, benchmarks/results/testbed_gates/), so
-    # the seed-level interval carries π_0's build-to-build spread as well as RL's
-    pi0_per_seed: bool = False
-    stages: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig every stage shares
-    stage1: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
-    stage2: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
-    # the single-agent Search-R1-style baseline (stage "single": one solver, GRPO on its outcome)
-    single: dict[str, Any] = field(default_factory=dict)  # a partial TrainConfig
-    variants: list[str] = field(default_factory=lambda: ["full"])
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    # what PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was
-    # fine-tuned on ("demonstrations"), or the passages it was pretrained on ("pretraining"), which
-    # anchor copying without anchoring the demonstrated team's mistakes
-    ptx_source: str = checked("demonstrations", choices=PTX_SOURCES)
+    seed: int = seed_field(help="The seed of every stage run.")
+    run_dir: str = checked(
+        "runs/main",
+        help="The directory the job writes: every stage run under it (stage1, stage2_<variant>, single), the "
+        "evaluation records (eval/) and the job's results (pipeline.json).",
+    )
+    base_model: SFTConfig = checked(default_factory=SFTConfig, help="π_0, the base model every system starts from.")
+    pi0_per_seed: bool = checked(
+        False,
+        help="true: each training seed s trains from its own π_0, base_model fine-tuned with finetune_seed s (a "
+        "testbed read as its recipe over fine-tuning seeds), so the seed-level interval carries π_0's "
+        "build-to-build spread as well as RL's.",
+    )
+    stages: dict[str, Any] = checked(
+        default_factory=dict,
+        help="A partial TrainConfig (nested mappings, any subset of its fields) that every stage run shares.",
+    )
+    stage1: dict[str, Any] = checked(
+        default_factory=dict, help="A partial TrainConfig laid over stages: what Stage I does differently."
+    )
+    stage2: dict[str, Any] = checked(
+        default_factory=dict,
+        help="A partial TrainConfig laid over stages: what Stage II (every variant) does differently.",
+    )
+    single: dict[str, Any] = checked(
+        default_factory=dict,
+        help="A partial TrainConfig laid over stages: what the single-agent Search-R1-style baseline (one solver, "
+        "GRPO on its outcome) does differently.",
+    )
+    variants: list[str] = checked(
+        default_factory=lambda: ["full"],
+        help="The Stage II variants trained and evaluated: full, outcome_searcher_rl, base_model_teacher, "
+        "no_searcher_supervision, prompted_critic.",
+    )
+    eval: EvalConfig = checked(default_factory=EvalConfig, help="How every system is evaluated on held-out questions.")
+    ptx_source: str = checked(
+        "demonstrations",
+        choices=PTX_SOURCES,
+        help="What PPO-ptx trains on in a stage that sets ptx.coef without ptx.data: the calls π_0 was fine-tuned "
+        "on (demonstrations), or the passages it was pretrained on (pretraining), which anchor copying without "
+        "anchoring the demonstrated team's mistakes.",
+    )
 
     @staticmethod
     def unknown_key_hint(key: str) -> str:
