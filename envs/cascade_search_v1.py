@@ -1,7 +1,7 @@
 """Cascade search (C-MAS): one Searcher, then the Answerer.
 
 =====================  ==================================================================
-Import                 ``from envs import cascade_search_v1``
+Import                 ``from maopd.envs import cascade_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["searcher_0", "answerer"]``
@@ -29,6 +29,16 @@ a wall-clock duration, so it is kept out of ``infos`` to keep them seed-determin
 
 ``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
+
+Version History
+---------------
+* v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
+  complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
+  version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
+  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.cascade_search_v1``.
+* v0 (commit 9fce20c): initial release as ``cascade_search_v0``, with its parallel version. Within
+  v0 the paper's budget exhaustion became the default (``force_finish=False``, commit c00573b): a
+  Searcher that has not reported in time ends the workflow without an answer.
 """
 
 from __future__ import annotations

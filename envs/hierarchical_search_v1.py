@@ -1,7 +1,7 @@
 """Hierarchical search (H-MAS): a Leader delegates subtasks to Searchers in waves, then the Answerer answers.
 
 =====================  ==================================================================
-Import                 ``from envs import hierarchical_search_v1``
+Import                 ``from maopd.envs import hierarchical_search_v1``
 Actions                Text (Answerer: Tuple of ``num_candidates`` Texts when > 1)
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["leader", "searcher_0", …, "searcher_{num_searchers-1}", "answerer"]``
@@ -34,6 +34,16 @@ Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): Leader R_L = 0.
 the mean over its assignments of 0.9·R_EM + 0.1·b_S; a role's format failure gives it -1. The
 finished workflow record (envs/records.py; it holds a wall-clock duration, so it is kept out of
 ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
+
+Version History
+---------------
+* v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
+  complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
+  version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
+  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.hierarchical_search_v1``.
+* v0 (commit 9fce20c): initial release as ``hierarchical_search_v0``, with its parallel version.
+  Within v0 the paper's budget exhaustion became the default (``force_finish=False``, commit
+  c00573b): an exhausted budget can end a workflow without an answer.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Single-agent search (the Search-R1-style baseline): one solver searches and answers.
 
 =====================  ==================================================================
-Import                 ``from envs import single_search_v1``
+Import                 ``from maopd.envs import single_search_v1``
 Actions                Text
 Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["solver"]``
@@ -32,6 +32,15 @@ one candidate, ``rewards`` holds ``em`` and ``solver`` beside the team roles' em
 
 ``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
+
+Version History
+---------------
+* v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
+  complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
+  version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
+  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.single_search_v1``.
+* v0 (commit b314268): initial release as ``single_search_v0``, the Search-R1-style baseline with
+  the role ``solver``.
 """
 
 from __future__ import annotations
