@@ -35,8 +35,8 @@ Every run is saved to ``--out``/runs/ as it finishes; the same command run again
 or on another machine with those files) trains only the runs still missing, and refuses files
 written with another config.
 
-    python benchmarks/credit_assignment.py --out runs/benchmarks/credit_assignment
-    python benchmarks/credit_assignment.py --speed --iterations 10 --seeds 0 1 2 \
+    python -m benchmarks.credit_assignment --out runs/benchmarks/credit_assignment
+    python -m benchmarks.credit_assignment --speed --iterations 10 --seeds 0 1 2 \
         --out runs/benchmarks/credit_assignment_speed
 """
 
@@ -750,7 +750,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarks/credit_assignment"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    command = "python benchmarks/credit_assignment.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.credit_assignment " + " ".join(argv if argv is not None else sys.argv[1:])
     for option, values in (("--scenarios", args.scenarios), ("--methods", args.methods or []), ("--seeds", args.seeds)):
         if twice := repeated(values):
             parser.error(f"{option} lists {', '.join(twice)} more than once; give each once")

@@ -226,7 +226,7 @@ def test_report_from_rebuilds_every_output_from_the_saved_runs(report, tmp_path,
         assert (out / f"curves_{scenario}.png").stat().st_size > 0
     assert report["saved"]["runs"] == report["input"]["runs"]
     assert (
-        "Report rebuilt from the saved runs by `python benchmarks/credit_assignment.py --report-from"
+        "Report rebuilt from the saved runs by `python -m benchmarks.credit_assignment --report-from"
         in (report["markdown"])
     )
     assert "greedy evaluation on 8 questions of the dev split" in report["markdown"]
