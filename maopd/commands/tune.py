@@ -96,6 +96,24 @@ def register(subparsers) -> None:
     gates.add_argument("--quick", action="store_true", help="a few facts and questions per part (a smoke run)")
     gates.set_defaults(func=_gates)
 
+    collapse = commands.add_parser(
+        "collapse",
+        help="the preconditions of search collapse of a base model, in the hierarchy on dev",
+        description="Plays the hierarchy with MODEL on the world's dev questions of every type, "
+        "--attempts workflows each, in three arms: unforced, every Searcher call forced to report "
+        "without a search, and forced to search; prints the collapse gates (EM ratio, mean paired "
+        "difference, forced-search EM; maopd/study/gates.py COLLAPSE) and writes OUT/collapse.json "
+        "(per-question EMs included) and OUT/collapse.md. --env KEY=VALUE sets an environment "
+        "option (budgets, topk, passage length): a lever of the testbed's design.",
+    )
+    collapse.add_argument("--model", required=True, help="a base model directory (with sft_config.yaml)")
+    collapse.add_argument("--questions", type=bounded_int(1), help="the first N dev questions (default: all)")
+    collapse.add_argument("--attempts", type=bounded_int(1), default=4)
+    collapse.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment option")
+    collapse.add_argument("--out", required=True, help="output directory")
+    collapse.add_argument("--threads", type=bounded_int(1), default=1, help="torch threads (1: the machine is shared)")
+    collapse.set_defaults(func=_collapse)
+
     recipe = commands.add_parser(
         "recipe-gates",
         help="the gates of one π_0 recipe over its builds (fine-tuning seeds)",
@@ -139,6 +157,57 @@ def _recipe_gates(args) -> int:
         f"Builds (each build's own verdict):\n\n{listing}\n\n"
     )
     return _write_gates(out, "recipe_gates", result, head, table)
+
+
+def _collapse(args) -> int:
+    import os
+    import platform
+
+    import torch
+
+    from maopd.base.config import apply_overrides, check_partial
+    from maopd.envs.search_env import SearchEnvConfig
+    from maopd.evaluation.provenance import git_commit
+    from maopd.pipeline.config import load_preset
+    from maopd.study.gates import collapse_rows, markdown_table, overall
+    from maopd.study.tuning import base_model_world, collapse_figures
+
+    env_options = check_partial(SearchEnvConfig, apply_overrides({}, args.env), "--env")
+    torch.set_num_threads(args.threads)
+    model, out = Path(args.model), Path(args.out)
+    seed, size, key = base_model_world(model)
+    config = load_preset("default", ["eval.split=dev", f"eval.attempts={args.attempts}"])
+    started = time.perf_counter()
+    figures = collapse_figures(model, seed, size, config, args.questions, **env_options)
+    rows = collapse_rows(figures)
+    result = {
+        "command": " ".join(args.command_line),
+        "commit": git_commit(short=True),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
+        f"Python {platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}",
+        "model": str(model),
+        "config_key": key,
+        "world": {"seed": seed, "size": size},
+        "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+        "verdict": overall(rows),
+        "figures": figures,
+    }
+    arms = "\n".join(
+        f"- **{arm}**: EM {figures[arm]['em']:.3f}, no-search share {figures[arm]['no_search_share']}, "
+        f"searches/workflow {figures[arm]['searches_per_workflow']:.2f}, format failures "
+        f"{figures[arm]['format_failure_share']:.3f}, ended without answer {figures[arm]['no_answer_share']:.3f}"
+        for arm in ("unforced", "no_search", "search")
+    )
+    head = (
+        f"# Collapse preconditions of `{result['model']}` (config key {key}) on dev\n\n"
+        f"- **Command**: `{result['command']}`\n- **Commit**: {result['commit']}\n"
+        f"- **Machine**: {result['machine']}\n- **Seconds**: {result['seconds']}\n"
+        f"- **Environment options**: {env_options or 'the defaults'}\n"
+        f"- **Verdict**: {result['verdict']}\n\n{arms}\n\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    return _write_gates(out, "collapse", result, head, markdown_table(rows))
 
 
 def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:

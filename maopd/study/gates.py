@@ -58,6 +58,26 @@ class GateThresholds:
 GATES = GateThresholds()
 
 
+@dataclass(frozen=True)
+class CollapseThresholds:
+    """The preconditions of search collapse, for the testbed on which the paper's decisive claim
+    (outcome RL drops search, OPD keeps it) is posed. Measured in the hierarchy on dev over every
+    question type (``maopd.study.tuning.collapse_figures``), read per π_0 build, never on a mean
+    over builds. Searching must pay, but only a little, as in the paper (26.0 → 21.8 EM when search
+    was lost): skipping it must tempt."""
+
+    ratio: tuple[float, float] = (0.80, 0.95)  # EM(forced no search) / EM(forced search), inclusive
+    paired_points: tuple[float, float] = (-5.0, -1.0)  # mean within-question EM difference, points, inclusive
+    search_em: float = 0.50  # EM(forced search), at least
+    questions: int = 300  # dev questions measured, at least
+    attempts: int = 4  # workflows per question and arm, at least
+    judge_auc: float = 0.70  # ROC AUC of the judge's P(yes) against gold on π_0's own dev reports, at least
+    judge_rate: tuple[float, float] = (0.2, 0.8)  # judge rate on π_0's own dev reports, inclusive
+
+
+COLLAPSE = CollapseThresholds()
+
+
 def at_least(value: float, bound: float) -> bool:
     return value >= bound - TOLERANCE
 
@@ -293,6 +313,67 @@ def recipe_table(result: dict[str, Any]) -> str:
             + f" | {row['value']} | {row['verdict']} |"
         )
     return "\n".join(lines)
+
+
+def within(value: float | None, bounds: tuple[float, float]) -> bool | None:
+    return None if value is None else at_least(value, bounds[0]) and at_most(value, bounds[1])
+
+
+def collapse_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
+    """The collapse preconditions' rows for one build from ``collapse_figures``' figures."""
+    gate = "collapse preconditions"
+    note = f"{figures['questions']} questions x {figures['attempts']} attempts, hierarchy, dev"
+    enough = figures["questions"] >= COLLAPSE.questions and figures["attempts"] >= COLLAPSE.attempts
+    sample = f">= {COLLAPSE.questions} questions x {COLLAPSE.attempts}"
+    checks = [
+        ("sample", f"{figures['questions']} x {figures['attempts']}", sample, enough),
+        (
+            "EM no search / search",
+            _f(figures["ratio"]),
+            f"in [{COLLAPSE.ratio[0]}, {COLLAPSE.ratio[1]}]",
+            within(figures["ratio"], COLLAPSE.ratio),
+        ),
+        (
+            "mean paired difference, points",
+            f"{figures['paired_difference_points']:.1f}",
+            f"in [{COLLAPSE.paired_points[0]}, {COLLAPSE.paired_points[1]}]",
+            within(figures["paired_difference_points"], COLLAPSE.paired_points),
+        ),
+        (
+            "EM forced search",
+            _f(figures["search_em"]),
+            f">= {COLLAPSE.search_em}",
+            at_least(figures["search_em"], COLLAPSE.search_em),
+        ),
+    ]
+    return [_row(gate, check, value, threshold, verdict(ok), note) for check, value, threshold, ok in checks]
+
+
+def collapse_judge_rows(figures: dict[str, Any]) -> list[dict[str, str]]:
+    """The judge's rows of the collapse testbed: it must separate π_0's own reports by gold
+    correctness, and say yes to neither almost all nor almost none of them."""
+    gate = "judge on own reports"
+    if "not_measured" in figures:
+        return [
+            _row(gate, "AUC of P(yes) vs gold", "—", f">= {COLLAPSE.judge_auc}", NOT_MEASURED, figures["not_measured"])
+        ]
+    auc, rate = figures.get("p_yes_auc_vs_gold"), figures["critic/judge_rate"]
+    low, high = COLLAPSE.judge_rate
+    return [
+        _row(
+            gate,
+            "AUC of P(yes) vs gold",
+            _f(auc),
+            f">= {COLLAPSE.judge_auc}",
+            verdict(None if auc is None else at_least(auc, COLLAPSE.judge_auc)),
+        ),
+        _row(gate, "judge rate", _f(rate), f"in [{low}, {high}]", verdict(within(rate, COLLAPSE.judge_rate))),
+    ]
+
+
+def per_build_verdict(builds: list[list[dict[str, str]]]) -> str:
+    """``all met`` only when every build meets every check on its own: a testbed read per build."""
+    return ALL_MET if builds and all(overall(rows) == ALL_MET for rows in builds) else NOT_ALL_MET
 
 
 def overall(rows: list[dict[str, str]]) -> str:

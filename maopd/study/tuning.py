@@ -409,6 +409,91 @@ def forced_search_figures(
     return figures
 
 
+def question_band(question, ranks: dict[str, int], entities: int) -> str:
+    """The popularity band of a question's least popular entity: a question is answerable from
+    memory only when π_0 knows every fact of its chain."""
+    from maopd.envs.synthwiki.popularity import BANDS, band
+
+    bands = {band(ranks[entity], entities) for entity in question.metadata["entities"]}
+    return max(bands, key=BANDS.index)
+
+
+def collapse_figures(
+    model: Path, seed: int, size: str, config: PipelineConfig, limit: int | None = None, **env_options: Any
+) -> dict[str, Any]:
+    """The preconditions of search collapse (``maopd.study.gates.COLLAPSE``), measured in the
+    hierarchy on the world's dev questions of every type (the first ``limit``), ``eval.attempts``
+    workflows each with the evaluation's sampling, in three arms: as π_0 plays (``unforced``), with
+    every Searcher call's first output forced to begin with ``<report>`` (``no_search``), and with
+    ``<search>`` (``search``). Per arm: EM, the share of workflows without a search (over the
+    well-formed ones, no format failure), of workflows with a format failure, and of those ended
+    by a budget without an answer. Per question: each arm's mean EM, its kind and the popularity
+    band of its least popular entity, so that a question mix's figures can be read from them.
+    ``env_options`` go to the environment (budgets, a retriever): the levers of the testbed's design."""
+    from maopd.envs.synthwiki import load_default_world
+    from maopd.envs.synthwiki.popularity import entity_ranks
+    from maopd.envs.synthwiki.questions import question_kind
+    from maopd.envs.synthwiki.world import world_graph
+    from maopd.evaluation.runner import attempt_seed
+    from maopd.evaluation.solvers import checkpoint_solver
+
+    world = load_default_world(seed, size)
+    questions = world.splits["dev"][:limit]
+    entities = world_graph(seed, size)
+    ranks = entity_ranks(seed, entities)
+    ev = config.eval
+    batch = [q for q in questions for _ in range(ev.attempts)]
+    seeds = [attempt_seed(ev.seed, question_kind(q), q.id, a) for q in questions for a in range(ev.attempts)]
+    per_question: dict[str, dict[str, Any]] = {
+        q.id: {"kind": question_kind(q), "band": question_band(q, ranks, len(entities))} for q in questions
+    }
+    figures: dict[str, Any] = {"questions": len(questions), "attempts": ev.attempts, "env_options": env_options}
+    for arm, start in (("unforced", None), ("no_search", "<report>"), ("search", "<search>")):
+        solve = checkpoint_solver(
+            "hierarchical",
+            str(model),
+            world.corpus,
+            questions,
+            ev.temperature,
+            ev.top_p,
+            ev.max_new_tokens,
+            forced_starts={"searcher": start} if start else None,
+            **env_options,
+        )
+        records = solve(batch, seeds)
+        well_formed = [r for r in records if r["counters"]["format_failures"] == 0]
+        figures[arm] = {
+            "start": start,
+            "em": sum(r["rewards"]["em"] for r in records) / len(records),
+            "no_search_share": sum(r["counters"]["search_actions"] == 0 for r in well_formed) / len(well_formed)
+            if well_formed
+            else None,
+            "format_failure_share": 1 - len(well_formed) / len(records),
+            "no_answer_share": sum(r["counters"].get("no_answer", 0) for r in records) / len(records),
+            "searches_per_workflow": sum(r["counters"]["search_actions"] for r in records) / len(records),
+        }
+        for question in questions:
+            ems = [r["rewards"]["em"] for r in records if r["question_id"] == question.id]
+            per_question[question.id][arm] = sum(ems) / len(ems)
+    figures["per_question"] = per_question
+    figures.update(paired_figures(per_question))
+    return figures
+
+
+def paired_figures(per_question: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Over the questions ``per_question`` holds: EM(forced no search) / EM(forced search) and the
+    mean within-question difference EM(no search) − EM(search), in points."""
+    rows = list(per_question.values())
+    no_search = sum(row["no_search"] for row in rows) / len(rows)
+    search = sum(row["search"] for row in rows) / len(rows)
+    return {
+        "ratio": no_search / search if search else None,
+        "paired_difference_points": 100 * (no_search - search),
+        "no_search_em": no_search,
+        "search_em": search,
+    }
+
+
 def gate_figures(
     model: Path, questions_per_type: int | None, attempts: int, out: Path, quick: bool = False, progress=print
 ) -> dict[str, Any]:

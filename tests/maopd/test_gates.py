@@ -168,3 +168,64 @@ def test_recipe_gates_writes_its_table_and_refuses_unreadable_input(tmp_path, ca
     assert main(["tune", "recipe-gates", str(tmp_path / "broken.json"), str(GATE_RESULTS[0]), "--out", str(out)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("maopd tune recipe-gates:") and "broken.json" in error and "\n" not in error
+
+
+def collapse(no_search: float, search: float, questions: int = 300, attempts: int = 4) -> dict:
+    return {
+        "questions": questions,
+        "attempts": attempts,
+        "ratio": no_search / search,
+        "paired_difference_points": 100 * (no_search - search),
+        "no_search_em": no_search,
+        "search_em": search,
+    }
+
+
+def test_the_collapse_preconditions_are_met_inside_their_bounds_only():
+    met = gates.collapse_rows(collapse(0.54, 0.58))  # 0.93x, -4 points
+    assert [row["verdict"] for row in met] == [MET] * 4
+    verdicts = {r["check"]: r["verdict"] for r in gates.collapse_rows(collapse(0.13, 0.61))}  # search pays 48 points
+    assert verdicts["EM no search / search"] == NOT_MET and verdicts["mean paired difference, points"] == NOT_MET
+    free = {r["check"]: r["verdict"] for r in gates.collapse_rows(collapse(0.60, 0.60))}  # searching pays nothing
+    assert free["mean paired difference, points"] == NOT_MET and free["EM no search / search"] == NOT_MET
+    low = {r["check"]: r["verdict"] for r in gates.collapse_rows(collapse(0.42, 0.45))}
+    assert low["EM forced search"] == NOT_MET
+    small = {r["check"]: r["verdict"] for r in gates.collapse_rows(collapse(0.54, 0.58, questions=299))}
+    assert small["sample"] == NOT_MET
+
+
+def test_a_recipe_of_collapse_builds_is_read_per_build_never_on_the_mean():
+    """One build pays 6 points for search, the other 0.96x: each fails on its own, their mean
+    (0.93x, 4 points) passes, and the recipe fails."""
+    builds = [gates.collapse_rows(collapse(0.50, 0.56)), gates.collapse_rows(collapse(0.54, 0.56))]
+    mean = gates.collapse_rows(collapse(0.52, 0.56))
+    assert gates.overall(mean) == gates.ALL_MET
+    assert gates.per_build_verdict(builds) == gates.NOT_ALL_MET
+    assert gates.per_build_verdict([mean, mean]) == gates.ALL_MET and gates.per_build_verdict([]) == gates.NOT_ALL_MET
+
+
+def test_the_collapse_judge_gate_reads_the_auc_on_own_reports():
+    own = {"p_yes_auc_vs_gold": 0.70, "critic/judge_rate": 0.2}
+    assert [r["verdict"] for r in gates.collapse_judge_rows(own)] == [MET, MET]
+    chance = {"p_yes_auc_vs_gold": 0.51, "critic/judge_rate": 0.796}
+    assert [r["verdict"] for r in gates.collapse_judge_rows(chance)] == [NOT_MET, MET]
+    assert gates.collapse_judge_rows({"p_yes_auc_vs_gold": None, "critic/judge_rate": 0.9})[1]["verdict"] == NOT_MET
+
+
+@pytest.mark.slow
+def test_collapse_figures_of_the_smoke_base_model(smoke_model, tmp_path):
+    from maopd.cli import main
+
+    out = tmp_path / "collapse"
+    argv = ["tune", "collapse", "--model", str(smoke_model), "--questions", "3", "--attempts", "2"]
+    assert main([*argv, "--env", "topk=2", "--out", str(out)]) == 0
+    result = json.loads((out / "collapse.json").read_text())
+    figures = result["figures"]
+    assert figures["env_options"] == {"topk": 2} and figures["questions"] == 3
+    assert figures["no_search"]["start"] == "<report>" and figures["search"]["start"] == "<search>"
+    per_question = figures["per_question"]
+    assert len(per_question) == 3 and all(row["band"] in BANDS for row in per_question.values())
+    mean = sum(row["search"] for row in per_question.values()) / 3
+    assert figures["search_em"] == pytest.approx(mean) == pytest.approx(figures["search"]["em"])
+    assert {row["check"] for row in result["rows"]} >= {"EM no search / search", "mean paired difference, points"}
+    assert main([*argv, "--env", "topk=0", "--out", str(out)]) == 2  # a bad option: one line, before any work
