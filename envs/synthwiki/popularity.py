@@ -57,6 +57,18 @@ def entity_ranks(world_seed: int, entities: Sequence[Entity]) -> dict[str, int]:
     return {e.id: ranks[canonical_name(e.surfaces)] for e in entities}
 
 
+def entity_bands(world_seed: int, entities: Sequence[Entity]) -> dict[str, str]:
+    """The band of each entity of a world's knowledge graph, by entity id."""
+    ranks = entity_ranks(world_seed, entities)
+    return {entity_id: band(rank, len(entities)) for entity_id, rank in ranks.items()}
+
+
+def weakest_band(entity_ids: Iterable[str], bands: dict[str, str]) -> str:
+    """The band of the least popular of ``entity_ids``: a question about them is answerable from
+    memory only when every fact of its chain is known."""
+    return max((bands[entity_id] for entity_id in entity_ids), key=BANDS.index)
+
+
 def band(rank: int, count: int) -> str:
     """The band of rank ``rank`` among ``count`` entities (see ``BANDS``)."""
     if not 1 <= rank <= count:

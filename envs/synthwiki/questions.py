@@ -22,6 +22,7 @@ from maopd.envs.synthwiki.grammar import (
     comparison_question,
     subquestion,
 )
+from maopd.envs.synthwiki.popularity import weakest_band
 from maopd.envs.synthwiki.schema import (
     ATTRIBUTES,
     ENTITY_TYPES,
@@ -84,8 +85,16 @@ class QuestionWriter:
     """Samples questions of one split from one sub-graph of the graph: ``subgraph`` (default: the
     sub-graph named like the split). Question ids are ``{split}-{n}``."""
 
-    def __init__(self, entities: Sequence[Entity], split: str, rng: random.Random, subgraph: str | None = None):
+    def __init__(
+        self,
+        entities: Sequence[Entity],
+        split: str,
+        rng: random.Random,
+        subgraph: str | None = None,
+        bands: Mapping[str, str] | None = None,
+    ):
         self.entities = entities
+        self.bands = bands  # entity id -> popularity band, for ``write(..., band=...)``
         self.split = split
         self.rng = rng
         subgraph = subgraph or split
@@ -94,22 +103,32 @@ class QuestionWriter:
         self.comparable = [(a, t) for a in sorted(ATTRIBUTES) for t in ATTRIBUTES[a].subject_types]
 
     def write(
-        self, count: int, hop_mix: Mapping[str, float], exclude: AbstractSet[str] = frozenset()
+        self,
+        count: int,
+        hop_mix: Mapping[str, float],
+        exclude: AbstractSet[str] = frozenset(),
+        band: str | None = None,
     ) -> list[Question]:
         """``count`` distinct questions, none of them in ``exclude``, as many of each kind as
-        ``hop_mix`` says (largest remainder)."""
+        ``hop_mix`` says (largest remainder); with ``band``, only questions whose least popular
+        entity is in that popularity band (``popularity.weakest_band``; needs ``bands``)."""
+        if band is not None and self.bands is None:
+            raise ValueError("band: the writer was made without the entities' bands")
         questions: dict[str, Question] = {}
         for kind, quota in quotas(count, hop_mix).items():
             made, attempts = 0, 0
             while made < quota and attempts < 50 * quota:
                 attempts += 1
                 question = self._comparison() if kind == "comparison" else self._chain(int(kind[0]))
+                if question is not None and band is not None:
+                    question = question if weakest_band(question.metadata["entities"], self.bands) == band else None
                 if question is not None and question.question not in questions and question.question not in exclude:
                     questions[question.question] = question
                     made += 1
             if made < quota:
+                of_band = f" of the {band} band" if band is not None else ""
                 raise ValueError(
-                    f"split {self.split!r}: only {made} distinct {kind} questions for {quota} requested;"
+                    f"split {self.split!r}: only {made} distinct {kind} questions{of_band} for {quota} requested;"
                     " use a larger size"
                 )
         ordered = list(questions.values())

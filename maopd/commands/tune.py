@@ -108,6 +108,18 @@ def register(subparsers) -> None:
     )
     collapse.add_argument("--model", required=True, help="a base model directory (with sft_config.yaml)")
     collapse.add_argument("--questions", type=bounded_int(1), help="the first N dev questions (default: all)")
+    collapse.add_argument(
+        "--band",
+        choices=("popular", "middle", "long_tail"),
+        help="instead of the dev split, --questions new questions of the dev sub-graph whose least popular "
+        "entity is in this popularity band (a question mix's lever; default 300)",
+    )
+    collapse.add_argument(
+        "--hop-mix",
+        type=hop_mix,
+        metavar="KIND=W,...",
+        help="with --band: the kinds' weights, e.g. 1-hop=100,2-hop=40,comparison=60 (default: the world's mix)",
+    )
     collapse.add_argument("--attempts", type=bounded_int(1), default=4)
     collapse.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment option")
     collapse.add_argument("--out", required=True, help="output directory")
@@ -159,18 +171,31 @@ def _recipe_gates(args) -> int:
     return _write_gates(out, "recipe_gates", result, head, table)
 
 
+def hop_mix(text: str) -> dict[str, float]:
+    """``KIND=WEIGHT,...`` (kinds of ``maopd.envs.synthwiki.questions.KINDS``) as an argparse type."""
+    import argparse
+
+    from maopd.envs.synthwiki.questions import validate_hop_mix
+
+    try:
+        pairs = [item.split("=", 1) for item in text.split(",")]
+        return validate_hop_mix({kind.strip(): float(weight) for kind, weight in pairs})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; expected e.g. 1-hop=100,2-hop=40") from None
+
+
 def _collapse(args) -> int:
     import os
     import platform
 
     import torch
 
-    from maopd.base.config import apply_overrides, check_partial
+    from maopd.base.config import ConfigError, apply_overrides, check_partial
     from maopd.envs.search_env import SearchEnvConfig
     from maopd.evaluation.provenance import git_commit
     from maopd.pipeline.config import load_preset
     from maopd.study.gates import collapse_rows, markdown_table, overall
-    from maopd.study.tuning import base_model_world, collapse_figures
+    from maopd.study.tuning import band_questions, base_model_world, collapse_figures
 
     env_options = check_partial(SearchEnvConfig, apply_overrides({}, args.env), "--env")
     torch.set_num_threads(args.threads)
@@ -178,7 +203,11 @@ def _collapse(args) -> int:
     seed, size, key = base_model_world(model)
     config = load_preset("default", ["eval.split=dev", f"eval.attempts={args.attempts}"])
     started = time.perf_counter()
-    figures = collapse_figures(model, seed, size, config, args.questions, **env_options)
+    if args.hop_mix and not args.band:
+        raise ConfigError("--hop-mix: weighs the kinds of --band questions; give --band too")
+    questions = band_questions(seed, size, args.questions or 300, args.band, args.hop_mix) if args.band else None
+    figures = collapse_figures(model, seed, size, config, args.questions, questions, **env_options)
+    figures["band"] = args.band
     rows = collapse_rows(figures)
     result = {
         "command": " ".join(args.command_line),

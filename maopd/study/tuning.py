@@ -409,20 +409,37 @@ def forced_search_figures(
     return figures
 
 
-def question_band(question, ranks: dict[str, int], entities: int) -> str:
-    """The popularity band of a question's least popular entity: a question is answerable from
-    memory only when π_0 knows every fact of its chain."""
-    from maopd.envs.synthwiki.popularity import BANDS, band
+def band_questions(seed: int, size: str, count: int, band: str, hop_mix: dict[str, float] | None = None) -> list:
+    """``count`` questions of the world's dev sub-graph, of the kinds ``hop_mix`` weighs (the
+    world's mix by default), whose least popular entity is in ``band``: a question mix the
+    testbed's design weighs before the world asks it. Drawn from a stream of their own (never the
+    test split's entities)."""
+    import random
 
-    bands = {band(ranks[entity], entities) for entity in question.metadata["entities"]}
-    return max(bands, key=BANDS.index)
+    from maopd.envs.synthwiki.popularity import entity_bands
+    from maopd.envs.synthwiki.questions import DEFAULT_HOP_MIX, QuestionWriter
+    from maopd.envs.synthwiki.world import QUESTION_SUBGRAPHS, world_graph
+
+    entities = world_graph(seed, size)
+    rng = random.Random(f"{seed}:design-{band}")
+    writer = QuestionWriter(entities, "dev", rng, QUESTION_SUBGRAPHS["dev"], entity_bands(seed, entities))
+    try:
+        return writer.write(count, hop_mix or DEFAULT_HOP_MIX, band=band)
+    except ValueError as exc:
+        raise ConfigError(f"--band {band}: {exc}; ask fewer questions or weigh the kinds with --hop-mix") from None
 
 
 def collapse_figures(
-    model: Path, seed: int, size: str, config: PipelineConfig, limit: int | None = None, **env_options: Any
+    model: Path,
+    seed: int,
+    size: str,
+    config: PipelineConfig,
+    limit: int | None = None,
+    questions: list | None = None,
+    **env_options: Any,
 ) -> dict[str, Any]:
     """The preconditions of search collapse (``maopd.study.gates.COLLAPSE``), measured in the
-    hierarchy on the world's dev questions of every type (the first ``limit``), ``eval.attempts``
+    hierarchy on the world's dev questions of every type (the first ``limit``; or ``questions``), ``eval.attempts``
     workflows each with the evaluation's sampling, in three arms: as π_0 plays (``unforced``), with
     every Searcher call's first output forced to begin with ``<report>`` (``no_search``), and with
     ``<search>`` (``search``). Per arm: EM, the share of workflows without a search (over the
@@ -431,21 +448,20 @@ def collapse_figures(
     band of its least popular entity, so that a question mix's figures can be read from them.
     ``env_options`` go to the environment (budgets, a retriever): the levers of the testbed's design."""
     from maopd.envs.synthwiki import load_default_world
-    from maopd.envs.synthwiki.popularity import entity_ranks
+    from maopd.envs.synthwiki.popularity import entity_bands, weakest_band
     from maopd.envs.synthwiki.questions import question_kind
     from maopd.envs.synthwiki.world import world_graph
     from maopd.evaluation.runner import attempt_seed
     from maopd.evaluation.solvers import checkpoint_solver
 
     world = load_default_world(seed, size)
-    questions = world.splits["dev"][:limit]
-    entities = world_graph(seed, size)
-    ranks = entity_ranks(seed, entities)
+    questions = (questions if questions is not None else world.splits["dev"])[:limit]
+    bands = entity_bands(seed, world_graph(seed, size))
     ev = config.eval
     batch = [q for q in questions for _ in range(ev.attempts)]
     seeds = [attempt_seed(ev.seed, question_kind(q), q.id, a) for q in questions for a in range(ev.attempts)]
     per_question: dict[str, dict[str, Any]] = {
-        q.id: {"kind": question_kind(q), "band": question_band(q, ranks, len(entities))} for q in questions
+        q.id: {"kind": question_kind(q), "band": weakest_band(q.metadata["entities"], bands)} for q in questions
     }
     figures: dict[str, Any] = {"questions": len(questions), "attempts": ev.attempts, "env_options": env_options}
     for arm, start in (("unforced", None), ("no_search", "<report>"), ("search", "<search>")):
