@@ -206,7 +206,7 @@ def _collapse(args) -> int:
     if args.hop_mix and not args.band:
         raise ConfigError("--hop-mix: weighs the kinds of --band questions; give --band too")
     questions = band_questions(seed, size, args.questions or 300, args.band, args.hop_mix) if args.band else None
-    figures = collapse_figures(model, seed, size, config, args.questions, questions, **env_options)
+    figures = collapse_figures(model, seed, size, config, args.questions, questions, env_options)
     figures["band"] = args.band
     rows = collapse_rows(figures)
     result = {

@@ -436,7 +436,7 @@ def collapse_figures(
     config: PipelineConfig,
     limit: int | None = None,
     questions: list | None = None,
-    **env_options: Any,
+    env: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The preconditions of search collapse (``maopd.study.gates.COLLAPSE``), measured in the
     hierarchy on the world's dev questions of every type (the first ``limit``; or ``questions``), ``eval.attempts``
@@ -446,7 +446,10 @@ def collapse_figures(
     well-formed ones, no format failure), of workflows with a format failure, and of those ended
     by a budget without an answer. Per question: each arm's mean EM, its kind and the popularity
     band of its least popular entity, so that a question mix's figures can be read from them.
-    ``env_options`` go to the environment (budgets, a retriever): the levers of the testbed's design."""
+    ``env`` (a partial ``SearchEnvConfig``: budgets, passages, a retriever) goes to the environment:
+    the levers of the testbed's design."""
+    from maopd.base.config import from_dict
+    from maopd.envs.search_env import SearchEnvConfig, shared_retriever
     from maopd.envs.synthwiki import load_default_world
     from maopd.envs.synthwiki.popularity import entity_bands, weakest_band
     from maopd.envs.synthwiki.questions import question_kind
@@ -457,13 +460,18 @@ def collapse_figures(
     world = load_default_world(seed, size)
     questions = (questions if questions is not None else world.splits["dev"])[:limit]
     bands = entity_bands(seed, world_graph(seed, size))
+    typed = from_dict(SearchEnvConfig, env or {})
+    # the environment takes a retriever as an object, built here from its settings
+    env_options = {key: getattr(typed, key) for key in env or {} if key != "retriever"}
+    if "retriever" in (env or {}):
+        env_options["retriever"] = shared_retriever(typed.retriever, world.corpus)
     ev = config.eval
     batch = [q for q in questions for _ in range(ev.attempts)]
     seeds = [attempt_seed(ev.seed, question_kind(q), q.id, a) for q in questions for a in range(ev.attempts)]
     per_question: dict[str, dict[str, Any]] = {
         q.id: {"kind": question_kind(q), "band": weakest_band(q.metadata["entities"], bands)} for q in questions
     }
-    figures: dict[str, Any] = {"questions": len(questions), "attempts": ev.attempts, "env_options": env_options}
+    figures: dict[str, Any] = {"questions": len(questions), "attempts": ev.attempts, "env_options": env or {}}
     for arm, start in (("unforced", None), ("no_search", "<report>"), ("search", "<search>")):
         solve = checkpoint_solver(
             "hierarchical",
