@@ -1,11 +1,14 @@
 """Text action spaces hold every legal action and sample well-formed ones; the single-role
 environments are registered with Gymnasium."""
 
+import subprocess
+import sys
+
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from maopd import agents
+from maopd.agents.registration import GYMNASIUM_IDS, register_envs
 from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action
 
@@ -56,14 +59,25 @@ def test_random_agents_play_whole_episodes():
     assert searches > 0
 
 
-@pytest.mark.parametrize("env_id", sorted(agents.GYMNASIUM_IDS))
+@pytest.mark.parametrize("env_id", sorted(GYMNASIUM_IDS))
 def test_single_role_environments_are_registered(env_id):
+    register_envs()
     env = gymnasium.make(env_id, split="test")
     assert env.spec is not None and env.spec.id == env_id
     check_env(env.unwrapped, skip_render_check=True)
     env.close()
 
 
-def test_make_by_module_path():
-    env = gymnasium.make("maopd.agents:maopd/CascadeAnswerer-v1", split="test")
+@pytest.mark.slow
+def test_registration_is_an_explicit_call_not_an_import_side_effect():
+    """A fresh interpreter that imports every package of the library has registered nothing;
+    ``register_envs()`` registers every id, and a second call changes nothing."""
+    code = (
+        "import gymnasium, maopd.agents, maopd.agents.expert_team, maopd.envs.option.single_role, maopd.training; "
+        "print(sum(i.startswith('maopd/') for i in gymnasium.registry))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "0"
+    assert register_envs() == list(GYMNASIUM_IDS) == register_envs()
+    env = gymnasium.make("maopd/CascadeAnswerer-v1", split="test")
     assert env.unwrapped.role == "answerer"
