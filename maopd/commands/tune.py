@@ -126,6 +126,17 @@ def register(subparsers) -> None:
     collapse.add_argument("--threads", type=bounded_int(1), default=1, help="torch threads (1: the machine is shared)")
     collapse.set_defaults(func=_collapse)
 
+    levers = commands.add_parser(
+        "collapse-levers",
+        help="a table of testbed-design levers from several `maopd tune collapse` runs",
+        description="Reads each NAME=DIR's collapse.json (one lever setting each: a question band, an "
+        "environment option) and writes OUT/levers.md and OUT/levers.json: every lever's effect on the EMs "
+        "of the three arms, the ratio, the paired difference and the unforced no-search share.",
+    )
+    levers.add_argument("runs", nargs="+", metavar="NAME=DIR", help="a lever's name and its collapse output")
+    levers.add_argument("--out", required=True, help="output directory")
+    levers.set_defaults(func=_collapse_levers)
+
     recipe = commands.add_parser(
         "recipe-gates",
         help="the gates of one π_0 recipe over its builds (fine-tuning seeds)",
@@ -195,7 +206,7 @@ def _collapse(args) -> int:
     from maopd.evaluation.provenance import git_commit
     from maopd.pipeline.config import load_preset
     from maopd.study.gates import collapse_rows, markdown_table, overall
-    from maopd.study.tuning import band_questions, base_model_world, collapse_figures
+    from maopd.study.tuning import band_questions, base_model_world, class_figures, collapse_figures
 
     env_options = check_partial(SearchEnvConfig, apply_overrides({}, args.env), "--env")
     torch.set_num_threads(args.threads)
@@ -235,8 +246,78 @@ def _collapse(args) -> int:
         f"- **Environment options**: {env_options or 'the defaults'}\n"
         f"- **Verdict**: {result['verdict']}\n\n{arms}\n\n"
     )
+    classes = class_figures(figures["per_question"])
+    result["classes"] = classes
+    head += (
+        "By question kind and popularity band of the least popular entity:\n\n"
+        + class_table(classes)
+        + "\n\nThe gates, over every question measured:\n\n"
+    )
     out.mkdir(parents=True, exist_ok=True)
     return _write_gates(out, "collapse", result, head, markdown_table(rows))
+
+
+def _collapse_levers(args) -> int:
+    from maopd.base.config import ConfigError
+    from maopd.base.json_files import read_json_file
+
+    rows = []
+    for item in args.runs:
+        name, sep, directory = item.partition("=")
+        if not (sep and name and directory):
+            raise ConfigError(f"{item!r}: expected NAME=DIR, DIR holding a `maopd tune collapse` collapse.json")
+        result = read_json_file(Path(directory) / "collapse.json", ConfigError, "a maopd tune collapse result")
+        figures = result["figures"]
+        rows.append(
+            {
+                "lever": name,
+                "directory": directory,
+                "command": result["command"],
+                "questions": figures["questions"],
+                "attempts": figures["attempts"],
+                "band": figures.get("band"),
+                "env_options": figures["env_options"],
+                **{f"{arm}_em": figures[arm]["em"] for arm in ("unforced", "no_search", "search")},
+                "unforced_no_search_share": figures["unforced"]["no_search_share"],
+                "ratio": figures["ratio"],
+                "paired_difference_points": figures["paired_difference_points"],
+                "verdict": result["verdict"],
+            }
+        )
+    lines = [
+        "| lever | questions | EM unforced | EM no search | EM search | ratio | paired difference, points "
+        "| unforced no-search share | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        lines.append(
+            f"| {r['lever']} | {r['questions']} x {r['attempts']} | {r['unforced_em']:.3f} | {r['no_search_em']:.3f} "
+            f"| {r['search_em']:.3f} | {ratio} | {r['paired_difference_points']:.1f} "
+            f"| {r['unforced_no_search_share']:.3f} | {r['verdict']} |"
+        )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "levers.json", {"command": " ".join(args.command_line), "levers": rows}, indent=1)
+    table = "\n".join(lines)
+    (out / "levers.md").write_text(f"`{' '.join(args.command_line)}`\n\n{table}\n", encoding="utf-8")
+    print(table)
+    return 0
+
+
+def class_table(classes: list[dict]) -> str:
+    """``class_figures``' groups as markdown."""
+    lines = [
+        "| kind | band | questions | EM unforced | EM no search | EM search | ratio | paired difference, points |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in classes:
+        ratio = "—" if c["ratio"] is None else f"{c['ratio']:.2f}"
+        lines.append(
+            f"| {c['kind']} | {c['band']} | {c['questions']} | {c['unforced_em']:.3f} | {c['no_search_em']:.3f} "
+            f"| {c['search_em']:.3f} | {ratio} | {c['paired_difference_points']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:

@@ -518,6 +518,24 @@ def paired_figures(per_question: dict[str, dict[str, Any]]) -> dict[str, float |
     }
 
 
+def class_figures(per_question: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``collapse_figures``' per-question EMs grouped by question kind and popularity band, each
+    group with its size, every arm's EM and ``paired_figures``: what a question mix weighs."""
+    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for question_id, row in per_question.items():
+        groups.setdefault((row["kind"], row["band"]), {})[question_id] = row
+    return [
+        {
+            "kind": kind,
+            "band": band,
+            "questions": len(rows),
+            "unforced_em": sum(row["unforced"] for row in rows.values()) / len(rows),
+            **paired_figures(rows),
+        }
+        for (kind, band), rows in sorted(groups.items())
+    ]
+
+
 def gate_figures(
     model: Path, questions_per_type: int | None, attempts: int, out: Path, quick: bool = False, progress=print
 ) -> dict[str, Any]:
