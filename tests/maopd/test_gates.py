@@ -229,3 +229,42 @@ def test_collapse_figures_of_the_smoke_base_model(smoke_model, tmp_path):
     assert figures["search_em"] == pytest.approx(mean) == pytest.approx(figures["search"]["em"])
     assert {row["check"] for row in result["rows"]} >= {"EM no search / search", "mean paired difference, points"}
     assert main([*argv, "--env", "topk=0", "--out", str(out)]) == 2  # a bad option: one line, before any work
+
+
+def test_class_figures_group_questions_by_kind_and_band():
+    from maopd.study.tuning import class_figures
+
+    per_question = {
+        "a": {"kind": "1-hop", "band": "popular", "unforced": 1.0, "no_search": 0.75, "search": 1.0},
+        "b": {"kind": "1-hop", "band": "popular", "unforced": 0.5, "no_search": 0.25, "search": 0.5},
+        "c": {"kind": "comparison", "band": "middle", "unforced": 0.0, "no_search": 0.0, "search": 0.0},
+    }
+    popular, comparison = class_figures(per_question)
+    assert (popular["kind"], popular["band"], popular["questions"]) == ("1-hop", "popular", 2)
+    assert popular["unforced_em"] == 0.75 and popular["ratio"] == pytest.approx(0.5 / 0.75)
+    assert popular["paired_difference_points"] == pytest.approx(-25.0)
+    assert comparison["ratio"] is None and comparison["paired_difference_points"] == 0.0
+
+
+def test_the_lever_table_reads_each_run_and_names_a_missing_one(tmp_path, capsys):
+    from maopd.base.json_files import write_json
+    from maopd.cli import main
+
+    arms = {
+        arm: {"em": em, "no_search_share": share}
+        for arm, em, share in (("unforced", 0.6, 0.1), ("no_search", 0.5, 1.0), ("search", 0.6, 0.0))
+    }
+    figures = {"questions": 300, "attempts": 4, "band": None, "env_options": {"topk": 1}, **arms}
+    figures.update(ratio=0.5 / 0.6, paired_difference_points=-10.0)
+    (tmp_path / "run").mkdir()
+    write_json(
+        tmp_path / "run" / "collapse.json",
+        {"command": "maopd tune collapse", "verdict": "not all met", "figures": figures},
+    )
+    assert main(["tune", "collapse-levers", f"topk_1={tmp_path / 'run'}", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        "| topk_1 | 300 x 4 | 0.600 | 0.500 | 0.600 | 0.83 | -10.0 | 0.100 | not all met |" in capsys.readouterr().out
+    )
+    assert (tmp_path / "out" / "levers.json").is_file() and (tmp_path / "out" / "levers.md").is_file()
+    assert main(["tune", "collapse-levers", f"gone={tmp_path / 'nothing'}", "--out", str(tmp_path / "out")]) == 2
+    assert "collapse.json does not exist" in capsys.readouterr().err
