@@ -73,6 +73,7 @@ from benchmarks.marl_statistics import (
     performance_profiles,
 )
 from maopd.base.arguments import positive_int, repeated, seed_int
+from maopd.base.errors import UserError
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
 from maopd.envs.option.menus import MENU_SIZE
@@ -826,11 +827,14 @@ def main(argv: list[str] | None = None) -> dict:
         )
     jobs.sort(key=lambda job: -cost.get(job[1], 1.0))
     workers = min(args.workers or default_workers(), max(len(jobs), 1))
-    if workers > 1:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            outcomes = pool.starmap(train_run, jobs, chunksize=1)
-    else:
-        outcomes = [train_run(*job) for job in jobs]
+    try:
+        if workers > 1:
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                outcomes = pool.starmap(train_run, jobs, chunksize=1)
+        else:
+            outcomes = [train_run(*job) for job in jobs]
+    except UserError as exc:  # a plug-in's bad output (PluginOutputError) names the method: one line
+        parser.error(str(exc))
     for job, run in zip(jobs, outcomes):
         runs[job[0]][job[1]].append(run)
     for by_method in runs.values():

@@ -198,6 +198,28 @@ def test_bad_files_and_directories_are_refused_in_one_line_before_any_run(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+def test_a_plugin_methods_bad_output_ends_the_benchmark_in_one_line(tmp_path, capsys):
+    """docs/marl.md promises a ``PluginOutputError`` is one line naming the method, not a traceback."""
+    plugin = tmp_path / "short_plugin.py"
+    plugin.write_text(
+        "import numpy as np\nfrom maopd.training.marl.credit import register\n\n\n"
+        '@register("short_for_test")\ndef short(episodes, context):\n'
+        "    return [np.zeros(len(ep.decisions) - 1) for ep in episodes]\n"
+    )
+    arguments = [*TINY_RUNS, "--methods", "short_for_test", "--seeds", "0", "--iterations", "1"]
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*arguments, "--plugin", str(plugin), "--out", str(tmp_path / "out")])
+    finally:
+        CREDIT_METHODS.pop("short_for_test", None)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert "Traceback" not in err and len(errors) == 1
+    assert "credit-assignment method 'short_for_test' returned shape" in errors[0]
+
+
 def test_the_default_workers_are_one_per_usable_core_as_memory_allows(monkeypatch):
     pages = {"SC_PAGE_SIZE": 4096}
     monkeypatch.setattr(credit_assignment.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)

@@ -9,6 +9,7 @@ from maopd.envs.retrieval.base import Retriever
 from maopd.envs.retrieval.corpus import Corpus
 
 RETRIEVER_KINDS = ("bm25", "dense", "pyserini", "http")
+CORPUS_KINDS = ("bm25", "dense")  # the kinds that search the corpus they are given (the others reach their own)
 
 
 @dataclass
@@ -101,7 +102,7 @@ def _build_uncached(config: RetrieverConfig, corpus: Corpus | None) -> Retriever
 
         return PyseriniBM25Retriever(config.index_dir, corpus)
     if corpus is None:
-        raise ValueError(f"retriever.kind: {config.kind!r} needs the corpus")
+        raise ConfigError(f"retriever.kind: {config.kind!r} needs the corpus; give one, or use kind http or pyserini")
     if config.kind == "bm25":
         from maopd.envs.retrieval.bm25 import BM25Retriever
 

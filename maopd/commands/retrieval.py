@@ -72,9 +72,14 @@ def _add_retriever_args(parser: argparse.ArgumentParser) -> None:
 def _load_retriever(args):
     from maopd.base.config import load_yaml
     from maopd.envs.retrieval.corpus import load_corpus
-    from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
+    from maopd.envs.retrieval.factory import CORPUS_KINDS, RetrieverConfig, build_retriever
 
     config = load_yaml(RetrieverConfig, args.config, args.overrides)
+    if config.kind in CORPUS_KINDS and not args.corpus:
+        raise UserError(
+            f"--corpus: retriever kind {config.kind!r} searches a corpus; pass --corpus FILE.jsonl "
+            "(kinds http and pyserini need none)"
+        )
     corpus = load_corpus(args.corpus) if args.corpus else None
     return build_retriever(config, corpus)
 

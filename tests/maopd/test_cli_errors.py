@@ -276,6 +276,8 @@ CASES = [
         ["http://127.0.0.1:9", "server is running"],
     ),
     ("query-malformed-yaml", ["retriever", "query", "--config", "{bad_yaml}", "q"], ["bad.yaml", "line 2"]),
+    ("query-dense-without-corpus", ["retriever", "query", "--set", "kind=dense", "q"], ["--corpus", "'dense'"]),
+    ("serve-without-corpus", ["retriever", "serve", "--port", "0"], ["--corpus", "'bm25'"]),
     # 4. malformed YAML names the file
     ("train-malformed-yaml", ["train", "--config", "{bad_yaml}"], ["bad.yaml", "not valid YAML", "line 2"]),
     ("train-preset-malformed-yaml", ["train", "--preset", "{bad_yaml}"], ["bad.yaml", "not valid YAML"]),
