@@ -32,7 +32,7 @@ COUNTER_FIELDS = (
 )
 COST_FIELDS = COUNTER_FIELDS + ("duration_s",)
 # What the trajectory viewer lists of a workflow record (envs/records.py), in order.
-TRAJECTORY_LISTS = ("subtasks", "searches", "reports")
+TRAJECTORY_LISTS = ("subtasks", "searches", "reports", "format_errors", "calls")
 REQUIRED_FIELDS = ("method", "dataset", "question_id", "attempt", "golden_answers", "final_output")
 # The smallest record that loads, for harnesses and tests that break one field of it.
 MINIMAL_RECORD = {
@@ -130,7 +130,8 @@ def from_workflow(
 
 def check_trajectory(trajectory: Any, where: str) -> None:
     """RecordError unless ``trajectory`` has the shape the viewer reads: an object whose
-    ``TRAJECTORY_LISTS`` are lists of objects, each search's ``passages`` a list."""
+    ``TRAJECTORY_LISTS`` are lists of objects, each search's ``passages`` and each call's ``outputs``
+    a list."""
     if not isinstance(trajectory, dict):
         raise RecordError(f"{where}: field 'trajectory' must be an object")
     for name in TRAJECTORY_LISTS:
@@ -140,6 +141,9 @@ def check_trajectory(trajectory: Any, where: str) -> None:
     for i, search in enumerate(trajectory.get("searches", [])):
         if not isinstance(search.get("passages", []), list):
             raise RecordError(f"{where}: field 'trajectory.searches[{i}].passages' must be a list")
+    for i, call in enumerate(trajectory.get("calls", [])):
+        if not isinstance(call.get("outputs", []), list):
+            raise RecordError(f"{where}: field 'trajectory.calls[{i}].outputs' must be a list")
 
 
 def record_from_dict(row: Any, where: str) -> EvalRecord:

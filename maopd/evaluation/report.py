@@ -275,7 +275,44 @@ def _attempt_html(record: EvalRecord) -> str:
                 report.get("text"),
             )
         )
-    parts.append(_html("<pre>{}</pre>", record.final_output))
+    parts.append(_html("<pre>{}</pre>", _final_output_text(record.final_output)))
+    if record.failure:
+        parts.append(_failed_outputs_html(trajectory))
+    return "\n".join(parts)
+
+
+def _final_output_text(output: str | None) -> str:
+    if output is None:
+        return "(no Answerer candidate: the workflow ended without an answer)"
+    return output if output.strip() else f"(empty output: {output!r})"
+
+
+SHOWN_OUTPUT_CHARS = 2000  # of each failed call's last output: a runaway output would swamp the page
+
+
+def _failed_outputs_html(trajectory: dict) -> str:
+    """What the model wrote in a failed workflow: every format error (step, agent, what was wrong)
+    and the last output of every call, which is where a workflow without a candidate stopped (the
+    Leader's failed selection, a Searcher that never reported)."""
+    parts = ["<div class=failed><b>failed outputs</b>"]
+    for error in trajectory.get("format_errors", []):
+        parts.append(_html("<div>step {}, {}: {}</div>", error.get("env_step"), error.get("agent"), error.get("error")))
+    for call in trajectory.get("calls", []):
+        outputs = call.get("outputs", [])
+        if outputs:
+            last = str(outputs[-1])
+            shown = last[:SHOWN_OUTPUT_CHARS]
+            if len(last) > len(shown):
+                shown += f"… ({len(last) - len(shown)} more characters)"
+            parts.append(
+                _html(
+                    "<div>{}'s last output ({} outputs):</div><pre>{}</pre>",
+                    call.get("call_id") or call.get("agent"),
+                    len(outputs),
+                    shown if shown.strip() else f"(empty output: {last!r})",
+                )
+            )
+    parts.append("</div>")
     return "\n".join(parts)
 
 
@@ -319,7 +356,7 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
     style = (
         "body{font-family:sans-serif} td{vertical-align:top;border:1px solid #ccc;padding:6px;width:"
         f"{100 // max(len(methods), 1)}%}} pre{{white-space:pre-wrap;background:#f6f6f6}} "
-        ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333}"
+        ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333} .failed{color:#700}"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(

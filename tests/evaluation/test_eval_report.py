@@ -105,3 +105,51 @@ def test_tables_md_keeps_names_inside_their_cells(tmp_path):
         rows = [line for line in block.splitlines() if line.startswith("|")]
         cells = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
         assert len(cells) == 1, block  # every row has as many cells as the header
+
+
+class _Says:
+    """A policy that writes ``text`` for every turn."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def act(self, turns):
+        from maopd.envs.policy import AgentOutput
+
+        return [AgentOutput([self.text] * turn.num_candidates) for turn in turns]
+
+
+@pytest.mark.parametrize(
+    ("leader", "answerer", "failure", "shown"),
+    [
+        ("<select>report seven</select>", "<answer>x</answer>", "no_candidate", "&lt;select&gt;report seven"),
+        (None, "", "empty_candidate", "(empty output: &#x27;&#x27;)"),
+        (None, "I think it is Paris.", "no_valid_tag", "I think it is Paris."),
+    ],
+    ids=["no_candidate", "empty", "untagged"],
+)
+def test_the_viewer_shows_what_a_failed_workflow_wrote(tmp_path, leader, answerer, failure, shown):
+    """A failed workflow's page shows the failed outputs and the format errors, never a bare "None"."""
+    from maopd.agents.scripted import ScriptedLeader, ScriptedSearcher
+    from maopd.envs import hierarchical_search_v1
+    from maopd.envs.episode import run_episode
+    from maopd.envs.policy import RoleRouter
+    from maopd.evaluation.records import from_workflow
+
+    team = RoleRouter(
+        {
+            "leader": ScriptedLeader() if leader is None else _Says(leader),
+            "searcher": ScriptedSearcher(),
+            "answerer": _Says(answerer),
+        }
+    )
+    workflow = run_episode(hierarchical_search_v1.env(), team, seed=0)
+    loaded = record_from_dict(json.loads(json.dumps(from_workflow(workflow, "m", "d", 0).to_dict())), "line 1")
+    assert loaded.failure == failure
+    page = write_viewer([loaded], tmp_path / "viewer.html").read_text(encoding="utf-8")
+    assert "<pre>None</pre>" not in page
+    assert "failed outputs" in page and shown in page
+    for error in workflow["format_errors"]:
+        assert json.dumps(error["agent"])[1:-1] in page
+    if failure == "no_candidate":
+        assert "(no Answerer candidate" in page and "step 1, leader: bad &lt;select&gt;" in page
