@@ -22,10 +22,18 @@ ends after it. With ``force_finish=True`` the Searcher may only report in step `
 (its observation says so and ``action_mask`` masks ``search``), and a Searcher that has not
 reported then gets the forced report ``(no report)`` and a format failure.
 
+The budget counts environment steps, in which only the scheduled agents act, so it is not
+PettingZoo's ``max_cycles`` (every agent that many turns, which its ``max_cycles_test`` checks):
+``max_cycles`` is refused, naming ``max_steps``.
+
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): the Searcher gets
 R_S = 0.9·R_EM + 0.1·b_S, the Answerer the mean over candidates of R_A,j = c_j, and any role with
 a format failure -1 (see ``maopd.envs.rewards``). The finished workflow record (envs/records.py; it holds
 a wall-clock duration, so it is kept out of ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
+
+Each agent's reward comes with ``env.last()`` at its last turn (sum ``last()``'s rewards per
+agent, PettingZoo's way); ``env.rewards`` empties as the agents leave, ``env.unwrapped.final_rewards``
+keeps every agent's until the next ``reset``.
 
 ``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
@@ -35,7 +43,8 @@ Version History
 * v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
   complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
   version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
-  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.cascade_search_v1``.
+  kept as an alias), ``final_rewards``, and ``max_cycles`` as an alias of ``max_steps``, since refused;
+  the module installs as ``maopd.envs.cascade_search_v1``.
 * v0 (commit 9fce20c): initial release as ``cascade_search_v0``, with its parallel version. Within
   v0 the paper's budget exhaustion became the default (``force_finish=False``, commit c00573b): a
   Searcher that has not reported in time ends the workflow without an answer.

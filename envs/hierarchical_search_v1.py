@@ -29,18 +29,27 @@ the Answerer.
   report gets the forced report ``(no report)`` and a format failure, and a Leader that fails its
   last step hands all reports to the Answerer (forced finish).
 
+The budget counts environment steps, in which only the scheduled agents act, so it is not
+PettingZoo's ``max_cycles`` (every agent that many turns, which its ``max_cycles_test`` checks):
+``max_cycles`` is refused, naming ``max_steps``.
+
 Rewards (at the end; parts in ``infos[agent]["reward_parts"]``): Leader R_L = 0.9·R_EM +
 0.1·min(C_tool, 6)/6 (Eq. 6); Answerer the mean over candidates of R_A,j = c_j; each Searcher slot
 the mean over its assignments of 0.9·R_EM + 0.1·b_S; a role's format failure gives it -1. The
 finished workflow record (envs/records.py; it holds a wall-clock duration, so it is kept out of
 ``infos`` to keep them seed-deterministic) is ``env.unwrapped.record``.
 
+Each agent's reward comes with ``env.last()`` at its last turn (sum ``last()``'s rewards per
+agent, PettingZoo's way); ``env.rewards`` empties as the agents leave, ``env.unwrapped.final_rewards``
+keeps every agent's until the next ``reset``.
+
 Version History
 ---------------
 * v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
   complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
   version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
-  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.hierarchical_search_v1``.
+  kept as an alias), ``final_rewards``, and ``max_cycles`` as an alias of ``max_steps``, since refused;
+  the module installs as ``maopd.envs.hierarchical_search_v1``.
 * v0 (commit 9fce20c): initial release as ``hierarchical_search_v0``, with its parallel version.
   Within v0 the paper's budget exhaustion became the default (``force_finish=False``, commit
   c00573b): an exhausted budget can end a workflow without an answer.

@@ -315,17 +315,19 @@ class SearchEnv(AECEnv):
     ):
         super().__init__()
         options = {spec.name for spec in fields(SearchEnvConfig)}
-        unknown = sorted(set(overrides) - options - {"max_cycles"})
+        if "max_cycles" in overrides:
+            raise TypeError(
+                f"{type(self).__name__}() takes no max_cycles: PettingZoo's max_cycles gives every agent that many "
+                "turns, while this budget counts environment steps in which only the scheduled agents act; pass "
+                "max_steps"
+            )
+        unknown = sorted(set(overrides) - options)
         if unknown:
             named = inspect.signature(SearchEnv.__init__).parameters
-            known = [*options, "max_cycles", *(name for name in named if name not in ("self", "overrides"))]
+            known = [*options, *(name for name in named if name not in ("self", "overrides"))]
             raise TypeError(
                 f"{type(self).__name__}() got an unknown argument {unknown[0]!r}{did_you_mean(unknown[0], known)}"
             )
-        if "max_cycles" in overrides:  # PettingZoo's name for the step budget
-            if "max_steps" in overrides:
-                raise ConfigError("max_cycles is PettingZoo's name for max_steps: pass one of them, not both")
-            overrides["max_steps"] = overrides.pop("max_cycles")
         # a copy: the caller's config is never changed, whether the overrides are accepted or not
         config = replace(config or SearchEnvConfig(), **overrides)
         config.validate(self.min_steps)
@@ -428,6 +430,7 @@ class SearchEnv(AECEnv):
         self.terminations = {agent: False for agent in self.agents}
         self.truncations = {agent: False for agent in self.agents}
         self.infos = {agent: {} for agent in self.agents}
+        self.final_rewards: dict[str, float] = {}
 
         self.env_step = 0
         self.counters = Counters()
@@ -827,6 +830,8 @@ class SearchEnv(AECEnv):
                 self.rewards[agent] = reward_parts["searchers"].get(agent, 0.0)
             self.terminations[agent] = True
             self.infos[agent] = {**self._info(agent), "reward_parts": reward_parts, "counters": self.record["counters"]}
+        # ``rewards`` loses each agent as it leaves (PettingZoo's rule); this stays until the next reset
+        self.final_rewards = dict(self.rewards)
         self._accumulate_rewards()
         self.agent_selection = self.agents[0]
 

@@ -24,11 +24,19 @@ allows only ``<answer>`` (its observation says so and ``action_mask`` masks ``se
 output is the candidate even when it fails the format. A format failure gets feedback and the
 episode continues under the budget, as a Searcher's does.
 
+The budget counts environment steps, in which only the scheduled agents act, so it is not
+PettingZoo's ``max_cycles`` (every agent that many turns, which its ``max_cycles_test`` checks):
+``max_cycles`` is refused, naming ``max_steps``.
+
 Rewards (at the end; parts in ``infos["solver"]["reward_parts"]``): R_solver = c, the exact match
 of its answer (0 without one), or -1 after any format failure in the call (``maopd.envs.rewards.
 solver_reward``). The record (envs/records.py) keeps the team records' fields: the answer is the
 one candidate, ``rewards`` holds ``em`` and ``solver`` beside the team roles' empty entries, and
 ``calls`` holds one call of role ``solver``.
+
+Each agent's reward comes with ``env.last()`` at its last turn (sum ``last()``'s rewards per
+agent, PettingZoo's way); ``env.rewards`` empties as the agents leave, ``env.unwrapped.final_rewards``
+keeps every agent's until the next ``reset``.
 
 ``observation_space(agent).contains`` holds for any Unicode history. ``action_mask`` (alias ``action_kinds``) orders
 ``("search", "report", "delegate", "select", "answer")``.
@@ -38,7 +46,8 @@ Version History
 * v1 (commit 3abcc2b): the role prompts name each action tag by its opening tag alone, with no
   complete tag and no ``<information>`` block, so what an agent sees changed. Added since, with no
   version bump: ``state()``/``state_space``, the observation's ``action_mask`` (``action_kinds``
-  kept as an alias) and ``max_cycles``; the module installs as ``maopd.envs.single_search_v1``.
+  kept as an alias), ``final_rewards``, and ``max_cycles`` as an alias of ``max_steps``, since refused;
+  the module installs as ``maopd.envs.single_search_v1``.
 * v0 (commit b314268): initial release as ``single_search_v0``, the Search-R1-style baseline with
   the role ``solver``.
 """

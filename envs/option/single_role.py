@@ -12,6 +12,9 @@ Answerer mean R_A, Searchers the mean over their assignments of R_S). ``info`` a
 ``reward_parts`` and ``em``. An episode in which the role never acts (a Leader that answers
 without delegating leaves the Searchers nothing to do) is skipped: ``reset`` draws the next
 question from its generator, so it stays seed-deterministic.
+
+``render_mode="ansi"``: ``render()`` returns the episode's transcript so far, every role's actions
+as the text they stand for (the text environment's ``ansi`` rendering).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ MAX_SKIPPED_EPISODES = 100
 
 
 class SingleRoleEnv(gymnasium.Env):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(
         self,
@@ -39,15 +42,19 @@ class SingleRoleEnv(gymnasium.Env):
         *,
         others: Policy,
         menu_size: int = MENU_SIZE,
+        render_mode: str | None = None,
         **env_options: Any,
     ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode={render_mode!r} is invalid; expected one of {self.metadata['render_modes']}")
         if role not in TEAM_ROLES:
             raise ValueError(f"role={role!r} is invalid; expected 'leader', 'searcher' or 'answerer'")
         if role == "leader" and workflow != "hierarchical":
             raise ValueError(f"role='leader' needs workflow='hierarchical', not {workflow!r}")
         self.role = role
         self.others = others
-        self.options: OptionWrapper = option_env(workflow, menu_size, **env_options)
+        self.render_mode = render_mode
+        self.options: OptionWrapper = option_env(workflow, menu_size, render_mode=render_mode, **env_options)
         self.observation_space = self.options.observation_space(self.role)
         self.action_space = self.options.action_space(self.role)
 
@@ -73,6 +80,10 @@ class SingleRoleEnv(gymnasium.Env):
         parts = self.raw.record["rewards"]
         info = {"reward_parts": parts, "em": parts["em"]}
         return self._final_observation(), self._role_reward(parts), True, False, info
+
+    def render(self) -> str | None:
+        """The transcript so far (``render_mode="ansi"``); without a render mode, a warning and None."""
+        return self.raw.render()
 
     def _advance(self) -> bool:
         """Let the other roles act until the learner's role is selected (True) or the episode ends."""

@@ -9,6 +9,15 @@ and a fixed-size numeric observation::
 (the form RLlib's action-masking modules expect). The menus and their item features are
 ``maopd.envs.option.menus``'s; the observation adds global features of the acting agent's situation.
 
+**Flat observations** (``flat_observation=True``): the observation is the ``Box(OBSERVATION_SIZE)``
+vector alone and the mask moves to ``infos[agent]["action_mask"]`` (the other place PettingZoo's
+action-masking convention puts it), so that wrappers written for Box observations, SuperSuit's
+``dtype_v0``, ``pad_observations_v0``, ``frame_stack_v1`` and the like, apply::
+
+    env = supersuit.frame_stack_v1(option_env("hierarchical", flat_observation=True), 4)
+    obs, reward, termination, truncation, info = env.last()
+    action = env.action_space(agent).sample(info["action_mask"])
+
 **Global state** (``state()``, a float32 vector in ``state_space = Box(0, 1, (state_size,))``, on the
 AEC and the parallel environment, for centralised critics): the whole team's situation, which no
 single agent observes. It starts from the text environments' numeric state
@@ -84,26 +93,32 @@ class OptionWrapper(BaseWrapper):
     """An AEC search environment with ``Discrete`` option actions; see the module docstring."""
 
     def __init__(
-        self, env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True, closed_book: ClosedBook | None = None
+        self,
+        env: SearchEnv,
+        menu_size: int = MENU_SIZE,
+        hints: bool = True,
+        closed_book: ClosedBook | None = None,
+        flat_observation: bool = False,
     ):
         super().__init__(env)
         self.hints = hints
         self.closed_book = closed_book
+        self.flat_observation = flat_observation
         if menu_size < 2:
             raise ValueError(f"menu_size={menu_size!r} is invalid: must be at least 2")
         self.menu_size = menu_size
         size = GLOBAL_FEATURES + menu_size * ITEM_FEATURES
-        self._option_observation_space = spaces.Dict(
-            {
-                "observations": spaces.Box(0.0, 1.0, (size,), np.float32),
-                # int8, so that ``action_space.sample(mask=...)`` takes it as it is.
-                "action_mask": spaces.Box(0, 1, (menu_size,), np.int8),
-            }
+        features = spaces.Box(0.0, 1.0, (size,), np.float32)
+        # int8, so that ``action_space.sample(mask=...)`` takes it as it is.
+        mask = spaces.Box(0, 1, (menu_size,), np.int8)
+        self._option_observation_space = (
+            features if flat_observation else spaces.Dict({"observations": features, "action_mask": mask})
         )
         self._option_action_space = spaces.Discrete(menu_size)
         # replaces the text environment's dict state (reached through BaseWrapper's __getattr__)
         self.state_space = spaces.Box(0.0, 1.0, (len(state_names(env.unwrapped)),), np.float32)
         self._menus: dict[tuple[str, int], list[Option]] = {}
+        self._masks: dict[str, np.ndarray] = {}
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._option_observation_space
@@ -113,6 +128,7 @@ class OptionWrapper(BaseWrapper):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self._menus = {}
+        self._masks = {}
         super().reset(seed=seed, options=options)
 
     def menu(self, agent: str) -> list[Option]:
@@ -128,8 +144,32 @@ class OptionWrapper(BaseWrapper):
             )
         return self._menus[key]
 
-    def observe(self, agent: str) -> dict[str, np.ndarray]:
-        return option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size, self.hints)
+    def observe(self, agent: str) -> dict[str, np.ndarray] | np.ndarray:
+        observation = option_observation(self.env.unwrapped, agent, self.menu(agent), self.menu_size, self.hints)
+        return observation["observations"] if self.flat_observation else observation
+
+    @property
+    def infos(self) -> dict[str, dict[str, Any]]:
+        """The environment's infos; with flat observations each live agent's holds its
+        ``action_mask`` too (all zeros while it waits)."""
+        infos = self.env.infos
+        if not self.flat_observation:
+            return infos
+        return {agent: {**info, "action_mask": self.action_mask(agent)} for agent, info in infos.items()}
+
+    def action_mask(self, agent: str) -> np.ndarray:
+        """1 for each option open to ``agent`` now, over ``menu_size`` entries (int8, read-only).
+
+        An unchanged mask is the same array as before, so that two reads of ``infos`` compare equal
+        (``dict ==`` compares arrays by identity first; PettingZoo's api_test compares them)."""
+        mask = np.zeros(self.menu_size, np.int8)
+        mask[: len(self.menu(agent))] = 1
+        previous = self._masks.get(agent)
+        if previous is not None and np.array_equal(previous, mask):
+            return previous
+        mask.setflags(write=False)
+        self._masks[agent] = mask
+        return mask
 
     def state(self) -> np.ndarray:
         """The team's situation as a vector in ``state_space``; see the module docstring."""
@@ -254,8 +294,10 @@ class OptionParallelEnv(SearchParallelEnv):
     """The parallel API over ``OptionWrapper``: one ``step`` is one environment step; ``state()``
     and ``state_space`` are the wrapper's."""
 
-    def __init__(self, aec_env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True):
-        super().__init__(OptionWrapper(aec_env, menu_size, hints))
+    def __init__(
+        self, aec_env: SearchEnv, menu_size: int = MENU_SIZE, hints: bool = True, flat_observation: bool = False
+    ):
+        super().__init__(OptionWrapper(aec_env, menu_size, hints, flat_observation=flat_observation))
 
     @property
     def unwrapped(self) -> SearchEnv:
@@ -270,17 +312,23 @@ def option_env(
     menu_size: int = MENU_SIZE,
     hints: bool = True,
     closed_book: ClosedBook | None = None,
+    flat_observation: bool = False,
     **kwargs: Any,
 ) -> OptionWrapper:
-    """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
-    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints, closed_book)
+    """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``;
+    ``flat_observation``: a Box observation, the mask in ``infos`` (see the module docstring)."""
+    return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints, closed_book, flat_observation)
 
 
 def option_parallel_env(
-    workflow: str = "hierarchical", menu_size: int = MENU_SIZE, hints: bool = True, **kwargs: Any
+    workflow: str = "hierarchical",
+    menu_size: int = MENU_SIZE,
+    hints: bool = True,
+    flat_observation: bool = False,
+    **kwargs: Any,
 ) -> OptionParallelEnv:
     """An option-mode parallel environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
-    return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size, hints)
+    return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size, hints, flat_observation)
 
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:

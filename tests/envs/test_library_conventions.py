@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, state_test
 
-from maopd.base.config import ConfigError
 from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
 from maopd.envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, parse_action
 from maopd.envs.datasets import derived_id
@@ -119,16 +118,41 @@ def test_text_spaces_print_what_they_accept():
     assert action.contains("<search>Zürich</search>")
 
 
-def test_max_cycles_is_pettingzoos_name_for_max_steps():
+def test_max_cycles_is_refused_naming_max_steps():
+    """PettingZoo's max_cycles (every agent that many turns; its max_cycles_test) is not this budget."""
     for module in MODULES:
-        assert make(module, max_cycles=6).unwrapped.max_steps == 6
-    assert make(hierarchical_search_v1, max_cycles=12).unwrapped.max_steps == 12
-    env = hierarchical_search_v1.parallel_env(retriever=RETRIEVER, questions=QUESTIONS, max_cycles=9)
-    assert env.unwrapped.max_steps == 9
-    with pytest.raises(ConfigError, match="not both"):
-        make(cascade_search_v1, max_cycles=4, max_steps=4)
-    with pytest.raises(ConfigError, match="max_steps"):
-        make(hierarchical_search_v1, max_cycles=2)
+        with pytest.raises(TypeError, match="takes no max_cycles: .* pass max_steps"):
+            make(module, max_cycles=6)
+    with pytest.raises(TypeError, match="takes no max_cycles"):
+        hierarchical_search_v1.parallel_env(retriever=RETRIEVER, questions=QUESTIONS, max_cycles=9)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_final_rewards_are_read_the_pettingzoo_way_and_kept_after_the_episode(module):
+    """Each agent's reward comes with ``env.last()`` at its last turn; ``env.rewards`` empties as the
+    agents leave (PettingZoo's rule, which its api_test checks), ``final_rewards`` stays."""
+    from maopd.agents.scripted import scripted_team
+
+    env, team = make(module), scripted_team()
+    env.reset(seed=0)
+    returns: dict[str, float] = {}
+    for agent in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        returns[agent] = returns.get(agent, 0.0) + reward
+        env.step(None if terminated or truncated else team.act([env.turn(agent)])[0])
+    assert env.rewards == {} and env.agents == []
+    assert env.unwrapped.final_rewards == returns and set(returns) == set(env.possible_agents)
+    parts = env.unwrapped.record["rewards"]
+    for agent, value in returns.items():
+        role = env.unwrapped.role_of(agent)
+        if role == "searcher":
+            assert value == parts["searchers"].get(agent, 0.0)
+        elif role == "answerer":
+            assert value == (float(np.mean(parts["answerer"])) if parts["answerer"] else 0.0)
+        else:
+            assert value == parts[role]
+    env.reset(seed=1)
+    assert env.unwrapped.final_rewards == {}
 
 
 def test_a_mistyped_keyword_gets_did_you_mean():

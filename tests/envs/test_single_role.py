@@ -44,3 +44,24 @@ def test_bad_arguments_are_named():
         single_role_env("critic")
     with pytest.raises(ValueError, match="workflow="):
         single_role_env("leader", "cascade")
+
+
+def test_the_ansi_render_mode_returns_the_transcript():
+    import gymnasium
+
+    from maopd.agents.registration import register_envs
+
+    env = single_role_env("searcher", "hierarchical", split="test", render_mode="ansi")
+    check_env(env)  # its render check included
+    register_envs()
+    made = gymnasium.make("maopd/HierarchicalSearcher-v1", split="test", render_mode="ansi")
+    _, info = made.reset(seed=0)
+    before = made.render()
+    assert before.startswith("Question: ") and "leader: <delegate>" in before
+    menu = made.unwrapped.options.menu(info["agent"])
+    made.step(0)
+    after = made.render()
+    assert after.startswith(before) and menu[0].text.split(">")[0] in after  # the learner's choice, as text
+    assert made.metadata["render_modes"] == ["ansi"]
+    with pytest.raises(ValueError, match="render_mode='human' is invalid"):
+        single_role_env("searcher", render_mode="human")
