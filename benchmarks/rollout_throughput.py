@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows = [prompt for prompts, counts, _ in rounds for prompt, n in zip(prompts, counts) for _ in range(n)]
         live = stats["live_row_steps"] / max(stats["decode_steps"], 1)
         tokens, roles = batch.token_batch(continuous.pad_id), batch.role_ids()
-        trainer_rows = teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False)  # the Stage II default
+        trainer_rows = teacher_rows(roles, ("searcher",), kl_in_reward=True, kl_loss=False)  # the Stage II default
         keys = [s.group for s in batch.sequences]  # as the trainer passes them
         teacher_s = time_teacher(teacher, tokens, trainer_rows, keys)
         per_row = max(1, round(generated / len(rows)))
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict:
             Teacher(model, temperature=1.0, max_batch_tokens=16384, share_prefixes=False), tokens
         ),
         "all_rows_no_sharing_s": time_teacher(Teacher(model, temperature=1.0, share_prefixes=False), tokens),
-        "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, True, False, False), keys),
+        "searcher_rows_only_s": time_teacher(teacher, tokens, teacher_rows(roles, ("searcher",), False, False), keys),
         "max_batch_tokens": teacher.max_batch_tokens,
     }
 

@@ -10,15 +10,19 @@ Shapes (see docs/algorithms.md for the full layout):
 * token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs`` (the OPD
   Teacher's), ``reference_logprobs`` (the KL reference's, π_T).
 
-``team_token_advantages`` composes the pieces for a PPO batch. The Searcher's learning signal is
-the estimator registered under ``AdvantageConfig.searcher_signal`` in ``SEARCHER_ESTIMATORS``
-(one signature: ``SearcherInputs -> [N, T]``), so every variant of the paper's Table 3 and Stage I
-are the same code, and a new signal is one decorated function:
+``team_token_advantages`` composes the pieces for a PPO batch. Each role's learning signal is the
+estimator named by its entry of the per-role map (``AdvantageConfig.roles``, the fields
+``advantage.<role>_signal``) in ``ADVANTAGE_ESTIMATORS``: one signature, ``EstimatorInputs -> [N, T]``,
+and a declaration of what it reads (``maopd.training.signals.Needs``: the Teacher's log-probs, the
+outcome Eq. 1 normalises first). The trainer loads and passes exactly what the configured
+estimators declare, so every variant of the paper's Table 3 and Stage I are presets over the map
+(``maopd.training.config``), and a new signal is one decorated function:
 
-* ``"opd"``           Stage II, MultiAgent-OPD: Eq. 5 on every Searcher token;
-* ``"grpo_final_em"`` "w/ outcome-based Searcher RL": Eq. 1 on the team outcome R_EM;
-* ``"grpo_rs"``       Stage I (and Prompted Critic): Eq. 1 on the Searcher's own reward R_S;
-* ``"none"``          "w/o direct Searcher supervision" (pair with ``role_loss_weights``
+* ``"grpo"``          Eq. 1 on the role's own reward (the Leader's R_L, the Answerer's c_ij, ...);
+* ``"opd"``           Eq. 5 on every token of the role (the Searchers of MultiAgent-OPD, Stage II);
+* ``"grpo_final_em"`` Eq. 1 on the team outcome R_EM ("w/ outcome-based Searcher RL");
+* ``"grpo_rs"``       Eq. 1 on the Searchers' reward R_S (Stage I, the Prompted Critic);
+* ``"none"``          no signal ("w/o direct Searcher supervision"; pair with ``role_loss_weights``
                       ``{"searcher": 0}`` in ``PPOLossConfig``).
 
 ``AdvantageConfig.zero_rl`` (a control, off by default) zeroes every token advantage afterwards.
@@ -33,7 +37,7 @@ from typing import Literal
 import torch
 
 from maopd.base.config import ConfigError, check_fields, checked
-from maopd.envs.actions import ANSWERER, LEADER, SEARCHER, SOLVER
+from maopd.envs.actions import ROLE_IDS, ROLES
 from maopd.training.losses import (
     check_finite,
     check_plugin_output,
@@ -41,15 +45,19 @@ from maopd.training.losses import (
     kl_estimate,
     lookup,
     masked_where,
-    registry_decorator,
 )
+from maopd.training.signals import Declared, Needs, needs_registry_decorator
 from maopd.training.token_scoring import TokenBatch
 
 GRPO_EPS = 1e-6
 OPD_BETA = 0.01
 KL_IN_REWARD_COEF = 1e-3
-# The Searcher outcome that Eq. 1 normalises for each outcome-based signal (team_token_advantages).
-SEARCHER_OUTCOMES = {"grpo_final_em": "final_em", "grpo_rs": "searcher_rewards"}
+# What an estimator may declare as its outcome (Needs.outcome): the role's own reward, the team
+# outcome R_EM, or the Searchers' reward R_S; each names the rewards argument of team_token_advantages
+# it reads ("own": "<role>_rewards").
+OUTCOMES = ("own", "final_em", "searcher_rewards")
+# The roles whose rewards carry the KL-in-reward penalty (paper, Stage II: the Leader and the Answerer).
+KL_IN_REWARD_ROLES = ("leader", "answerer")
 
 
 def grpo_advantages(
@@ -107,9 +115,10 @@ def opd_advantages(
     return masked_where(mask, beta * log_ratio)
 
 
-def searcher_token_mask(role_ids: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """M_t of Eq. 4-5: generated tokens of Searcher sequences (passages and padding excluded)."""
-    return response_mask.bool() & (role_ids == SEARCHER)[:, None]
+def role_token_mask(role_ids: torch.Tensor, response_mask: torch.Tensor, role: str) -> torch.Tensor:
+    """Generated tokens of ``role``'s sequences (prompts, passages and padding excluded); for the
+    Searcher, M_t of Eq. 4-5."""
+    return response_mask.bool() & (role_ids == ROLE_IDS[role])[:, None]
 
 
 def sequence_kl(
@@ -130,13 +139,17 @@ def sum_into_groups(values: torch.Tensor, group_index: torch.Tensor, num_groups:
 
 
 @dataclass(frozen=True)
-class SearcherInputs:
-    """What a Searcher estimator reads: the batch's token tensors and the config.
+class EstimatorInputs:
+    """What an advantage estimator reads for one role: the batch's token tensors and the config.
 
-    ``sequence_advantages`` [N] holds, on Searcher calls, the GRPO advantage of the Searcher
-    outcome named by ``SEARCHER_OUTCOMES`` (0 for a signal without one).
+    ``role`` names the role whose tokens it gives advantages (``mask``); rows of other roles are
+    ignored. ``teacher_logprobs`` [N, T] are the Teacher's when the estimator declared
+    ``Needs(teacher=True)`` (finite on the role's tokens), else None. ``sequence_advantages`` [N]
+    holds, on the role's calls, Eq. 1's advantage of the outcome it declared (0 elsewhere, and
+    everywhere for an estimator without one).
     """
 
+    role: str
     role_ids: torch.Tensor
     response_mask: torch.Tensor
     old_logprobs: torch.Tensor
@@ -144,85 +157,126 @@ class SearcherInputs:
     sequence_advantages: torch.Tensor
     config: AdvantageConfig
 
-
-SearcherEstimator = Callable[[SearcherInputs], torch.Tensor]
-SEARCHER_ESTIMATORS: dict[str, SearcherEstimator] = {}
-register_searcher_estimator = registry_decorator(SEARCHER_ESTIMATORS, "searcher estimator")
-
-
-def get_searcher_estimator(name: str) -> SearcherEstimator:
-    return lookup(SEARCHER_ESTIMATORS, "searcher estimator", name)
+    @property
+    def mask(self) -> torch.Tensor:
+        """[N, T] bool: the role's generated tokens."""
+        return role_token_mask(self.role_ids, self.response_mask, self.role)
 
 
-@register_searcher_estimator("opd")
-def opd_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
-    """Eq. 5 on every Searcher token (MultiAgent-OPD, Stage II)."""
-    mask = searcher_token_mask(inputs.role_ids, inputs.response_mask)
-    if not bool(mask.any()):
-        return torch.zeros(inputs.response_mask.shape, device=inputs.response_mask.device)
-    if inputs.teacher_logprobs is None:
-        raise ValueError("searcher_signal 'opd' needs teacher_logprobs")
-    check_finite("teacher_logprobs", inputs.teacher_logprobs, role_ids=inputs.role_ids, mask=mask)
-    check_finite("old_logprobs", inputs.old_logprobs, role_ids=inputs.role_ids, mask=mask)
+AdvantageEstimator = Callable[[EstimatorInputs], torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, Declared] = {}
+_register = needs_registry_decorator(ADVANTAGE_ESTIMATORS, "advantage estimator")
+
+
+def register_advantage_estimator(name: str, needs: Needs = Needs()):
+    """``@register_advantage_estimator(name, Needs(...))``: a role's learning signal, an
+    ``AdvantageEstimator``, selectable as ``advantage.<role>_signal: name``."""
+    if needs.outcome not in (None, *OUTCOMES):
+        raise ValueError(
+            f"advantage estimator {name!r}: outcome must be None or one of {OUTCOMES}, got {needs.outcome!r}"
+        )
+    return _register(name, needs)
+
+
+def get_advantage_estimator(name: str) -> Declared:
+    """The estimator registered as ``name`` (call it; ``.needs`` is its declaration)."""
+    return lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
+
+
+def outcome_argument(role: str, needs: Needs) -> str | None:
+    """The rewards argument of ``team_token_advantages`` that Eq. 1 normalises for an estimator of
+    ``role`` declaring ``needs`` (None: no outcome)."""
+    return f"{role}_rewards" if needs.outcome == "own" else needs.outcome
+
+
+@register_advantage_estimator("opd", Needs(teacher=True))
+def opd_role_advantages(inputs: EstimatorInputs) -> torch.Tensor:
+    """Eq. 5 on every token of the role: β·log(π_T/π_old) (MultiAgent-OPD's Searchers, Stage II)."""
+    check_finite("old_logprobs", inputs.old_logprobs, role_ids=inputs.role_ids, mask=inputs.mask)
     return opd_advantages(
         inputs.teacher_logprobs,
         inputs.old_logprobs,
-        mask,
+        inputs.mask,
         beta=inputs.config.opd_beta,
         log_ratio_clamp=inputs.config.opd_log_ratio_clamp,
     )
 
 
-@register_searcher_estimator("grpo_final_em")
-@register_searcher_estimator("grpo_rs")
-def outcome_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
-    """Eq. 1 on a Searcher outcome (R_EM or R_S), broadcast over the call's tokens (Eq. 7)."""
+@register_advantage_estimator("grpo", Needs(outcome="own"))
+@register_advantage_estimator("grpo_final_em", Needs(outcome="final_em"))
+@register_advantage_estimator("grpo_rs", Needs(outcome="searcher_rewards"))
+def outcome_advantages(inputs: EstimatorInputs) -> torch.Tensor:
+    """Eq. 1 on the declared outcome, broadcast over the call's tokens (Eq. 7): ``grpo`` on the
+    role's own reward (trajectory-level Â_L,i for the Leader, candidate-level Â_A,i,j for the
+    Answerer), ``grpo_final_em`` on R_EM, ``grpo_rs`` on R_S (on a Searcher, the same as ``grpo``)."""
     return inputs.sequence_advantages.float()[:, None].expand_as(inputs.response_mask)
 
 
-@register_searcher_estimator("none")
-def no_searcher_advantages(inputs: SearcherInputs) -> torch.Tensor:
-    """No Searcher signal ("w/o direct Searcher supervision")."""
+@register_advantage_estimator("none")
+def no_advantages(inputs: EstimatorInputs) -> torch.Tensor:
+    """No signal ("w/o direct Searcher supervision")."""
     return torch.zeros(inputs.response_mask.shape, device=inputs.response_mask.device)
 
 
 def assign_token_advantages(
-    role_ids: torch.Tensor,
-    response_mask: torch.Tensor,
-    sequence_advantages: torch.Tensor,
-    searcher_advantages: torch.Tensor,
+    role_ids: torch.Tensor, response_mask: torch.Tensor, role_advantages: dict[str, torch.Tensor]
 ) -> torch.Tensor:
     """Eq. 7: each token gets the advantage of the role that generated it. [N, T].
 
-    Leader and Answerer tokens take their sequence's GRPO advantage (trajectory-level for the
-    Leader, candidate-level for the Answerer, already resolved in ``sequence_advantages`` [N]).
-    Searcher tokens take ``searcher_advantages`` [N, T], the output of the Searcher estimator.
-    Tokens outside ``response_mask`` get 0.
+    ``role_advantages`` maps a role to its estimator's [N, T] output, of which the role's rows are
+    read; a role missing from it, and every token outside ``response_mask``, gets 0.
     """
-    num_sequences, num_tokens = response_mask.shape
-    check_role_ids(role_ids, num_sequences)
-    if sequence_advantages.shape != (num_sequences,):
-        raise ValueError(
-            f"sequence_advantages must have shape [{num_sequences}], got {list(sequence_advantages.shape)}"
-        )
-    if searcher_advantages.shape != response_mask.shape:
-        raise ValueError(
-            f"searcher_advantages must have shape {list(response_mask.shape)}, got {list(searcher_advantages.shape)}"
-        )
-    broadcast = sequence_advantages.float()[:, None].expand(-1, num_tokens)
-    is_searcher = (role_ids == SEARCHER)[:, None]
-    return masked_where(response_mask, torch.where(is_searcher, searcher_advantages.float(), broadcast))
+    check_role_ids(role_ids, response_mask.shape[0])
+    assigned = torch.zeros(response_mask.shape, dtype=torch.float32, device=response_mask.device)
+    for role, values in role_advantages.items():
+        if values.shape != response_mask.shape:
+            raise ValueError(
+                f"the {role} advantages must have shape {list(response_mask.shape)}, got {list(values.shape)}"
+            )
+        assigned = torch.where((role_ids == ROLE_IDS[role])[:, None], values.float(), assigned)
+    return masked_where(response_mask, assigned)
+
+
+# The per-role map's defaults: MultiAgent-OPD's Stage II (paper, Eq. 7), the Leader and the Answerer
+# learning by GRPO on their own rewards (Eq. 1), the Searchers by on-policy distillation (Eq. 5). Stage I
+# and the variants are presets over the map (maopd.training.config.STAGE_SETTINGS, VARIANT_SETTINGS).
+DEFAULT_SIGNALS = {"leader": "grpo", "searcher": "opd", "answerer": "grpo", "solver": "grpo"}
+_ESTIMATORS_HELP = (
+    "a key of ADVANTAGE_ESTIMATORS: grpo (Eq. 1 on the role's own reward), opd (Eq. 5, distilled from the "
+    "Teacher), grpo_final_em (Eq. 1 on the team outcome R_EM), grpo_rs (Eq. 1 on the Searchers' reward R_S) or "
+    "none; plug-ins may register more."
+)
+
+
+def _signal_field(role: str, help: str, record_default: bool = False):
+    """The ``<role>_signal`` field, by default ``DEFAULT_SIGNALS[role]`` (read when a config is
+    built, so that the table is the one place the defaults are named)."""
+    return checked(
+        default_factory=lambda: DEFAULT_SIGNALS[role],
+        help=f"{help}, {_ESTIMATORS_HELP}",
+        record_default=record_default,
+    )
 
 
 @dataclass
 class AdvantageConfig:
-    """How token advantages are built; see docs/algorithms.md."""
+    """How token advantages are built; see docs/algorithms.md.
 
-    searcher_signal: str = checked(
-        "opd",
-        help="The Searchers' learning signal, a key of SEARCHER_ESTIMATORS: opd (Eq. 5, distilled from the "
-        "Teacher), grpo_final_em (Eq. 1 on the team outcome R_EM), grpo_rs (Eq. 1 on the Searcher's own reward "
-        "R_S) or none (no Searcher signal); plug-ins may register more.",
+    The ``<role>_signal`` fields are the per-role map (``roles``): each names the estimator that
+    gives the role's tokens their advantages. ``searcher_signal`` is written in every run record;
+    the other roles', added later, only where they differ from their default, so that the record
+    of a run that leaves them alone is the file it was before they existed.
+    """
+
+    leader_signal: str = _signal_field("leader", "The Leader's learning signal (default grpo: Eq. 1 on R_L, Eq. 6)")
+    searcher_signal: str = _signal_field(
+        "searcher", "The Searchers' learning signal (default opd: Eq. 5, distilled from the Teacher)", True
+    )
+    answerer_signal: str = _signal_field(
+        "answerer", "The Answerer's learning signal (default grpo: Eq. 1 on c_ij over its workflow's candidates)"
+    )
+    solver_signal: str = _signal_field(
+        "solver", "The single agent's learning signal, stage single (default grpo: Eq. 1 on its outcome, as Search-R1)"
     )
     opd_beta: float = checked(
         OPD_BETA, ge=0, help="β of Eq. 5: the OPD advantage of a Searcher token is β·log(π_T/π_old)."
@@ -258,11 +312,21 @@ class AdvantageConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.searcher_signal not in SEARCHER_ESTIMATORS:
-            raise ConfigError(f"searcher_signal: {self.searcher_signal!r} is not one of {sorted(SEARCHER_ESTIMATORS)}")
+        for role, name in self.roles.items():
+            if name not in ADVANTAGE_ESTIMATORS:
+                raise ConfigError(f"{role}_signal: {name!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}")
         check_fields(self)
         if not isinstance(self.zero_rl, bool):
             raise ConfigError(f"zero_rl: must be true or false, got {self.zero_rl!r}")
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """The per-role map: each role's estimator, by name."""
+        return {role: getattr(self, f"{role}_signal") for role in ROLES}
+
+    def needs(self, role: str) -> Needs:
+        """What ``role``'s estimator declared it needs."""
+        return ADVANTAGE_ESTIMATORS[self.roles[role]].needs
 
 
 @dataclass
@@ -270,7 +334,7 @@ class TeamAdvantages:
     """Output of ``team_token_advantages``; the extra tensors are for logging."""
 
     token_advantages: torch.Tensor  # [N, T], Eq. 7
-    sequence_advantages: torch.Tensor  # [N], GRPO part (0 for Searchers without an outcome signal)
+    sequence_advantages: torch.Tensor  # [N], GRPO part (0 on the calls of a role whose estimator has no outcome)
     group_advantages: dict[str, torch.Tensor]  # role → [B, G] or [B, G, n]
     shaped_rewards: dict[str, torch.Tensor]  # role → rewards after the KL-in-reward penalty
 
@@ -292,6 +356,11 @@ def _check_index(name: str, index: torch.Tensor, size: int, role: str) -> None:
         raise ValueError(f"{name} of the {role} sequences must lie in 0..{size - 1}")
 
 
+def role_rows(role_ids: torch.Tensor, roles: tuple[str, ...] | list[str]) -> torch.Tensor:
+    """[N] bool: the sequences of any of ``roles``."""
+    return torch.isin(role_ids, torch.tensor([ROLE_IDS[role] for role in roles], dtype=role_ids.dtype))
+
+
 def team_token_advantages(
     *,
     role_ids: torch.Tensor,
@@ -310,21 +379,22 @@ def team_token_advantages(
     config: AdvantageConfig | None = None,
     reference_logprobs: torch.Tensor | None = None,
 ) -> TeamAdvantages:
-    """Token advantages of a team PPO batch: KL-in-reward, Eq. 1 per role, Eq. 5, Eq. 7.
+    """Token advantages of a team PPO batch: KL-in-reward, then for each role Eq. 1 on the outcome
+    its estimator declares and the estimator itself (Eq. 1 or Eq. 5 in the paper), then Eq. 7.
 
-    ``teacher_logprobs`` are the OPD Teacher's (Eq. 5, Searcher rows); ``reference_logprobs`` the
-    KL reference's (the KL-in-reward, Leader and Answerer rows), None when one model is both, as π_T
-    is in the paper: then the KL reads ``teacher_logprobs``.
+    ``teacher_logprobs`` are the Teacher's, on the rows of the roles whose estimator declares
+    ``Needs(teacher=True)`` (the Searchers' Eq. 5 in the paper); only those estimators receive them.
+    ``reference_logprobs`` are the KL reference's (the KL-in-reward, Leader and Answerer rows), None
+    when one model is both, as π_T is in the paper: then the KL reads ``teacher_logprobs``.
 
-    ``leader_rewards`` [B, G] (R_L, Eq. 6), ``answerer_rewards`` [B, G, n] (c_ij),
-    ``searcher_rewards`` [B, G] (R_S; for ``"grpo_rs"``), ``final_em`` [B, G] (R_EM; for
-    ``"grpo_final_em"``), ``solver_rewards`` [B, G] (R_solver of the single-agent baseline: its
-    tokens get Eq. 1 on it, as Search-R1 trains its agent with GRPO on the outcome, and no
-    KL-in-reward, since no Teacher exists for it). A role's rewards may be None when the batch has no sequence of it
-    (e.g. no Leader in Stage I). ``trajectory_mask`` [B, G] / ``candidate_mask`` [B, G, n] drop
-    entries from the GRPO statistics. ``candidate_index`` is read for Answerer sequences only.
-    The KL penalty of trajectory i's Leader reward sums the KL of all its Leader calls; that of
-    candidate (i, j) is the KL of the Answerer call that produced it.
+    The rewards an outcome names: ``leader_rewards`` [B, G] (R_L, Eq. 6), ``answerer_rewards``
+    [B, G, n] (c_ij; Eq. 1 over the n candidates), ``searcher_rewards`` [B, G] (R_S),
+    ``final_em`` [B, G] (R_EM), ``solver_rewards`` [B, G] (R_solver of the single-agent baseline,
+    without KL-in-reward, since no Teacher exists for it). Rewards may be None when the batch has
+    no sequence of a role reading them (e.g. no Leader in Stage I). ``trajectory_mask`` [B, G] /
+    ``candidate_mask`` [B, G, n] drop entries from the GRPO statistics. ``candidate_index`` is read
+    for the Answerer's own rewards only. The KL penalty of trajectory i's Leader reward sums the KL
+    of all its Leader calls; that of candidate (i, j) is the KL of the Answerer call that produced it.
     """
     config = config or AdvantageConfig()
     num_sequences = response_mask.shape[0]
@@ -332,23 +402,17 @@ def team_token_advantages(
     for name, tensor in (("traj_index", traj_index), ("candidate_index", candidate_index)):
         if tensor.shape != (num_sequences,):
             raise ValueError(f"{name} must have shape [{num_sequences}], got {list(tensor.shape)}")
-    signal = config.searcher_signal
-    outcomes = {"final_em": final_em, "searcher_rewards": searcher_rewards}
-    # role → (rewards, flat index of each sequence's reward slot, GRPO valid mask)
-    groups_in: dict[str, tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]] = {
-        "leader": (leader_rewards, traj_index, trajectory_mask),
-        "answerer": (
-            answerer_rewards,
-            traj_index * (answerer_rewards.shape[-1] if answerer_rewards is not None else 1) + candidate_index,
-            candidate_mask,
-        ),
-        "solver": (solver_rewards, traj_index, trajectory_mask),
+    rewards_in = {
+        "leader_rewards": leader_rewards,
+        "searcher_rewards": searcher_rewards,
+        "answerer_rewards": answerer_rewards,
+        "solver_rewards": solver_rewards,
+        "final_em": final_em,
     }
-    if signal in SEARCHER_OUTCOMES:
-        groups_in["searcher"] = (outcomes[SEARCHER_OUTCOMES[signal]], traj_index, trajectory_mask)
-    role_of = {"leader": LEADER, "searcher": SEARCHER, "answerer": ANSWERER, "solver": SOLVER}
+    num_candidates = answerer_rewards.shape[-1] if answerer_rewards is not None else 1
 
-    use_kl = config.kl_in_reward_coef > 0 and bool(((role_ids == LEADER) | (role_ids == ANSWERER)).any())
+    penalized_rows = role_rows(role_ids, KL_IN_REWARD_ROLES)
+    use_kl = config.kl_in_reward_coef > 0 and bool(penalized_rows.any())
     reference, reference_name = (teacher_logprobs, "teacher_logprobs")
     if reference_logprobs is not None:
         reference, reference_name = (reference_logprobs, "reference_logprobs")
@@ -356,7 +420,7 @@ def team_token_advantages(
         raise ValueError("kl_in_reward_coef > 0 needs the KL reference's log-probs; set it to 0 without a Teacher")
     seq_kl = None
     if use_kl:
-        penalized = response_mask.bool() & ((role_ids == LEADER) | (role_ids == ANSWERER))[:, None]
+        penalized = response_mask.bool() & penalized_rows[:, None]
         check_finite(reference_name, reference, role_ids=role_ids, mask=penalized)
         check_finite("old_logprobs", old_logprobs, role_ids=role_ids, mask=penalized)
         seq_kl = sequence_kl(old_logprobs, reference, response_mask, config.kl_in_reward_estimator)
@@ -364,32 +428,47 @@ def team_token_advantages(
     sequence_advantages = torch.zeros(num_sequences, dtype=torch.float32, device=response_mask.device)
     shaped: dict[str, torch.Tensor] = {}
     groups: dict[str, torch.Tensor] = {}
-    for name, (rewards, flat_index, valid) in groups_in.items():
-        selected = role_ids == role_of[name]
-        if rewards is None:
-            if bool(selected.any()):
-                needed = SEARCHER_OUTCOMES[signal] if name == "searcher" else f"{name}_rewards"
-                raise ValueError(f"the batch has {name} sequences but {needed} is None")
+    role_advantages: dict[str, torch.Tensor] = {}
+    for role, name in config.roles.items():
+        estimator = get_advantage_estimator(name)
+        needs = estimator.needs
+        selected = role_ids == ROLE_IDS[role]
+        argument = outcome_argument(role, needs)
+        rewards = rewards_in[argument] if argument is not None else None
+        if argument is not None and rewards is None and bool(selected.any()):
+            raise ValueError(f"the batch has {role} sequences but {argument} is None")
+        if rewards is not None:
+            per_candidate = argument == "answerer_rewards"  # the only [B, G, n] rewards: c_ij
+            flat_index = traj_index * num_candidates + candidate_index if per_candidate else traj_index
+            num_trajectories = rewards.numel() // (num_candidates if per_candidate else 1)
+            _check_index("traj_index", traj_index[selected], num_trajectories, role)
+            if per_candidate:
+                _check_index("candidate_index", candidate_index[selected], num_candidates, role)
+            rewards = rewards.float()
+            if seq_kl is not None and needs.outcome == "own" and role in KL_IN_REWARD_ROLES:
+                rewards = _kl_shaped_rewards(rewards, seq_kl, selected, flat_index, config.kl_in_reward_coef)
+            check_finite(f"{role} rewards", rewards, role=role)
+            valid = candidate_mask if per_candidate else trajectory_mask
+            advantages = grpo_advantages(rewards, valid, eps=config.grpo_eps, unbiased_std=config.grpo_unbiased_std)
+            shaped[role], groups[role] = rewards, advantages
+            sequence_advantages[selected] = advantages.reshape(-1)[flat_index[selected]]
+        tokens = role_token_mask(role_ids, response_mask, role)
+        if not bool(tokens.any()):
             continue
-        num_trajectories = rewards.numel() // (rewards.shape[-1] if name == "answerer" else 1)
-        _check_index("traj_index", traj_index[selected], num_trajectories, name)
-        if name == "answerer":
-            _check_index("candidate_index", candidate_index[selected], rewards.shape[-1], name)
-        rewards = rewards.float()
-        if seq_kl is not None and name in ("leader", "answerer"):  # the KL-in-reward is theirs only
-            rewards = _kl_shaped_rewards(rewards, seq_kl, selected, flat_index, config.kl_in_reward_coef)
-        check_finite(f"{name} rewards", rewards, role=name)
-        advantages = grpo_advantages(rewards, valid, eps=config.grpo_eps, unbiased_std=config.grpo_unbiased_std)
-        shaped[name], groups[name] = rewards, advantages
-        sequence_advantages[selected] = advantages.reshape(-1)[flat_index[selected]]
-
-    searcher = get_searcher_estimator(signal)(
-        SearcherInputs(role_ids, response_mask, old_logprobs, teacher_logprobs, sequence_advantages, config)
-    )
-    searcher_tokens = searcher_token_mask(role_ids, response_mask)
-    shape = tuple(response_mask.shape)
-    check_plugin_output("searcher estimator", signal, "the Searcher tokens", searcher, shape, searcher_tokens)
-    token_advantages = assign_token_advantages(role_ids, response_mask, sequence_advantages, searcher)
+        teacher = None
+        if needs.teacher:  # handed only to an estimator that declares it reads the Teacher
+            if teacher_logprobs is None:
+                raise ValueError(f"advantage estimator {name!r} of the {role} tokens needs teacher_logprobs")
+            check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=tokens)
+            teacher = teacher_logprobs
+        inputs = EstimatorInputs(
+            role, role_ids, response_mask, old_logprobs, teacher, masked_where(selected, sequence_advantages), config
+        )
+        values = estimator(inputs)
+        what = f"the {role} tokens"
+        check_plugin_output("advantage estimator", name, what, values, tuple(response_mask.shape), tokens)
+        role_advantages[role] = values
+    token_advantages = assign_token_advantages(role_ids, response_mask, role_advantages)
     check_finite("token advantages", token_advantages, role_ids=role_ids, mask=response_mask)
     if config.zero_rl:
         token_advantages = torch.zeros_like(token_advantages)

@@ -14,6 +14,11 @@ included). Values come in layers, each overriding the one before:
 Because a file overrides a variant, preset files leave the fields variants control
 (``advantage.searcher_signal``, ``advantage.kl_in_reward_coef``, ``teacher.source``,
 ``teacher.reference``, ``ppo.role_loss_weights``, ``searcher_reward``) to the stage and variant layers.
+
+Stages and variants are presets over the per-role map of learning signals (``advantage.<role>_signal``,
+``maopd.training.advantages.AdvantageConfig.roles``): each sets entries of the map by name, and what
+the trainer loads follows from what the chosen estimators declare (``TrainConfig.signal_needs``),
+never from their names.
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ from maopd.envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from maopd.envs.policy import SamplingSettings
 from maopd.envs.search_env import SearchEnvConfig
 from maopd.envs.single_search_v1 import raw_env as SingleEnv
-from maopd.envs.workflows import env_module
-from maopd.training.advantages import AdvantageConfig
+from maopd.envs.workflows import WORKFLOW_ROLES, env_module
+from maopd.training.advantages import ADVANTAGE_ESTIMATORS, AdvantageConfig, outcome_argument
 from maopd.training.distributed import DistributedConfig
 from maopd.training.losses import PPOLossConfig
+from maopd.training.signals import Needs
 
 # "single": not a stage of the paper's method but the Search-R1-style baseline it is compared
 # with, one solver trained with GRPO on its outcome (envs/single_search_v1.py); a stage name,
@@ -350,6 +356,15 @@ class TrainConfig:
         """The workflow the stage trains (``maopd.envs.workflows``)."""
         return STAGE_WORKFLOWS[self.stage]
 
+    def signal_needs(self) -> dict[str, Needs]:
+        """What the estimator of each role of the stage's workflow declared it needs."""
+        return {role: self.advantage.needs(role) for role in WORKFLOW_ROLES[self.workflow]}
+
+    @property
+    def teacher_roles(self) -> tuple[str, ...]:
+        """The roles whose estimator reads the Teacher: the Teacher is loaded for them and scores their rows."""
+        return tuple(role for role, needs in self.signal_needs().items() if needs.teacher)
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -373,10 +388,13 @@ class TrainConfig:
             self._validate_single()
         if self.rollout.engine == "vllm":
             self._validate_vllm()
-        signal = self.advantage.searcher_signal
         has_teacher = self.teacher.source != "none"
-        if signal == "opd" and not has_teacher:
-            raise ConfigError("teacher.source: searcher_signal 'opd' needs a Teacher ('checkpoint' or 'base_model')")
+        if self.teacher_roles and not has_teacher:
+            role = self.teacher_roles[0]
+            raise ConfigError(
+                f"teacher.source: advantage.{role}_signal {self.advantage.roles[role]!r} needs a Teacher "
+                "('checkpoint' or 'base_model')"
+            )
         if self.advantage.kl_in_reward_coef > 0 and not has_teacher:
             raise ConfigError(
                 "advantage.kl_in_reward_coef: the KL penalty needs a Teacher; set it to 0 or set teacher.source"
@@ -391,8 +409,23 @@ class TrainConfig:
                 "teacher.path: teacher.reference 'checkpoint' (the KL reference π_T) needs the Stage I run or "
                 "model directory; or set teacher.reference: base_model"
             )
-        if self.searcher_reward == "critic" and signal != "grpo_rs":
-            raise ConfigError("advantage.searcher_signal: searcher_reward 'critic' is used through 'grpo_rs'")
+        self._validate_critic()
+
+    def _validate_critic(self) -> None:
+        """The Prompted Critic replaces R_S, so some role's estimator must read R_S (``searcher_rewards``)."""
+        if self.searcher_reward != "critic":
+            return
+        outcomes = {outcome_argument(role, needs) for role, needs in self.signal_needs().items()}
+        if "searcher_rewards" not in outcomes:
+            readers = sorted(
+                name
+                for name, estimator in ADVANTAGE_ESTIMATORS.items()
+                if outcome_argument("searcher", estimator.needs) == "searcher_rewards"
+            )
+            raise ConfigError(
+                "advantage.searcher_signal: searcher_reward 'critic' replaces R_S, which no role's estimator reads; "
+                f"choose one that reads it: {readers}"
+            )
 
     def _validate_vllm(self) -> None:
         """What the vLLM rollout engine needs, checked before any work."""
@@ -432,7 +465,8 @@ class TrainConfig:
             raise ConfigError("searcher_reward: stage 'single' has no Searchers to critique; set it to env")
 
 
-# What the two stages differ in (paper, "Stage I" and "Stage II").
+# What the two stages differ in (paper, "Stage I" and "Stage II"); the Leader and the Answerer keep
+# the map's default, grpo (Eq. 1 on their own rewards), in every stage and variant.
 STAGE_SETTINGS: dict[str, dict[str, Any]] = {
     "stage1": {
         "advantage.searcher_signal": "grpo_rs",  # R_S = 0.9·R_EM + 0.1·b_S, Eq. 1
@@ -448,7 +482,8 @@ STAGE_SETTINGS: dict[str, dict[str, Any]] = {
         "env.num_candidates": 5,
     },
     "single": {
-        # no Searcher: the signal is never read; "none" needs no Teacher
+        # no Searcher: the signal is never read (the solver's is the map's default, grpo, Eq. 1 on its
+        # outcome); set all the same, as it has been in every record of the stage
         "advantage.searcher_signal": "none",
         "advantage.kl_in_reward_coef": 0.0,  # no Teacher
         "teacher.source": "none",
@@ -456,7 +491,7 @@ STAGE_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Table 3 and the Prompted Critic baseline: only the Searcher path changes.
+# Table 3 and the Prompted Critic baseline: only the Searcher's entry of the map and its Teacher change.
 VARIANT_SETTINGS: dict[str, dict[str, Any]] = {
     "full": {},
     # Searchers get Eq. 1 on R_EM instead of OPD; the Leader and Answerer keep their objectives,

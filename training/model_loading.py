@@ -73,11 +73,12 @@ def check_tokenizers_match(student: Any, teacher: Any, teacher_path: str) -> Non
 
 def frozen_sources(config: TrainConfig) -> tuple[str | None, str | None]:
     """Where the Teacher and the KL reference of a stage come from (``"checkpoint"``: ``teacher.path``;
-    ``"base_model"``: π_0), None for a model no loss term reads: the Teacher serves OPD only, the
-    reference the KL-in-reward and the KL loss."""
+    ``"base_model"``: π_0), None for a model nothing reads: the Teacher serves the estimators that
+    declare they read it (``TrainConfig.teacher_roles``; OPD's Searchers in the paper), the reference
+    the KL-in-reward and the KL loss."""
     if config.teacher.source == "none":
         return None, None
-    teacher = config.teacher.source if config.advantage.searcher_signal == "opd" else None
+    teacher = config.teacher.source if config.teacher_roles else None
     has_kl = config.advantage.kl_in_reward_coef > 0 or config.ppo.kl_loss_coef > 0
     return teacher, config.teacher.reference if has_kl else None
 

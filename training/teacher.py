@@ -36,7 +36,8 @@ from maopd.agents.kv_cache import MASK_ATTENTION, attention_implementation
 from maopd.agents.last_layer import is_plain_decoder
 from maopd.agents.prefix_tree import TokenTree, break_even_pack_tokens, pack_token_trees, tree_logprobs
 from maopd.agents.sampling import default_forward_tokens
-from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
+from maopd.envs.actions import ANSWERER, LEADER
+from maopd.training.advantages import role_rows
 from maopd.training.token_scoring import TokenBatch, TokenScores, _check, score_tokens
 
 
@@ -50,16 +51,19 @@ def reference_rows(role_ids: torch.Tensor, kl_in_reward: bool, kl_loss: bool) ->
     return torch.zeros(len(role_ids), dtype=torch.bool)
 
 
-def teacher_rows(role_ids: torch.Tensor, searcher_opd: bool, kl_in_reward: bool, kl_loss: bool) -> torch.Tensor:
-    """The rows a model that is both the OPD Teacher and the KL reference scores: Searchers for OPD
-    and the ``reference_rows``."""
-    return reference_rows(role_ids, kl_in_reward, kl_loss) | (searcher_opd & (role_ids == SEARCHER))
+def teacher_rows(
+    role_ids: torch.Tensor, teacher_roles: Sequence[str], kl_in_reward: bool, kl_loss: bool
+) -> torch.Tensor:
+    """The rows a model that is both the Teacher and the KL reference scores: those of the roles
+    whose estimator reads the Teacher (``teacher_roles``; the Searchers, for OPD) and the
+    ``reference_rows``."""
+    return reference_rows(role_ids, kl_in_reward, kl_loss) | role_rows(role_ids, teacher_roles)
 
 
 @dataclass
 class FrozenScores:
     """The frozen models' log-probs of one batch, each on the rows it scored (0 elsewhere): the
-    Teacher's (``teacher``, None without OPD) and the KL reference's (``reference``, None without a
+    Teacher's (``teacher``, None when no estimator reads it) and the KL reference's (``reference``, None without a
     KL term). When one model is both, both name the same tensor and the same rows."""
 
     teacher: torch.Tensor | None = None
@@ -70,24 +74,31 @@ class FrozenScores:
 
 @dataclass
 class FrozenModels:
-    """The Teacher of the Searchers' OPD (Eq. 5) and the reference of the KL terms; one object when
-    one model is both (``maopd.training.model_loading.load_frozen_models``)."""
+    """The Teacher (of the Searchers' OPD, Eq. 5, in the paper) and the reference of the KL terms;
+    one object when one model is both (``maopd.training.model_loading.load_frozen_models``)."""
 
     teacher: Teacher | None
     reference: Teacher | None
 
     def score(
-        self, batch: TokenBatch, role_ids: torch.Tensor, kl_in_reward: bool, kl_loss: bool, share_keys: Sequence[int]
+        self,
+        batch: TokenBatch,
+        role_ids: torch.Tensor,
+        teacher_roles: Sequence[str],
+        kl_in_reward: bool,
+        kl_loss: bool,
+        share_keys: Sequence[int],
     ) -> FrozenScores:
-        """Each model's log-probs on the rows a step reads from it: the Teacher's on Searcher rows,
-        the reference's on ``reference_rows``; a model that is both scores their union once."""
+        """Each model's log-probs on the rows a step reads from it: the Teacher's on the rows of
+        ``teacher_roles`` (``TrainConfig.teacher_roles``), the reference's on ``reference_rows``; a
+        model that is both scores their union once."""
         if self.teacher is not None and self.teacher is self.reference:
-            rows = teacher_rows(role_ids, True, kl_in_reward, kl_loss)
+            rows = teacher_rows(role_ids, teacher_roles, kl_in_reward, kl_loss)
             logprobs = self.teacher.score(batch, rows=rows, share_keys=share_keys).logprobs.cpu()
             return FrozenScores(logprobs, rows, logprobs, rows)
         scores = FrozenScores()
         if self.teacher is not None:
-            scores.teacher_rows = role_ids == SEARCHER
+            scores.teacher_rows = role_rows(role_ids, teacher_roles)
             scores.teacher = self.teacher.score(batch, rows=scores.teacher_rows, share_keys=share_keys).logprobs.cpu()
         if self.reference is not None:
             scores.reference_rows = reference_rows(role_ids, kl_in_reward, kl_loss)

@@ -10,10 +10,12 @@ One ``Trainer.train_step`` is one training step of the paper (B questions, G tra
    have trajectories that disagree on R_EM);
 3. read the role rewards from the workflow records (``maopd.training.rollout_rewards``): R_EM, R_L
    (Eq. 6), c_ij, R_S (or, for the Prompted Critic, 0.3·R_EM + 0.5·R_judge + 0.2·b_S);
-4. score the sequences a loss reads with the frozen models the config uses: the Teacher (OPD, Eq. 5,
-   on Searcher tokens) and the KL reference π_T (the KL-in-reward penalty on Leader and Answerer
-   tokens), one model when they are the same;
-5. build the token advantages with ``team_token_advantages`` (Eq. 1, 5, 7);
+4. score the sequences a loss reads with the frozen models the config uses: the Teacher (on the
+   rows of the roles whose estimator declares it reads it: OPD's Searchers, Eq. 5) and the KL
+   reference π_T (the KL-in-reward penalty on Leader and Answerer tokens), one model when they are
+   the same;
+5. build the token advantages with ``team_token_advantages``: each role's estimator of the per-role
+   map ``advantage.<role>_signal`` (Eq. 1 or 5), assigned by Eq. 7;
 6. for each of ``optim.minibatches`` minibatches (``optim.epochs`` passes): re-score the tokens
    with gradients, ``ppo_loss``, backward (accumulated over micro-batches), clip, AdamW step;
 7. with the vLLM engine: put the new weights into it, and check that it serves them.
@@ -359,6 +361,7 @@ class Trainer:
             frozen = self.frozen.score(
                 tokens,
                 role_ids,
+                self.config.teacher_roles,
                 kl_in_reward=self.config.advantage.kl_in_reward_coef > 0,
                 kl_loss=self.config.ppo.kl_loss_coef > 0,
                 share_keys=[s.group for s in batch.sequences],

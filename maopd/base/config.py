@@ -13,6 +13,11 @@ back, as ``maopd config show --explain`` prints it.
 A renamed field keeps loading under its old name: the dataclass lists it in a class attribute
 ``RENAMED = {"old": "new"}``, and ``from_dict`` and ``check_partial`` read the old key as the new
 one, so configs and run records written before the rename still load (and compare equal).
+
+A field added after run records were written may be declared ``checked(..., record_default=False)``:
+the record (``to_record``, what ``save_yaml`` writes) leaves it out while it holds its default, so a
+run that leaves it alone writes the record it wrote before the field existed (and compares equal);
+loading such a record gives the field its default.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class Constraint:
 
 CONSTRAINT = "constraint"  # the metadata key of a field's Constraint
 HELP = "help"  # the metadata key of a field's help text
+UNRECORDED_DEFAULT = "unrecorded_default"  # the metadata key of ``record_default=False``
 
 
 def checked(
@@ -122,15 +128,19 @@ def checked(
     what: str = "",
     note: str = "",
     help: str = "",
+    record_default: bool = True,
     metadata: dict[str, Any] | None = None,
 ) -> Any:
     """A dataclass field with its ``Constraint``, which ``check_fields`` checks, its ``help`` text
-    (what the setting does, for a user reading ``maopd config show --explain``), and any other ``metadata``."""
+    (what the setting does, for a user reading ``maopd config show --explain``), and any other ``metadata``.
+    ``record_default=False``: ``to_record`` leaves the field out while it holds its default (see the
+    module docstring)."""
     constraint = Constraint(ge, gt, le, lt, None if choices is None else tuple(choices), null, what, note)
+    unrecorded = {} if record_default else {UNRECORDED_DEFAULT: True}
     return dataclasses.field(
         default=default,
         default_factory=default_factory,
-        metadata={**(metadata or {}), CONSTRAINT: constraint, HELP: help},
+        metadata={**(metadata or {}), **unrecorded, CONSTRAINT: constraint, HELP: help},
     )
 
 
@@ -378,12 +388,23 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], ignore: tuple[str, ...
     return lines
 
 
-def to_dict(config: Any) -> dict[str, Any]:
-    """The config as plain, YAML/JSON-serialisable data."""
+def _unrecorded(config: Any, spec: dataclasses.Field) -> bool:
+    """Whether a record leaves field ``spec`` of ``config`` out: declared ``record_default=False``
+    and holding its default."""
+    if not spec.metadata.get(UNRECORDED_DEFAULT):
+        return False
+    default = spec.default if spec.default_factory is dataclasses.MISSING else spec.default_factory()
+    return getattr(config, spec.name) == default
+
+
+def to_dict(config: Any, record: bool = False) -> dict[str, Any]:
+    """The config as plain, YAML/JSON-serialisable data; ``record``: as ``to_record`` writes it,
+    without the fields declared ``record_default=False`` that hold their default."""
 
     def plain(value: Any) -> Any:
         if dataclasses.is_dataclass(value):
-            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            kept = [f for f in dataclasses.fields(value) if not (record and _unrecorded(value, f))]
+            return {f.name: plain(getattr(value, f.name)) for f in kept}
         if isinstance(value, (list, tuple)):
             return [plain(v) for v in value]
         if isinstance(value, dict):
@@ -397,8 +418,9 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 def to_record(config: Any) -> dict[str, Any]:
     """The config as saved, logged or compared with a saved one: ``to_dict`` with every secret
-    redacted (``maopd.base.secrets``), so that a URL's credentials never reach a file or a log."""
-    return redact_strings(to_dict(config))
+    redacted (``maopd.base.secrets``), so that a URL's credentials never reach a file or a log, and
+    the fields declared ``record_default=False`` left out while they hold their default."""
+    return redact_strings(to_dict(config, record=True))
 
 
 @dataclasses.dataclass(frozen=True)

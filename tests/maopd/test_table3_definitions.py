@@ -7,8 +7,10 @@ Teacher, when the config has one, disagrees with π_old), with exactly the confi
 ``AdvantageConfig`` and ``PPOLossConfig``. A term "gives Searcher tokens gradient" when its part
 of the loss has a non-zero gradient on a Searcher token:
 
-* ``opd``: the PPO surrogate with the OPD advantage (Eq. 5, ``searcher_signal: opd``);
-* ``grpo``: the PPO surrogate with an outcome (GRPO, Eq. 1) advantage on the Searcher;
+* ``opd``: the PPO surrogate with the OPD advantage (Eq. 5: the Searcher's estimator reads the Teacher,
+  ``searcher_signal: opd``);
+* ``grpo``: the PPO surrogate with an outcome (GRPO, Eq. 1) advantage on the Searcher (its estimator
+  declares an outcome);
 * ``entropy``: the entropy bonus (``ppo.entropy_coef``);
 * ``kl_loss``: the direct KL loss toward π_T (``ppo.kl_loss_coef``);
 * ``ptx``: PPO-ptx (``ptx.coef`` > 0): the NLL of π_0's demonstrations (``ptx_source:
@@ -39,7 +41,7 @@ import torch
 
 from maopd.envs.actions import LEADER, SEARCHER
 from maopd.pipeline.config import VARIANT_METHODS, load_preset, stage_config
-from maopd.training.advantages import SEARCHER_OUTCOMES, team_token_advantages
+from maopd.training.advantages import team_token_advantages
 from maopd.training.losses import ppo_loss
 from maopd.training.model_loading import frozen_sources
 
@@ -132,7 +134,7 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         return any(bool(g.abs().sum() > 0) for g in grads)
 
     surrogate = searcher_grad(advantages, 0.0, 0.0)
-    signal = config.advantage.searcher_signal
+    needs = config.advantage.needs("searcher")
     # the Leader's advantage moves with the Teacher's log-probs exactly when KL enters its reward
     # (two trajectories with equal rewards, so that the group normalisation cannot hide the penalty)
     kl_in_reward = False
@@ -157,8 +159,8 @@ def searcher_gradients(variant: str, overrides: tuple[str, ...] = ()) -> dict[st
         kl_in_reward = not torch.equal(leader_advantages(teacher), leader_advantages(old - 3 * torch.rand(8, 4)))
     zero = torch.zeros_like(advantages)
     _GRADIENTS[key] = {
-        "opd": surrogate and signal == "opd",
-        "grpo": surrogate and signal in SEARCHER_OUTCOMES,
+        "opd": surrogate and needs.teacher,
+        "grpo": surrogate and needs.outcome is not None,
         "entropy": config.ppo.entropy_coef > 0 and searcher_grad(zero, config.ppo.entropy_coef, 0.0),
         "kl_loss": has_teacher and config.ppo.kl_loss_coef > 0 and searcher_grad(zero, 0.0, config.ppo.kl_loss_coef),
         # PPO-ptx leaves out the calls of a role whose loss weight is 0 (maopd.training.ptx.PtxData)

@@ -8,15 +8,15 @@ import torch
 from maopd.base.config import ConfigError, from_dict
 from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.training.advantages import (
-    SEARCHER_ESTIMATORS,
+    ADVANTAGE_ESTIMATORS,
     AdvantageConfig,
-    SearcherInputs,
+    EstimatorInputs,
     assign_token_advantages,
-    get_searcher_estimator,
+    get_advantage_estimator,
     grpo_advantages,
     opd_advantages,
-    register_searcher_estimator,
-    searcher_token_mask,
+    register_advantage_estimator,
+    role_token_mask,
     sequence_kl,
     team_token_advantages,
 )
@@ -104,19 +104,19 @@ def test_opd_clamp_bounds_extreme_log_ratios():
     torch.testing.assert_close(unclamped, torch.tensor([[-19.95, 14.95]]))
 
 
-def test_registry_names_the_paper_searcher_signals():
-    assert set(SEARCHER_ESTIMATORS) == {"opd", "grpo_final_em", "grpo_rs", "none"}
-    with pytest.raises(ValueError, match="unknown searcher estimator 'gae'"):
-        get_searcher_estimator("gae")
+def test_registry_names_the_paper_signals():
+    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "opd", "grpo_final_em", "grpo_rs", "none"}
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
+        get_advantage_estimator("gae")
 
 
-def test_a_registered_searcher_estimator_is_what_team_advantages_dispatch_to():
+def test_a_registered_estimator_is_what_team_advantages_dispatch_to():
     """A user's estimator, registered under a new name, is validated by the config and used."""
     calls = []
 
-    @register_searcher_estimator("constant_for_test")
-    def constant(inputs: SearcherInputs) -> torch.Tensor:
-        calls.append(inputs.config.searcher_signal)
+    @register_advantage_estimator("constant_for_test")
+    def constant(inputs: EstimatorInputs) -> torch.Tensor:
+        calls.append((inputs.role, inputs.config.searcher_signal))
         return torch.full(inputs.response_mask.shape, 0.25)
 
     try:
@@ -131,19 +131,19 @@ def test_a_registered_searcher_estimator_is_what_team_advantages_dispatch_to():
         is_searcher = batch["role_ids"] == SEARCHER
         searcher = result.token_advantages[is_searcher]
         mask = batch["response_mask"][is_searcher].bool()
-        assert calls == ["constant_for_test"]
+        assert calls == [("searcher", "constant_for_test")]
         assert torch.all(searcher[mask] == 0.25) and torch.all(searcher[~mask] == 0)
     finally:
-        del SEARCHER_ESTIMATORS["constant_for_test"]
+        del ADVANTAGE_ESTIMATORS["constant_for_test"]
     with pytest.raises(ConfigError, match="searcher_signal: 'constant_for_test' is not one of"):
         AdvantageConfig(searcher_signal="constant_for_test")
 
 
-def test_searcher_token_mask_keeps_only_searcher_generated_tokens():
+def test_role_token_mask_keeps_only_the_roles_generated_tokens():
     role_ids = torch.tensor([LEADER, SEARCHER, ANSWERER])
     response = torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
     expected = torch.tensor([[0, 0, 0], [1, 0, 1], [0, 0, 0]], dtype=torch.bool)
-    assert torch.equal(searcher_token_mask(role_ids, response), expected)
+    assert torch.equal(role_token_mask(role_ids, response, "searcher"), expected)
 
 
 def test_sequence_kl_k1_sums_log_ratio_over_generated_tokens():
@@ -157,49 +157,52 @@ ROLES = torch.tensor([LEADER, SEARCHER, ANSWERER])
 RESPONSE = torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]])
 
 
-def test_assign_token_advantages_gives_searcher_tokens_the_searcher_part():
-    sequence = torch.tensor([0.7, 99.0, -0.4])
+def test_assign_token_advantages_gives_each_token_its_roles_part():
+    leader = torch.full((3, 3), 0.7)
     searcher = torch.tensor([[5.0, 5.0, 5.0], [0.02, 0.0, -0.03], [5.0, 5.0, 5.0]])
-    adv = assign_token_advantages(ROLES, RESPONSE, sequence, searcher)
-    expected = torch.tensor([[0.7, 0.7, 0.0], [0.02, 0.0, -0.03], [-0.4, -0.4, -0.4]])
+    adv = assign_token_advantages(ROLES, RESPONSE, {"leader": leader, "searcher": searcher})
+    # the Answerer has no part: its tokens get 0, as every token outside the response mask does
+    expected = torch.tensor([[0.7, 0.7, 0.0], [0.02, 0.0, -0.03], [0.0, 0.0, 0.0]])
     torch.testing.assert_close(adv, expected)
 
 
-def _searcher_part(signal: str, sequence: torch.Tensor) -> torch.Tensor:
-    inputs = SearcherInputs(
-        ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence, AdvantageConfig(searcher_signal=signal)
-    )
-    return get_searcher_estimator(signal)(inputs)
+def _role_part(signal: str, role: str, sequence: torch.Tensor) -> torch.Tensor:
+    config = AdvantageConfig(**{f"{role}_signal": signal})
+    inputs = EstimatorInputs(role, ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence, config)
+    return get_advantage_estimator(signal)(inputs)
 
 
-@pytest.mark.parametrize("signal", ["grpo_final_em", "grpo_rs"])
+@pytest.mark.parametrize("signal", ["grpo", "grpo_final_em", "grpo_rs"])
 def test_outcome_signals_broadcast_the_sequence_value(signal):
-    sequence = torch.tensor([0.7, 0.3, -0.4])
-    adv = assign_token_advantages(ROLES, RESPONSE, sequence, _searcher_part(signal, sequence))
-    expected = torch.tensor([[0.7, 0.7, 0.0], [0.3, 0.0, 0.3], [-0.4, -0.4, -0.4]])
-    torch.testing.assert_close(adv, expected)
+    sequence = torch.tensor([0.0, 0.3, 0.0])
+    adv = assign_token_advantages(ROLES, RESPONSE, {"searcher": _role_part(signal, "searcher", sequence)})
+    torch.testing.assert_close(adv[1], torch.tensor([0.3, 0.0, 0.3]))
 
 
-def test_none_signal_zeroes_searchers():
+def test_none_signal_zeroes_its_role():
     sequence = torch.tensor([0.7, 0.3, -0.4])
-    adv = assign_token_advantages(ROLES, RESPONSE, sequence, _searcher_part("none", sequence))
+    parts = {"leader": _role_part("grpo", "leader", sequence), "searcher": _role_part("none", "searcher", sequence)}
+    adv = assign_token_advantages(ROLES, RESPONSE, parts)
     assert torch.equal(adv[1], torch.zeros(3))
     torch.testing.assert_close(adv[0], torch.tensor([0.7, 0.7, 0.0]))
 
 
-def test_opd_signal_needs_teacher_logprobs():
-    inputs = SearcherInputs(ROLES, RESPONSE, torch.zeros(3, 3), None, torch.zeros(3), AdvantageConfig())
-    with pytest.raises(ValueError, match="needs teacher_logprobs"):
-        get_searcher_estimator("opd")(inputs)
+def test_an_estimator_that_declares_the_teacher_refuses_a_batch_without_its_log_probs():
+    batch = {**_team_batch(), "teacher_logprobs": None}
+    with pytest.raises(ValueError, match="advantage estimator 'opd' of the searcher tokens needs teacher_logprobs"):
+        team_token_advantages(
+            **batch,
+            leader_rewards=torch.zeros(1, 2),
+            answerer_rewards=torch.zeros(1, 2, 2),
+            config=AdvantageConfig(kl_in_reward_coef=0.0),
+        )
 
 
 def test_assign_token_advantages_rejects_bad_input():
-    with pytest.raises(ValueError, match="searcher_advantages must have shape"):
-        assign_token_advantages(ROLES, RESPONSE, torch.zeros(3), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"the searcher advantages must have shape \[3, 3\]"):
+        assign_token_advantages(ROLES, RESPONSE, {"searcher": torch.zeros(2, 3)})
     with pytest.raises(ValueError, match="role_ids must be in"):  # 3 is the solver; 4 is no role
-        assign_token_advantages(torch.tensor([0, 4, 1]), RESPONSE, torch.zeros(3), torch.zeros(3, 3))
-    with pytest.raises(ValueError, match="sequence_advantages must have shape"):
-        assign_token_advantages(ROLES, RESPONSE, torch.zeros(2), torch.zeros(3, 3))
+        assign_token_advantages(torch.tensor([0, 4, 1]), RESPONSE, {"searcher": torch.zeros(3, 3)})
 
 
 def _team_batch():
@@ -369,12 +372,12 @@ def test_team_inf_teacher_logprob_on_a_leader_token_raises_before_kl_shaping():
     ],
     ids=["shape", "nan", "bool", "list"],
 )
-def test_a_searcher_estimators_bad_output_is_one_line_naming_it(output, problem):
+def test_an_estimators_bad_output_is_one_line_naming_it(output, problem):
     """NaN counts on the Searcher tokens only: the 3 Searcher calls' 9 slots less a passage token."""
-    register_searcher_estimator("bad_for_test")(lambda inputs: output(tuple(inputs.response_mask.shape)))
+    register_advantage_estimator("bad_for_test")(lambda inputs: output(tuple(inputs.response_mask.shape)))
     try:
         config = AdvantageConfig(searcher_signal="bad_for_test", kl_in_reward_coef=0.0)
-        with pytest.raises(PluginOutputError, match=f"searcher estimator 'bad_for_test' {problem}"):
+        with pytest.raises(PluginOutputError, match=f"advantage estimator 'bad_for_test' {problem}"):
             team_token_advantages(
                 **_team_batch(),
                 config=config,
@@ -382,4 +385,4 @@ def test_a_searcher_estimators_bad_output_is_one_line_naming_it(output, problem)
                 answerer_rewards=torch.tensor([[[1.0, 0.0], [1.0, 1.0]]]),
             )
     finally:
-        del SEARCHER_ESTIMATORS["bad_for_test"]
+        del ADVANTAGE_ESTIMATORS["bad_for_test"]

@@ -228,20 +228,20 @@ def test_teacher_rows_are_the_rows_the_losses_read():
     from maopd.training.teacher import teacher_rows
 
     roles = torch.tensor([LEADER, SEARCHER, SEARCHER, ANSWERER])
-    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=False, kl_loss=False).tolist() == [
+    assert teacher_rows(roles, teacher_roles=("searcher",), kl_in_reward=False, kl_loss=False).tolist() == [
         False,
         True,
         True,
         False,
     ]
-    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=True, kl_loss=False).tolist() == [
+    assert teacher_rows(roles, teacher_roles=(), kl_in_reward=True, kl_loss=False).tolist() == [
         True,
         False,
         False,
         True,
     ]
-    assert teacher_rows(roles, searcher_opd=True, kl_in_reward=True, kl_loss=False).all()
-    assert teacher_rows(roles, searcher_opd=False, kl_in_reward=False, kl_loss=True).all()
+    assert teacher_rows(roles, teacher_roles=("searcher",), kl_in_reward=True, kl_loss=False).all()
+    assert teacher_rows(roles, teacher_roles=(), kl_in_reward=False, kl_loss=True).all()
 
 
 def test_reference_rows_are_the_rows_the_kl_terms_read():
@@ -276,14 +276,20 @@ def test_frozen_models_score_each_row_with_the_model_a_term_reads():
     batch = TokenBatch(torch.ones(3, 2, dtype=torch.long), torch.ones(3, 2), torch.ones(3, 2))
     # one model that is both: the union of the rows, scored once, one tensor for both terms
     both = _RecordingTeacher(-1.0)
-    scores = FrozenModels(both, both).score(batch, roles, kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0])
+    scores = FrozenModels(both, both).score(
+        batch, roles, ("searcher",), kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0]
+    )
     assert both.calls == [[True, True, True]] and scores.teacher is scores.reference
     # π_0 distils the Searchers, π_T is the Leader/Answerer KL reference
     pi0, pi_t = _RecordingTeacher(-1.0), _RecordingTeacher(-2.0)
-    scores = FrozenModels(pi0, pi_t).score(batch, roles, kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0])
+    scores = FrozenModels(pi0, pi_t).score(
+        batch, roles, ("searcher",), kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0]
+    )
     assert pi0.calls == [[False, True, False]] and pi_t.calls == [[True, False, True]]
     assert scores.teacher[:, 0].tolist() == [0.0, -1.0, 0.0] and scores.reference[:, 0].tolist() == [-2.0, 0.0, -2.0]
     assert scores.teacher_rows.tolist() == [False, True, False]
     # a reference without a Teacher (no OPD): only the reference scores
-    scores = FrozenModels(None, pi_t).score(batch, roles, kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0])
+    scores = FrozenModels(None, pi_t).score(
+        batch, roles, ("searcher",), kl_in_reward=True, kl_loss=False, share_keys=[0, 0, 0]
+    )
     assert scores.teacher is None and scores.reference_rows.tolist() == [True, False, True]

@@ -1,6 +1,11 @@
 """Credit-assignment methods for the option mode: each turns a batch of episodes into one
-advantage per decision. Select one by name (``MarlConfig.method``); add one with ``@register``
-(also from your own script: see docs/marl.md).
+advantage per decision, for the whole team. Select one by name (``MarlConfig.method``); add one
+with ``@register(name, needs=Needs(...))`` (also from your own script: see docs/marl.md).
+
+These are not the LLM trainer's advantage estimators (``maopd.training.advantages``), each of which
+is the signal of one role, chosen per role in config; both registries declare what a signal needs
+in one vocabulary (``maopd.training.signals.Needs``), and the trainer that runs one provides that:
+a method declaring ``Needs(teacher=True)`` gets a Teacher trained first (``maopd.training.marl.trainer``).
 
 * ``team``        every decision gets the team outcome R_EM (team-reward PPO);
 * ``role``        each role its own reward, as in the paper: Leader R_L (Eq. 6), Answerer R_A,
@@ -13,7 +18,8 @@ advantage per decision. Select one by name (``MarlConfig.method``); add one with
                   every option, regressed on R_EM; each decision gets Q(s, a) − Σ_a' π(a'|s) Q(s, a');
 * ``opd``         Searchers get the teacher–student log-ratio log π_T(a|s) − log π(a|s) of their
                   own choice (Eq. 5 on options; the Teacher is a policy trained on the cascade),
-                  Leader and Answerer as in ``role`` (Eq. 7);
+                  Leader and Answerer as in ``role`` (Eq. 7): the LLM trainer's per-role map
+                  {leader: grpo, searcher: opd, answerer: grpo} on options;
 * ``mappo``       Yu et al.'s MAPPO: a centralised value V(global state, acting role) and GAE
                   (γ = 1, λ = 0.95) over each episode's decisions on the team outcome R_EM.
 
@@ -37,8 +43,9 @@ from maopd.envs.actions import TEAM_ROLES
 from maopd.envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from maopd.envs.option.vector import OptionVectorEnv
 from maopd.envs.option.wrapper import GLOBAL_FEATURES
-from maopd.training.losses import PluginOutputError, check_plugin_output, lookup, registry_decorator
+from maopd.training.losses import PluginOutputError, check_plugin_output, lookup
 from maopd.training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
+from maopd.training.signals import Declared, Needs, needs_of, needs_registry_decorator
 
 NORMALIZE_EPS = 1e-6
 
@@ -52,17 +59,27 @@ class CreditContext:
 
 
 CreditMethod = Callable[[list[Episode], CreditContext], list[np.ndarray]]
-CREDIT_METHODS: dict[str, CreditMethod] = {}
-register = registry_decorator(CREDIT_METHODS, "credit-assignment method")
+CREDIT_METHODS: dict[str, Declared] = {}
+register = needs_registry_decorator(CREDIT_METHODS, "credit-assignment method")
+
+
+def credit_method_needs(name: str) -> Needs:
+    """What the method registered as ``name`` declared it needs."""
+    return needs_of(CREDIT_METHODS, "credit-assignment method", name)
 
 
 def get_credit_method(name: str) -> CreditMethod:
     """The method registered as ``name``, its output checked: one finite real array per episode,
-    one entry per decision (``PluginOutputError`` naming the method otherwise)."""
+    one entry per decision (``PluginOutputError`` naming the method otherwise). A method that
+    declares it needs the Teacher refuses a context without one."""
     method = lookup(CREDIT_METHODS, "credit-assignment method", name)
 
-    @functools.wraps(method)
+    @functools.wraps(method.fn)
     def checked_method(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
+        if method.needs.teacher and ctx.teacher is None:
+            raise ValueError(
+                f"credit-assignment method {name!r} needs a Teacher policy (MarlConfig.teacher_iterations > 0)"
+            )
         advantages = method(episodes, ctx)
         if not isinstance(advantages, (list, tuple)) or len(advantages) != len(episodes):
             count = len(advantages) if isinstance(advantages, (list, tuple)) else type(advantages).__name__
@@ -191,10 +208,8 @@ def counterfactual_critic(episodes: list[Episode], ctx: CreditContext) -> list[n
     return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
-@register("opd")
+@register("opd", Needs(teacher=True))
 def teacher_distillation(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
-    if ctx.teacher is None:
-        raise ValueError("method='opd' needs a Teacher policy (MarlConfig.teacher_iterations > 0)")
     rewards = [np.array([role_reward(d, ep.parts) for d in ep.decisions]) for ep in episodes]
     rewards = normalize_per_role(episodes, rewards, {"leader", "answerer"})
     for ep, r in zip(episodes, rewards):

@@ -2,11 +2,12 @@
 
 ``train(MarlConfig(method="role", scenario="lazy_searcher_v1", seed=0))`` returns the trained
 policy and its metrics: greedy dev metrics and a learning curve (per iteration: training EM,
-searches per workflow, workflows without a search). With ``method="opd"`` a Teacher is first
-trained on the scenario's cascade workflow with role rewards (Stage I), then frozen; the student
-plays the hierarchy (Stage II). Episodes are played ``num_envs`` at a time. ``transitions="fast"``
-(the default) plays them in the fast option mode (``maopd.envs.option.fast.FastVectorEnv``, a second
-implementation of the workflows replay-tested against the text environments), whose world tables
+searches per workflow, workflows without a search). For a method that declares it needs a Teacher
+(``method="opd"``, ``maopd.training.signals.Needs``) a Teacher is first trained on the scenario's
+cascade workflow with role rewards (Stage I), then frozen; the student plays the hierarchy (Stage II).
+Episodes are played ``num_envs`` at a time. ``transitions="fast"`` (the default) plays them in
+the fast option mode (``maopd.envs.option.fast.FastVectorEnv``, a second implementation of the
+workflows replay-tested against the text environments), whose world tables
 every run of the process shares; ``"text"`` in the text environments behind a transition cache
 (``maopd.envs.option.vector.OptionVectorEnv``, the reference). Both give the same episodes.
 """
@@ -26,7 +27,7 @@ from maopd.envs.option.fast import FastVectorEnv, World
 from maopd.envs.option.menus import MENU_SIZE
 from maopd.envs.option.scenarios import get_scenario
 from maopd.envs.option.vector import OptionVectorEnv, TransitionCache
-from maopd.training.marl.credit import CreditContext, get_credit_method
+from maopd.training.marl.credit import CreditContext, credit_method_needs, get_credit_method
 from maopd.training.marl.policy import Episode, MenuPolicy, play_batch
 
 TRANSITIONS = ("fast", "text")  # which implementation plays the episodes (see the module docstring)
@@ -59,7 +60,10 @@ class MarlConfig:
     entropy_coef: float = checked(0.01, ge=0, help="The coefficient of the entropy bonus.")
     hidden: int = checked(64, ge=1, help="The width of the hidden layers of the policy's slot-scoring MLP.")
     teacher_iterations: int = checked(
-        30, ge=1, help="Training iterations of the OPD Teacher (Stage I, role rewards on the cascade); method opd only."
+        30,
+        ge=1,
+        help="Training iterations of the Teacher (Stage I, role rewards on the cascade), for a method that "
+        "needs one (opd).",
     )
     eval_questions: int = checked(100, ge=1, help="Dev questions played greedily for the evaluation after training.")
     num_envs: int = checked(64, ge=1, help="Episodes played at a time.")
@@ -146,7 +150,7 @@ def train(
 ) -> tuple[MenuPolicy, dict[str, Any]]:
     method = get_credit_method(config.method)  # fails early on an unknown name
     get_scenario(config.scenario)
-    if config.method == "opd" and teacher is None:
+    if credit_method_needs(config.method).teacher and teacher is None:
         stage_one = replace(config, method="role", workflow="cascade", iterations=config.teacher_iterations)
         teacher, _ = train(stage_one, progress=progress)
         teacher.requires_grad_(False)
