@@ -2,7 +2,11 @@
 
 ``RUN_DIR/metrics.jsonl`` holds one JSON object per logged step (``{"step": N, "<name>": value,
 …}``); it is the source of truth that ``maopd plot`` reads. TensorBoard event files go to
-``RUN_DIR/tb/``. W&B is used when ``logging.wandb`` is set (the config refuses it without the package).
+``RUN_DIR/tb/``. W&B is used when ``logging.wandb`` is set (the config refuses it without the package;
+``pip install -e '.[logging]'``): it writes under ``RUN_DIR/wandb/``, and the run's W&B id is kept in
+``RUN_DIR/wandb/run-id``, so that a resumed run logs to the W&B run it started (``resume="allow"``,
+offline too). W&B keeps a run's history as first sent: the steps a stopped run logged after its last
+checkpoint keep their first values there, where ``metrics.jsonl`` has the resumed run's.
 Sample trajectories (full workflow records) go to ``RUN_DIR/samples/step_N.jsonl``; only the
 newest ``keep_samples`` files are kept when it is set.
 
@@ -15,14 +19,18 @@ from __future__ import annotations
 import logging
 import math
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 from maopd.base.atomic import write_text_atomically, writing
 from maopd.base.errors import UserError
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text
+from maopd.base.run_dir import LOGGER_DIRS
 
 METRICS_FILE = "metrics.jsonl"
+WANDB_DIR = LOGGER_DIRS[0]  # where W&B writes when given dir=RUN_DIR
+WANDB_ID_FILE = "run-id"
 _TORN_STEP = re.compile(r'\s*\{\s*"step"\s*:\s*(\d+)')
 
 logger = logging.getLogger(__name__)
@@ -67,6 +75,18 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     write_text_atomically(path, "".join(json_text(row, str(path)) + "\n" for row in kept))
 
 
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of ``run_dir``: the one recorded there, else a new one, recorded before use."""
+    path = run_dir / WANDB_DIR / WANDB_ID_FILE
+    recorded = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    if recorded:
+        return recorded
+    run_id = uuid.uuid4().hex[:16]  # letters and digits, as W&B's ids; unique within a project
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, run_id + "\n")
+    return run_id
+
+
 class MetricsLogger:
     def __init__(
         self,
@@ -90,7 +110,13 @@ class MetricsLogger:
         if wandb:  # LoggingConfig refuses wandb: true without the package
             import wandb as wandb_module
 
-            self.wandb = wandb_module.init(project=wandb_project, dir=str(self.run_dir), config=config)
+            self.wandb = wandb_module.init(
+                project=wandb_project,
+                dir=str(self.run_dir),
+                config=config,
+                id=wandb_run_id(self.run_dir),
+                resume="allow",
+            )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **metrics}

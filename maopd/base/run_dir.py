@@ -11,6 +11,10 @@ of the config that made them, is refused before any work, naming every differing
 A run owns its directory while it writes (``owning``): one process at a time holds it
 (``maopd.base.lock``), and every entry below it is the run's own, not a symbolic link to something
 elsewhere, so that no write or delete of the run leaves it. The directory itself may be a link.
+One exception: a logger's own directory (``LOGGER_DIRS``: W&B's ``wandb/``) may hold the links the
+logger makes there (W&B's ``latest-run``, ``debug.log``, ``debug-internal.log``, and a link to its
+core log in its cache). The run never writes through them, and a fresh start removes the links,
+not what they point to; the logger's directory itself must be a directory, not a link.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from maopd.base.lock import exclusive
 
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
+# directories a logger writes on its own, with symbolic links of its own: W&B's, made under ``dir=RUN_DIR``
+LOGGER_DIRS = ("wandb",)
 
 # What a stage run may change when it resumes: where it is, how long it runs, how it reports, and
 # how many processes share it (a step is the same on 1 rank or on FSDP ranks, to float rounding).
@@ -174,8 +180,9 @@ class SymlinkInRunError(UserError):
 
 def refuse_symlinks(run_dir: str | Path, inside: str | Path | None = None) -> None:
     """Raise ``SymlinkInRunError`` naming the first symbolic link on the way from ``run_dir`` to
-    ``inside`` (a path under it; default the run directory itself) or anywhere below ``inside``.
-    ``run_dir`` itself may be a link; nothing is followed."""
+    ``inside`` (a path under it; default the run directory itself) or anywhere below ``inside``,
+    except below a logger's own directory (``LOGGER_DIRS``). ``run_dir`` itself may be a link;
+    nothing is followed."""
     root = Path(run_dir)
     target = root if inside is None else Path(inside)
     path = root
@@ -190,7 +197,7 @@ def refuse_symlinks(run_dir: str | Path, inside: str | Path | None = None) -> No
                 for entry in entries:
                     if entry.is_symlink():
                         _refuse_link(root, Path(entry.path))
-                    if entry.is_dir(follow_symlinks=False):
+                    if entry.is_dir(follow_symlinks=False) and entry.name not in LOGGER_DIRS:
                         pending.append(Path(entry.path))
 
 

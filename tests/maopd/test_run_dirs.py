@@ -22,7 +22,7 @@ import pytest
 from maopd.base.atomic import build_directory_atomically
 from maopd.base.lock import LOCKS_ENV, LockedError
 from maopd.base.paths import package_data
-from maopd.base.run_dir import LOCK_FILE, owning
+from maopd.base.run_dir import LOCK_FILE, LOGGER_DIRS, SymlinkInRunError, owning, refuse_symlinks, start_over
 from maopd.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +83,26 @@ def test_a_run_dir_that_is_itself_a_symlink_is_fine(tmp_path):
     with owning(tmp_path / "link"):
         assert (tmp_path / "real" / LOCK_FILE).is_file()
     assert not (tmp_path / "real" / LOCK_FILE).exists()
+
+
+def test_the_links_a_logger_makes_in_its_own_directory_are_allowed_but_not_the_directory_as_a_link(tmp_path):
+    """W&B's ``wandb/latest-run``, ``debug.log`` and its link to its cache are its own, not the run's."""
+    run_dir, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "core-debug.log").write_text("the logger's")
+    logger = run_dir / LOGGER_DIRS[0]
+    (logger / "offline-run-1" / "logs").mkdir(parents=True)
+    (logger / "latest-run").symlink_to("offline-run-1")
+    (logger / "debug.log").symlink_to("offline-run-1/logs/debug.log")
+    (logger / "offline-run-1" / "logs" / "debug-core.log").symlink_to(outside / "core-debug.log")
+    refuse_symlinks(run_dir)
+    with owning(run_dir):
+        start_over(run_dir)  # a fresh start removes the links, never what they point to
+    assert not logger.exists() and (outside / "core-debug.log").read_text() == "the logger's"
+    logger.parent.mkdir(exist_ok=True)
+    logger.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(SymlinkInRunError, match="wandb is a symbolic link"):
+        refuse_symlinks(run_dir)
 
 
 # --------------------------------------------------------------------------- locks
