@@ -234,7 +234,7 @@ def _collapse(args) -> int:
         "figures": figures,
     }
     arms = "\n".join(
-        f"- **{arm}**: EM {figures[arm]['em']:.3f}, no-search share {figures[arm]['no_search_share']}, "
+        f"- **{arm}**: EM {figures[arm]['em']:.3f}, no-search share {_share(figures[arm]['no_search_share'])}, "
         f"searches/workflow {figures[arm]['searches_per_workflow']:.2f}, format failures "
         f"{figures[arm]['format_failure_share']:.3f}, ended without answer {figures[arm]['no_answer_share']:.3f}"
         for arm in ("unforced", "no_search", "search")
@@ -303,6 +303,10 @@ def _collapse_levers(args) -> int:
     (out / "levers.md").write_text(f"`{' '.join(args.command_line)}`\n\n{table}\n", encoding="utf-8")
     print(table)
     return 0
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def class_table(classes: list[dict]) -> str:
