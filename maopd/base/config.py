@@ -505,6 +505,19 @@ class _ConfigLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        # PyYAML keeps the last of two equal keys: a block written twice would silently lose the first
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                problem = f"the key {shown(key)} is written twice (lines {seen[key]} and {line}); keep one"
+                raise _RefusedYAML(None, None, problem, key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
     def construct_number(self, node: yaml.ScalarNode) -> int | float:
         text = self.construct_scalar(node)
         try:

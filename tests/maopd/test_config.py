@@ -136,6 +136,24 @@ def test_aliases_are_refused_before_any_expansion(tmp_path):
         apply_overrides({}, ["variants=*a"])
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "lines"),
+    [
+        ("seed: 1\nseed: 2\n", "'seed'", "lines 1 and 2"),
+        ("stages:\n  optim: {lr: 0.1}\n  steps: 3\n  optim:\n    lr: 0.2\n", "'optim'", "lines 2 and 4"),
+        ("stage1:\n  env:\n    topk: 2\n    topk: 3\n", "'topk'", "lines 3 and 4"),
+    ],
+)
+def test_a_key_written_twice_at_any_depth_is_refused_naming_both_lines(tmp_path, text, key, lines):
+    """YAML keeps the last of two equal keys; a config would silently lose the first."""
+    from maopd.pipeline.config import load_preset
+
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^config file .*twice.yaml: the key {key} is written twice \({lines}\)"):
+        load_preset(str(path))
+
+
 def test_nesting_past_the_bound_is_refused(tmp_path):
     path = tmp_path / "deep.yaml"
     path.write_text("steps: " + "[" * 100_000 + "]" * 100_000 + "\n")
