@@ -58,9 +58,21 @@ class Table:
             headers += [name, f"{name} ci_low", f"{name} ci_high"] if is_estimate else [name]
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(headers)
+            writer.writerow([spreadsheet_safe(name) for name in headers])
             for row in self.rows:
-                writer.writerow([x for cell in row for x in (cell if isinstance(cell, tuple) else (cell,))])
+                cells = [x for cell in row for x in (cell if isinstance(cell, tuple) else (cell,))]
+                writer.writerow([spreadsheet_safe(cell) for cell in cells])
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+def spreadsheet_safe(cell: object) -> object:
+    """A text cell that a spreadsheet would run as a formula (a method named ``=HYPERLINK(...)``),
+    quoted with a leading apostrophe so it is shown as text; numbers are kept as they are."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS):
+        return "'" + cell
+    return cell
 
 
 def _estimate(entry: dict, dataset: str | None = None) -> tuple[float, float, float]:
