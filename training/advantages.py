@@ -171,11 +171,12 @@ _register = needs_registry_decorator(ADVANTAGE_ESTIMATORS, "advantage estimator"
 def register_advantage_estimator(name: str, needs: Needs = Needs()):
     """``@register_advantage_estimator(name, Needs(...))``: a role's learning signal, an
     ``AdvantageEstimator``, selectable as ``advantage.<role>_signal: name``."""
+    decorate = _register(name, needs)
     if needs.outcome not in (None, *OUTCOMES):
         raise ValueError(
             f"advantage estimator {name!r}: outcome must be None or one of {OUTCOMES}, got {needs.outcome!r}"
         )
-    return _register(name, needs)
+    return decorate
 
 
 def get_advantage_estimator(name: str) -> Declared:
