@@ -11,7 +11,7 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q "torch==2.13.0"
 extras="retrieval"
 if [ "${1:-}" = "--dev" ]; then
-  extras="retrieval,pyserini,dev"  # pyserini: ~20 s, ~780 MB incl. deps; its tests need Java 17
+  extras="retrieval,pyserini,dev,trl,openenv,gem"  # pyserini: ~20 s, ~780 MB incl. deps; its tests need Java 17
 fi
 .venv/bin/python -m pip install -q -e ".[${extras}]"
 if [ "${1:-}" = "--dev" ]; then
