@@ -53,7 +53,6 @@ import runpy
 import subprocess
 import sys
 import time
-import traceback
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -73,7 +72,7 @@ from benchmarks.marl_statistics import (
     performance_profiles,
 )
 from maopd.base.arguments import positive_int, repeated, seed_int
-from maopd.base.errors import UserError
+from maopd.base.errors import UserError, failed_in
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
 from maopd.envs.option.menus import MENU_SIZE
@@ -319,11 +318,7 @@ def load_plugins(paths: list[Path]) -> list[dict]:
             try:
                 runpy.run_path(str(path), run_name="credit_plugin")
             except Exception as exc:  # the user's code: one line with where it failed, not a trace
-                lines = [
-                    frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == str(path)
-                ]
-                where = f" at line {lines[-1]}" if lines else ""
-                raise ValueError(f"--plugin {path} failed{where}: {type(exc).__name__}: {exc}") from None
+                raise ValueError(f"--plugin {path} failed{failed_in(exc, path)}") from None
             _LOADED_PLUGINS[key] = sorted(set(CREDIT_METHODS) - before)
         described.append(
             {

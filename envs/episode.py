@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from maopd.envs.policy import Policy
+from maopd.envs.policy import Policy, checked_outputs
 from maopd.envs.search_env import SearchEnv
 
 
@@ -16,8 +16,9 @@ def run_episode(env: SearchEnv, policy: Policy, seed: int | None = None, options
     """
     env.reset(seed=seed, options=options)
     while acting := env.acting_agents():
-        outputs = policy.act([env.turn(agent) for agent in acting])
-        for agent, output in zip(acting, outputs, strict=True):
+        turns = [env.turn(agent) for agent in acting]
+        outputs = checked_outputs(type(policy).__name__, turns, policy.act(turns))
+        for agent, output in zip(acting, outputs):
             assert env.agent_selection == agent, f"expected {agent} to act, env selected {env.agent_selection}"
             env.step(output)
     while env.agents:

@@ -4,6 +4,12 @@ Every policy (scripted, misbehaving, HF transformers, vLLM, OpenAI-compatible) i
 ``act(turns) -> outputs``, one ``AgentOutput`` per ``AgentTurn``. Policies can be mixed per role
 with ``RoleRouter``, for example an LLM Searcher under a scripted Leader.
 
+The return-length contract: ``act`` returns exactly one ``AgentOutput`` per turn, in the turns'
+order, each holding one text per requested candidate (``turn.num_candidates``). Where outputs
+enter an environment (``run_episode``, ``RoleRouter``, the single-role env) their count is checked;
+a policy named on the command line (``maopd.envs.policy_loading``) has every output checked.
+Either way a broken contract is a ``PolicyOutputError``, one line naming the policy.
+
 An ``AgentTurn`` is exactly what the environment gives the acting agent: its role prompt and chat
 history (``messages``), the action kinds allowed now, how many answer candidates to produce, and,
 as separate fields for policies that are not models, the bare task and the instructions given
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from maopd.base.config import check_fields, checked
+from maopd.base.errors import UserError
 from maopd.envs.actions import TEAM_ROLES
 
 
@@ -126,6 +133,34 @@ class Policy(Protocol):
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]: ...
 
 
+class PolicyOutputError(UserError, ValueError):
+    """A policy's ``act`` broke the return-length contract; the message names the policy and what
+    it returned."""
+
+
+def checked_outputs(name: str, turns: Sequence[AgentTurn], outputs: Any, every_output: bool = False) -> list:
+    """``outputs`` as a list, after checking that ``act`` of the policy ``name`` returned one output
+    per turn; with ``every_output``, also that each is an ``AgentOutput`` whose ``texts`` are
+    strings, one per requested candidate. ``PolicyOutputError`` otherwise."""
+    contract = "act(turns) returns one AgentOutput per turn, in the turns' order, with one text per candidate"
+    if not isinstance(outputs, (list, tuple)):
+        raise PolicyOutputError(f"policy {name} returned a {type(outputs).__name__}; {contract}")
+    if len(outputs) != len(turns):
+        raise PolicyOutputError(f"policy {name} returned {len(outputs)} output(s) for {len(turns)} turn(s); {contract}")
+    if not every_output:
+        return list(outputs)
+    for index, (turn, output) in enumerate(zip(turns, outputs)):
+        where = f"policy {name} returned for turn {index} ({turn.agent})"
+        if not isinstance(output, AgentOutput):
+            raise PolicyOutputError(f"{where} a {type(output).__name__}; {contract}")
+        texts = output.texts
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(text, str) for text in texts):
+            raise PolicyOutputError(f"{where} texts that are not a list of strings; {contract}")
+        if len(texts) != turn.num_candidates:
+            raise PolicyOutputError(f"{where} {len(texts)} texts for {turn.num_candidates} candidate(s); {contract}")
+    return list(outputs)
+
+
 class RoleRouter:
     """A team policy that sends each turn to the policy of its role, batching per role.
 
@@ -149,6 +184,8 @@ class RoleRouter:
         for role, policy in self.policies.items():
             indices = [i for i, turn in enumerate(turns) if turn.role == role]
             if indices:
-                for i, output in zip(indices, policy.act([turns[i] for i in indices])):
+                routed = [turns[i] for i in indices]
+                name = f"{type(policy).__name__} (RoleRouter's {role})"
+                for i, output in zip(indices, checked_outputs(name, routed, policy.act(routed))):
                     outputs[i] = output
         return outputs  # type: ignore[return-value]

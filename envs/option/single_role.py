@@ -27,7 +27,7 @@ import numpy as np
 from maopd.envs.actions import TEAM_ROLES
 from maopd.envs.option.menus import MENU_SIZE
 from maopd.envs.option.wrapper import OptionWrapper, option_env
-from maopd.envs.policy import Policy
+from maopd.envs.policy import Policy, checked_outputs
 
 MAX_SKIPPED_EPISODES = 100
 
@@ -91,8 +91,8 @@ class SingleRoleEnv(gymnasium.Env):
         while acting := raw.acting_agents():
             if raw.role_of(acting[0]) == self.role:
                 return True
-            outputs = self.others.act([raw.turn(agent) for agent in acting])
-            for output in outputs:
+            turns = [raw.turn(agent) for agent in acting]
+            for output in checked_outputs(type(self.others).__name__, turns, self.others.act(turns)):
                 raw.step(output)
         return False
 

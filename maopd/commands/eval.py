@@ -61,9 +61,20 @@ def register(subparsers) -> None:
     run.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
     run.add_argument(
         "--policy",
-        choices=["scripted", "scripted-noisy-answerer", "checkpoint"],
+        type=_team_policy,
         default="scripted",
-        help="a rule-based team, or 'checkpoint': every role played by the model in --model",
+        metavar="{scripted,scripted-noisy-answerer,checkpoint} | package.module:Class | path/to/file.py:Class",
+        help="the team: a rule-based one, 'checkpoint' (every role played by the model in --model), or your own "
+        "policy class, built with no arguments (docs/policies.md)",
+    )
+    run.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        type=_role_policy,
+        metavar="ROLE=package.module:Class|ROLE=path/to/file.py:Class",
+        help="play one role (leader, searcher, answerer or solver) with your own policy class instead of "
+        "--policy's (repeatable)",
     )
     run.add_argument(
         "--model",
@@ -182,6 +193,36 @@ def register(subparsers) -> None:
     matrix.set_defaults(func=_reporting_errors(_matrix))
 
 
+TEAM_POLICIES = ("scripted", "scripted-noisy-answerer", "checkpoint")
+
+
+def _team_policy(value: str) -> str:
+    """``--policy``: a built-in team's name or a policy spec (``where:Name``)."""
+    import argparse
+
+    from maopd.envs.policy_loading import SPEC_FORM, is_policy_spec
+
+    if value in TEAM_POLICIES or is_policy_spec(value):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is neither one of {', '.join(TEAM_POLICIES)} nor {SPEC_FORM}")
+
+
+def _role_policy(value: str) -> tuple[str, str]:
+    """``--role ROLE=SPEC``."""
+    import argparse
+
+    from maopd.envs.policy_loading import SPEC_FORM, is_policy_spec
+    from maopd.envs.workflows import WORKFLOW_ROLES
+
+    roles = sorted({role for roles in WORKFLOW_ROLES.values() for role in roles})
+    role, equals, spec = value.partition("=")
+    if not equals or role not in roles or not is_policy_spec(spec):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected ROLE=SPEC, ROLE one of {', '.join(roles)}, SPEC {SPEC_FORM}"
+        )
+    return role, spec
+
+
 def _reporting_errors(command):
     """Bad input (a malformed file, an unknown method) ends the command with its message, not a traceback."""
 
@@ -269,11 +310,13 @@ def _manifest(args) -> int:
 
 def _run(args) -> int:
     from maopd.base.paths import refuse_overwriting_inputs
+    from maopd.envs.policy_loading import is_policy_spec, load_policy
     from maopd.envs.retrieval.corpus import load_corpus
     from maopd.evaluation.manifest import load_manifest
     from maopd.evaluation.runner import EvalSettings, run_attempts, settings_file
-    from maopd.evaluation.solvers import checkpoint_solver, debugging_policy, team_solver
+    from maopd.evaluation.solvers import checkpoint_solver, debugging_policy, model_policy, team_solver, with_roles
 
+    roles = _roles(args)
     refuse_overwriting_inputs(
         [("--manifest", args.manifest), ("--corpus", args.corpus), ("--retriever-config", args.retriever_config)],
         [("--out", args.out), ("--out's settings", settings_file(Path(args.out)))],
@@ -289,6 +332,9 @@ def _run(args) -> int:
         env_options["retriever"] = build_retriever(
             load_yaml(RetrieverConfig, args.retriever_config, args.retriever_set), corpus
         )
+    # each spec loaded once: a class built twice could differ (a seed drawn in its constructor)
+    loaded = {spec: load_policy(spec) for spec in [args.policy, *roles.values()] if is_policy_spec(spec)}
+    role_policies = {role: loaded[spec] for role, spec in roles.items()}
     if args.policy == "checkpoint":
         from maopd.agents.model_files import ModelFileError
 
@@ -297,38 +343,61 @@ def _run(args) -> int:
                 "--model: --policy checkpoint needs a model: pass --model with a hub id, a model, run or "
                 "checkpoint directory"
             )
+        sampling = (args.temperature, args.top_p, args.max_new_tokens, args.max_input_tokens, args.device, args.dtype)
         try:
-            solve = checkpoint_solver(
-                args.workflow,
-                args.model,
-                corpus,
-                questions,
-                args.temperature,
-                args.top_p,
-                args.max_new_tokens,
-                args.max_input_tokens,
-                args.device,
-                args.dtype,
-                args.backend,
-                args.base_url,
-                args.api_key_env,
-                **env_options,
-            )
+            if role_policies:  # a team of the model and your roles plays texts, one episode at a time
+                model = model_policy(
+                    args.model, args.backend, *sampling, base_url=args.base_url, api_key_env=args.api_key_env
+                )
+                policy = with_roles(model, role_policies, args.workflow)
+                solve = team_solver(args.workflow, policy, corpus, questions, **env_options)
+            else:
+                solve = checkpoint_solver(
+                    args.workflow,
+                    args.model,
+                    corpus,
+                    questions,
+                    *sampling,
+                    args.backend,
+                    args.base_url,
+                    args.api_key_env,
+                    **env_options,
+                )
         except (FileNotFoundError, ModelFileError) as exc:  # a model that is missing or damaged: one line
             raise ValueError(f"--model: {exc}") from None
     else:
-        solve = team_solver(args.workflow, debugging_policy(args.policy, args.seed), corpus, questions, **env_options)
+        team = loaded.get(args.policy) or debugging_policy(args.policy, args.seed)
+        policy = with_roles(team, role_policies, args.workflow)
+        solve = team_solver(args.workflow, policy, corpus, questions, **env_options)
     settings = EvalSettings(attempts=args.attempts, batch_size=args.batch_size, seed=args.seed)
     played_by = args.policy if args.policy != "checkpoint" else args.model
-    ran = run_attempts(
-        solve, manifest, args.out, args.method or f"{played_by}-{args.workflow}", settings, _made_with(args)
-    )
+    method = args.method or "+".join([f"{played_by}-{args.workflow}", *(f"{r}={s}" for r, s in roles.items())])
+    sources = {spec: policy.source_sha256() for spec, policy in loaded.items()}
+    ran = run_attempts(solve, manifest, args.out, method, settings, _made_with(args, roles, sources))
     print(f"ran {ran} workflows; records in {args.out}")
     return 0
 
 
-def _made_with(args) -> dict:
-    """What makes ``eval run``'s records what they are, besides the seed: a resume must give the same."""
+def _roles(args) -> dict[str, str]:
+    """``--role``'s policies by role: each role once, and one the workflow plays."""
+    from maopd.envs.workflows import WORKFLOW_ROLES
+
+    roles: dict[str, str] = {}
+    for role, spec in args.role:
+        if role in roles:
+            raise ValueError(f"--role {role}: given twice ({roles[role]}, {spec}); give each role once")
+        if role not in WORKFLOW_ROLES[args.workflow]:
+            raise ValueError(
+                f"--role {role}: the {args.workflow} workflow has no {role}; its roles are "
+                f"{', '.join(WORKFLOW_ROLES[args.workflow])}"
+            )
+        roles[role] = spec
+    return roles
+
+
+def _made_with(args, roles: dict[str, str], sources: dict[str, str | None]) -> dict:
+    """What makes ``eval run``'s records what they are, besides the seed: a resume must give the same
+    (your own policies by their spec and ``sources``, the hash of the file that defines each)."""
     made_with = {
         "policy": args.policy,
         "workflow": args.workflow,
@@ -336,6 +405,10 @@ def _made_with(args) -> dict:
         "retriever_config": _absolute(args.retriever_config),
         "retriever_set": args.retriever_set,
     }
+    if args.policy in sources:
+        made_with["policy_source_sha256"] = sources[args.policy]
+    if roles:
+        made_with["roles"] = {role: {"policy": spec, "source_sha256": sources[spec]} for role, spec in roles.items()}
     if args.policy == "checkpoint":
         from maopd.training.model_loading import model_source
 

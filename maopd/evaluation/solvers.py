@@ -38,6 +38,18 @@ def debugging_policy(name: str, seed: int = 0) -> Policy:
     )
 
 
+def with_roles(team: Policy, roles: Mapping[str, Policy], workflow: str) -> Policy:
+    """``team`` with the roles in ``roles`` played by their own policies instead (``team`` itself
+    when there are none)."""
+    from maopd.envs.policy import RoleRouter
+    from maopd.envs.workflows import WORKFLOW_ROLES
+
+    if not roles:
+        return team
+    played = WORKFLOW_ROLES[workflow]
+    return RoleRouter({role: roles.get(role, team) for role in played}, roles=played)
+
+
 def team_solver(
     workflow: str, policy: Policy, corpus: Corpus | None, questions: Sequence[Question], **env_options: Any
 ) -> Solve:

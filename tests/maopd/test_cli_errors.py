@@ -143,6 +143,11 @@ CASES = [
         ["--model"],
     ),
     (
+        "eval-policy-not-found",
+        ["eval", "run", "--manifest", M, "--role", "searcher=no_such_package.mod:S", "--out", "{root}/o.jsonl"],
+        ["no_such_package.mod:S", "no module 'no_such_package'"],
+    ),
+    (
         "eval-model-does-not-exist",
         [
             "eval",

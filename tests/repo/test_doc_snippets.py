@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,3 +33,41 @@ def snippet(doc: str, marker: str) -> str:
 def test_the_snippet_runs(doc, marker, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet(doc, marker), f"{doc} snippet", "exec"), {"__name__": "__main__"})
+
+
+POLICIES = "docs/policies.md"
+
+
+@pytest.fixture
+def my_policy(tmp_path, monkeypatch):
+    """docs/policies.md's ``my_policy.py``, written where the reader would, and importable from there."""
+    (tmp_path / "my_policy.py").write_text(snippet(POLICIES, "# my_policy.py"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_policy", raising=False)
+    return tmp_path
+
+
+def test_the_policy_pages_example_steps_an_environment(my_policy, capsys):
+    exec(compile(snippet(POLICIES, "from my_policy import"), "policies.md snippet", "exec"), {"__name__": "__main__"})
+    em, searches, report = capsys.readouterr().out.split(" ", 2)
+    assert float(em) in (0.0, 1.0) and int(searches) >= 1 and report.strip()
+
+
+@pytest.mark.slow
+def test_the_policy_pages_commands_score_the_example(my_policy):
+    """Every command of the page's shell block, as written, with the clone's console script."""
+    text = (ROOT / POLICIES).read_text(encoding="utf-8")
+    (commands,) = re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
+    bin_dir = Path(sys.executable).parent
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for line in filter(None, commands.splitlines()):
+        done = subprocess.run(shlex.split(line), cwd=my_policy, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    methods = json.loads((my_policy / "report" / "summary.json").read_text(encoding="utf-8"))["methods"]
+    assert set(methods) == {
+        "my_policy.py:FirstPassageTeam-hierarchical",
+        "scripted-hierarchical+searcher=my_policy.py:FirstPassageSearcher",
+    }
+    team, role = methods.values()
+    assert team["accuracy"] == role["accuracy"]  # the same team, named two ways
