@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,21 @@ def test_the_policy_pages_commands_score_the_example(my_policy):
     }
     team, role = methods.values()
     assert team["accuracy"] == role["accuracy"]  # the same team, named two ways
+
+
+@pytest.mark.slow
+def test_the_rllib_builder_snippet_runs():
+    """docs/marl.md's ``ppo_config()`` example, in a process of its own (it starts Ray) and a short
+    folder (Ray's socket paths under it must stay short)."""
+    pytest.importorskip("ray.rllib")
+    code = snippet("docs/marl.md", "ppo_config(")
+    folder = tempfile.mkdtemp(prefix="rl")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=600, check=False
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = ast.literal_eval(done.stdout.strip().splitlines()[-1])  # the greedy evaluation, printed
+    assert set(figures) == {"em", "searches"} and 0 <= figures["em"] <= 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import tempfile
@@ -110,6 +111,46 @@ def test_tuner_run_writes_results_checkpoints_and_strict_curve(ppo_run):
     assert (out / "curve.png").is_file()
 
 
+# Tune's and RLlib's wall-clock, throughput and host columns: the rest of progress.csv must repeat
+HOST_COLUMNS = {"date", "timestamp", "pid", "hostname", "node_ip", "trial_id"}
+HOST_COLUMNS |= {"time_this_iter_s", "time_total_s", "time_since_restore"}
+TIMED_COLUMNS = {"env_runners/sample", "env_runners/episode_duration_sec_mean"}
+
+
+def _is_time_or_host_column(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        name in HOST_COLUMNS | TIMED_COLUMNS
+        or parts[0] == "perf"
+        or "timers" in parts
+        or parts[-1].endswith("timer")
+        or any("throughput" in part for part in parts)
+    )
+
+
+def _metric_rows(out: Path) -> list[dict[str, str]]:
+    with (out / train_ppo.EXPERIMENT / train_ppo.TRIAL_DIR / "progress.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [{name: value for name, value in row.items() if not _is_time_or_host_column(name)} for row in rows]
+
+
+@pytest.mark.slow
+def test_a_second_run_of_the_seed_writes_the_same_metrics_and_keeps_the_newest_checkpoints(ppo_run):
+    """Before every Ray worker got one PYTHONHASHSEED, the first PPO update already differed."""
+    first, _ = ppo_run
+    again = Path(tempfile.mkdtemp(prefix="ppo"))
+    try:
+        train_ppo.main([*TINY_RUN, "--iterations", "2", "--keep-checkpoints", "1", "--out", str(again)])
+        expected, got = _metric_rows(first), _metric_rows(again)
+        assert len(expected) == 2 and len(expected[0]) > 50  # RLlib's losses, returns, counters, dev/em
+        assert {"learners/shared/policy_loss", "env_runners/episode_return_mean", "dev/em"} <= set(expected[0])
+        assert got == expected
+        trial = again / train_ppo.EXPERIMENT / train_ppo.TRIAL_DIR
+        assert sorted(p.name for p in trial.glob("checkpoint_*")) == ["checkpoint_000001"]
+    finally:
+        shutil.rmtree(again)
+
+
 @pytest.mark.slow
 def test_checkpoint_gives_back_the_trained_policy(ppo_run):
     from ray.rllib.algorithms.algorithm import Algorithm
@@ -151,6 +192,7 @@ def test_resume_of_a_finished_run_trains_no_more(ppo_run):
         (["--restore", "."], "is not an RLlib checkpoint"),
         (["--resume"], "holds no Tune experiment"),
         (["--resume", "--iterations", "5"], "drop --iterations"),
+        (["--resume", "--keep-checkpoints", "2"], "drop --keep-checkpoints"),
     ],
 )
 def test_bad_start_options_are_one_line(tmp_path, capsys, options, message):

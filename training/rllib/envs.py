@@ -62,6 +62,10 @@ def shared_policy_mapping(agent_id: str, episode: Any = None, **kwargs: Any) -> 
 def init_local_ray(run_dir: str | Path, num_cpus: int = 2) -> None:
     """Start a local Ray with its temporary files under ``run_dir`` (nothing in the home folder).
 
+    Every worker starts with one ``PYTHONHASHSEED`` (the caller's, else 0): Python salts string
+    hashes per process, and RLlib's learner iterates hash-ordered collections, so two runs of one
+    seed would otherwise train differently.
+
     ``RAY_AUTH_MODE=token`` would make Ray write a token to ``~/.ray``; the local cluster here
     listens on 127.0.0.1 only, so token authentication is left disabled unless the caller set it.
     """
@@ -76,6 +80,7 @@ def init_local_ray(run_dir: str | Path, num_cpus: int = 2) -> None:
         _temp_dir=str(temp_dir),
         log_to_driver=False,
         ignore_reinit_error=True,
+        runtime_env={"env_vars": {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}},
     )
 
 
