@@ -291,7 +291,11 @@ class LoggingConfig:
     tensorboard: bool = checked(
         True, help="Write TensorBoard events under RUN_DIR/tb/ (needs the tensorboard package)."
     )
-    wandb: bool = checked(False, help="Log to Weights & Biases too (needs the wandb package).")
+    wandb: bool = checked(
+        False,
+        help="Log to Weights & Biases too, under RUN_DIR/wandb/ (needs the logging extra); a resumed run logs to "
+        "the W&B run it started.",
+    )
     wandb_project: str = checked("multiagent-opd", help="The W&B project the run logs to.")
     progress: bool = checked(True, help="Show a progress bar of the steps.")
 
@@ -301,8 +305,8 @@ class LoggingConfig:
         for name, package in (("tensorboard", "tensorboard"), ("wandb", "wandb")):
             if getattr(self, name) and importlib.util.find_spec(package) is None:
                 raise ConfigError(
-                    f"logging.{name}: the {package} package is not installed; pip install {package} "
-                    f"or set logging.{name}=false"
+                    f"logging.{name}: the {package} package is not installed; install the logging extra "
+                    f"(pip install -e '.[logging]' in the clone) or set logging.{name}=false"
                 )
 
 
