@@ -30,7 +30,7 @@ estimators declare, so every variant of the paper's Table 3 and Stage I are pres
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -163,14 +163,13 @@ class EstimatorInputs:
         return role_token_mask(self.role_ids, self.response_mask, self.role)
 
 
-AdvantageEstimator = Callable[[EstimatorInputs], torch.Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, Declared] = {}
 _register = needs_registry_decorator(ADVANTAGE_ESTIMATORS, "advantage estimator")
 
 
 def register_advantage_estimator(name: str, needs: Needs = Needs()):
-    """``@register_advantage_estimator(name, Needs(...))``: a role's learning signal, an
-    ``AdvantageEstimator``, selectable as ``advantage.<role>_signal: name``."""
+    """``@register_advantage_estimator(name, Needs(...))``: a role's learning signal, a function
+    ``EstimatorInputs -> [N, T]``, selectable as ``advantage.<role>_signal: name``."""
     decorate = _register(name, needs)
     if needs.outcome not in (None, *OUTCOMES):
         raise ValueError(
@@ -357,7 +356,7 @@ def _check_index(name: str, index: torch.Tensor, size: int, role: str) -> None:
         raise ValueError(f"{name} of the {role} sequences must lie in 0..{size - 1}")
 
 
-def role_rows(role_ids: torch.Tensor, roles: tuple[str, ...] | list[str]) -> torch.Tensor:
+def role_rows(role_ids: torch.Tensor, roles: Sequence[str]) -> torch.Tensor:
     """[N] bool: the sequences of any of ``roles``."""
     return torch.isin(role_ids, torch.tensor([ROLE_IDS[role] for role in roles], dtype=role_ids.dtype))
 

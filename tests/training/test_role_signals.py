@@ -13,6 +13,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,7 +29,9 @@ from maopd.training.advantages import (
     team_token_advantages,
 )
 from maopd.training.config import STAGE_SETTINGS, VARIANT_SETTINGS, TrainConfig, build_config, load_config
-from maopd.training.marl.credit import CREDIT_METHODS, credit_method_needs
+from maopd.training.marl.credit import CREDIT_METHODS, credit_method_needs, register
+from maopd.training.marl.policy import MenuPolicy
+from maopd.training.marl.trainer import MarlConfig, train
 from maopd.training.model_loading import frozen_sources
 from maopd.training.signals import Declared, Needs
 from maopd.training.teacher import FrozenModels
@@ -240,6 +243,25 @@ def test_the_trainer_hands_a_teacher_reading_plugin_the_teachers_log_probs(
     assert torch.all(batch.teacher_logprobs[leader | searcher] < 0)
     expected = 2.0 * (batch.teacher_logprobs - batch.old_logprobs)
     assert torch.equal(batch.advantages.token_advantages[leader], expected[leader])
+
+
+def test_the_option_mode_trains_a_teacher_for_a_credit_method_that_declares_it():
+    """The same vocabulary in the option mode: a plug-in credit method declaring the Teacher is
+    handed one, trained first on the cascade, though its name is not opd."""
+    teachers = []
+
+    @register("teacher_reader_for_test", Needs(teacher=True))
+    def teacher_reader(episodes, context):
+        teachers.append(context.teacher)
+        return [np.zeros(len(episode.decisions)) for episode in episodes]
+
+    small = {"iterations": 1, "teacher_iterations": 1, "episodes_per_iteration": 4, "eval_questions": 4}
+    try:
+        train(MarlConfig(method="teacher_reader_for_test", num_envs=4, **small), progress=False)
+    finally:
+        del CREDIT_METHODS["teacher_reader_for_test"]
+    assert len(teachers) == 1 and isinstance(teachers[0], MenuPolicy)
+    assert not any(p.requires_grad for p in teachers[0].parameters())  # frozen
 
 
 spec = importlib.util.spec_from_file_location("compare_runs", ROOT / "scripts" / "compare_runs.py")
