@@ -56,7 +56,7 @@ def test_a_saved_part_keeps_configs_metrics_and_records_without_trajectories(tmp
         "final_output": "a",
         "score": 1.0,
         "search_actions": 2,
-        "trajectory": {"workflow": "hierarchical", "calls": ["long"]},
+        "trajectory": {"workflow": "hierarchical", "calls": [{"outputs": ["long"]}]},
     }
     (run / "seed_0" / "eval" / "records.jsonl").write_text(json.dumps(record) + "\n")
     out = tmp_path / "saved"
