@@ -510,12 +510,13 @@ class _ConfigLoader(yaml.SafeLoader):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key is refused by the mapping itself
             line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if key in seen:
                 problem = f"the key {shown(key)} is written twice (lines {seen[key]} and {line}); keep one"
                 raise _RefusedYAML(None, None, problem, key_node.start_mark)
-            if isinstance(key, (str, int, float, bool)):
-                seen[key] = line
+            seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
     def construct_number(self, node: yaml.ScalarNode) -> int | float:
