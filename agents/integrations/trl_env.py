@@ -66,8 +66,8 @@ class _RoleEnvironment:
         return answer if self.session.call_open else "\n\n".join(filter(None, [answer, CALL_OVER]))
 
 
-class SearcherEnvironment(_RoleEnvironment):
-    role = "searcher"
+class _SearchTool:
+    """The ``search`` tool, shared by the roles that search (a mixin: TRL finds inherited tools)."""
 
     def search(self, query: str) -> str:
         """Search the corpus for passages.
@@ -80,6 +80,22 @@ class SearcherEnvironment(_RoleEnvironment):
         """
         return self._act("search", query)
 
+
+class _AnswerTool:
+    """The ``answer`` tool, shared by the roles that answer."""
+
+    def answer(self, text: str) -> str:
+        """Give the final answer.
+
+        Args:
+            text: Only the answer, as a short phrase.
+        """
+        return self._act("answer", text)
+
+
+class SearcherEnvironment(_SearchTool, _RoleEnvironment):
+    role = "searcher"
+
     def report(self, text: str) -> str:
         """Finish the task with a short report of the facts found.
 
@@ -89,16 +105,8 @@ class SearcherEnvironment(_RoleEnvironment):
         return self._act("report", text)
 
 
-class AnswererEnvironment(_RoleEnvironment):
+class AnswererEnvironment(_AnswerTool, _RoleEnvironment):
     role = "answerer"
-
-    def answer(self, text: str) -> str:
-        """Give the final answer.
-
-        Args:
-            text: Only the answer, as a short phrase.
-        """
-        return self._act("answer", text)
 
 
 class LeaderEnvironment(_RoleEnvironment):
@@ -124,27 +132,8 @@ class LeaderEnvironment(_RoleEnvironment):
         return self._act("select", reports)
 
 
-class SolverEnvironment(_RoleEnvironment):
+class SolverEnvironment(_SearchTool, _AnswerTool, _RoleEnvironment):
     role = "solver"
-
-    def search(self, query: str) -> str:
-        """Search the corpus for passages.
-
-        Args:
-            query: What to search for.
-
-        Returns:
-            The passages found.
-        """
-        return self._act("search", query)
-
-    def answer(self, text: str) -> str:
-        """Give the final answer.
-
-        Args:
-            text: Only the answer, as a short phrase.
-        """
-        return self._act("answer", text)
 
 
 ENVIRONMENTS: dict[str, type[_RoleEnvironment]] = {

@@ -290,10 +290,8 @@ def _collapse_levers(args) -> int:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
         lines.append(
-            f"| {r['lever']} | {r['questions']} x {r['attempts']} | {r['unforced_em']:.3f} | {r['no_search_em']:.3f} "
-            f"| {r['search_em']:.3f} | {ratio} | {r['paired_difference_points']:.1f} "
+            f"| {r['lever']} | {r['questions']} x {r['attempts']} | {_em_cells(r)} "
             f"| {r['unforced_no_search_share']:.3f} | {r['verdict']} |"
         )
     out = Path(args.out)
@@ -315,13 +313,17 @@ def class_table(classes: list[dict]) -> str:
         "| kind | band | questions | EM unforced | EM no search | EM search | ratio | paired difference, points |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for c in classes:
-        ratio = "—" if c["ratio"] is None else f"{c['ratio']:.2f}"
-        lines.append(
-            f"| {c['kind']} | {c['band']} | {c['questions']} | {c['unforced_em']:.3f} | {c['no_search_em']:.3f} "
-            f"| {c['search_em']:.3f} | {ratio} | {c['paired_difference_points']:.1f} |"
-        )
+    lines += [f"| {c['kind']} | {c['band']} | {c['questions']} | {_em_cells(c)} |" for c in classes]
     return "\n".join(lines)
+
+
+def _em_cells(figures: dict) -> str:
+    """The cells EM unforced | EM no search | EM search | ratio | paired difference of a row."""
+    ratio = "—" if figures["ratio"] is None else f"{figures['ratio']:.2f}"
+    return (
+        f"{figures['unforced_em']:.3f} | {figures['no_search_em']:.3f} | {figures['search_em']:.3f} | {ratio} "
+        f"| {figures['paired_difference_points']:.1f}"
+    )
 
 
 def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:
