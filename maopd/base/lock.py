@@ -7,9 +7,12 @@ by a killed holder is taken over by the next one.
 
 A lock is taken once per process: taking one this process holds already is a no-op (the
 pipeline's stages run in its process, in directories it holds). A holder may hand a lock down to
-the processes it starts (the pipeline's seed jobs) through the environment variable ``LOCKS_ENV``:
-a process that finds a lock file listed there, held by the pid listed with it, works under that
-holder's lock instead of taking its own.
+the processes it starts (the pipeline's seed jobs): it passes them the locked descriptor itself
+(``handed_down_fds``, for ``subprocess.Popen(pass_fds=...)``), and ``LOCKS_ENV`` tells a child
+which descriptor number to look at. Only the kernel is trusted: the child works under the lock
+when that descriptor is open on the lock file and ``flock`` on it succeeds, which it does only on
+the open file the holder locked. An environment that merely names a lock, a pid or a descriptor
+lets no other process in.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class LockedError(UserError):
 
 
 def _handed_down() -> dict[str, int]:
+    """Lock file -> the descriptor number its holder says it passed down (a hint, checked by ``_shares``)."""
     try:
         locks = json.loads(os.environ.get(LOCKS_ENV) or "{}")
     except json.JSONDecodeError:
@@ -45,16 +49,37 @@ def _handed_down() -> dict[str, int]:
     return locks if isinstance(locks, dict) else {}
 
 
-def _hand_down(key: str, pid: int | None) -> None:
+def _hand_down(key: str, fd: int | None) -> None:
     locks = _handed_down()
-    if pid is None:
+    if fd is None:
         locks.pop(key, None)
     else:
-        locks[key] = pid
+        locks[key] = fd
     if locks:
         os.environ[LOCKS_ENV] = json.dumps(locks)
     else:
         os.environ.pop(LOCKS_ENV, None)
+
+
+def handed_down_fds() -> tuple[int, ...]:
+    """The descriptors of the locks this process hands down: pass them to the processes it starts
+    (``subprocess.Popen(pass_fds=...)``), so that they work under its locks."""
+    return tuple(fd for key, fd in _handed_down().items() if _held.get(key) == fd)
+
+
+def _shares(lock_file: Path, fd: object) -> bool:
+    """Whether descriptor ``fd`` of this process is open on ``lock_file`` and holds its lock: the
+    kernel grants ``flock`` again on the open file that holds it, and refuses any other."""
+    if not isinstance(fd, int) or isinstance(fd, bool):
+        return False
+    try:
+        opened, at_path = os.fstat(fd), os.stat(lock_file, follow_symlinks=False)
+        if (opened.st_dev, opened.st_ino) != (at_path.st_dev, at_path.st_ino):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def holder(lock_file: Path) -> int | None:
@@ -104,7 +129,7 @@ def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False, hand_
 
     Another holder makes it raise ``LockedError`` naming that holder's pid, or with ``wait`` (a
     cache entry, which the other holder is building) wait for it to finish. With ``hand_down`` the
-    processes this one starts meanwhile work under the lock (``LOCKS_ENV``).
+    processes this one starts meanwhile, passed ``handed_down_fds()``, work under the lock.
     """
     lock_file = Path(os.path.abspath(lock_file))
     key = str(lock_file)
@@ -113,10 +138,10 @@ def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False, hand_
         return
     fd = _try_lock(lock_file, wait=False)
     if fd is None:
-        pid = holder(lock_file)
-        if pid is not None and _handed_down().get(key) == pid:
-            yield  # the process that started this one holds it for both
+        if _shares(lock_file, _handed_down().get(key)):
+            yield  # the process that started this one holds it for both, and passed its descriptor
             return
+        pid = holder(lock_file)
         if not wait:
             raise LockedError(
                 f"{what} is in use by another process (pid {pid if pid is not None else 'unknown'}); "
@@ -126,7 +151,7 @@ def exclusive(lock_file: str | os.PathLike, what: str, wait: bool = False, hand_
         fd = _try_lock(lock_file, wait=True)
     _held[key] = fd
     if hand_down:
-        _hand_down(key, os.getpid())
+        _hand_down(key, fd)
     try:
         yield
     finally:

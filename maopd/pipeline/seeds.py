@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from maopd.base.config import ConfigError, save_yaml
+from maopd.base.lock import handed_down_fds
 from maopd.base.run_dir import owning, write_record
 from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, PipelineConfig
 from maopd.pipeline.job import pipeline_comparisons
@@ -72,7 +73,11 @@ def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
             *(["--fresh"] if fresh else []),
         ]
         log = logs[seed].open("w", encoding="utf-8")
-        jobs[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment), log)
+        # the seed jobs work under this process's locks on their directories: pass the locked descriptors
+        job = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, pass_fds=handed_down_fds()
+        )
+        jobs[seed] = (job, log)
         print(f"seed {seed}: {' '.join(command)} > {logs[seed]}")
     failed = []
     for seed, (process, log) in jobs.items():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from maopd.base.atomic import build_directory_atomically
-from maopd.base.lock import LOCKS_ENV, LockedError
+from maopd.base.lock import LOCKS_ENV, LockedError, handed_down_fds
 from maopd.base.paths import package_data
 from maopd.base.run_dir import LOCK_FILE, LOGGER_DIRS, SymlinkInRunError, owning, refuse_symlinks, start_over
 from maopd.cli import main
@@ -37,13 +37,14 @@ TINY = [
 
 @contextmanager
 def held_by(lock_file: Path, pid: int):
-    """``lock_file`` locked as another process holding it would: a descriptor of its own, its pid written."""
+    """``lock_file`` locked as another process holding it would: a descriptor of its own, its pid
+    written. Yields the descriptor."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, f"{pid}\n".encode())
     try:
-        yield
+        yield fd
     finally:
         os.close(fd)
 
@@ -127,16 +128,26 @@ def test_a_lock_left_by_a_killed_holder_is_taken_over_and_removed(tmp_path, dead
     assert not (tmp_path / LOCK_FILE).exists()
 
 
-def test_a_lock_handed_down_by_its_holder_is_shared_not_taken(tmp_path, monkeypatch):
+def test_a_lock_is_shared_only_through_the_descriptor_that_holds_it(tmp_path, monkeypatch):
+    """The environment is a hint, never a proof: naming the holder's pid (what an older version
+    trusted) or a descriptor of another open file is refused; the holding descriptor itself is let in."""
     lock = tmp_path / LOCK_FILE
-    with held_by(lock, 4242):
-        monkeypatch.setenv(LOCKS_ENV, json.dumps({str(lock): 4242}))
-        with owning(tmp_path):
-            pass
-        monkeypatch.setenv(LOCKS_ENV, json.dumps({str(lock): 4343}))  # not the holder's pid
+    with held_by(lock, 4242) as holding:
+        monkeypatch.setenv(LOCKS_ENV, json.dumps({str(lock): 4242}))  # the holder's pid
         with pytest.raises(LockedError, match="pid 4242"):
             with owning(tmp_path):
                 pass
+        other = os.open(lock, os.O_RDWR)  # the same file, but not the open file that holds the lock
+        try:
+            monkeypatch.setenv(LOCKS_ENV, json.dumps({str(lock): other}))
+            with pytest.raises(LockedError, match="pid 4242"):
+                with owning(tmp_path):
+                    pass
+        finally:
+            os.close(other)
+        monkeypatch.setenv(LOCKS_ENV, json.dumps({str(lock): holding}))
+        with owning(tmp_path):
+            pass
     assert lock.is_file()  # the holder's, left alone
 
 
@@ -197,12 +208,16 @@ def test_a_child_process_works_under_the_lock_its_parent_hands_down(tmp_path):
     ]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     with owning(tmp_path):  # sets LOCKS_ENV in this process's environment, which children inherit
-        handed = subprocess.run(child, capture_output=True, text=True, env={**environment, **os.environ})
+        inherited = {**environment, **os.environ}
+        handed = subprocess.run(child, capture_output=True, text=True, env=inherited, pass_fds=handed_down_fds())
+        # the same environment without the descriptor: what a process naming the holder can forge
+        forged = subprocess.run(child, capture_output=True, text=True, env=inherited)
         stranger = subprocess.run(
             child, capture_output=True, text=True, env={k: v for k, v in environment.items() if k != LOCKS_ENV}
         )
     assert handed.returncode == 0 and handed.stdout == "ok\n", handed.stderr
-    assert stranger.returncode != 0 and f"pid {os.getpid()}" in stranger.stderr
+    for refused in (forged, stranger):
+        assert refused.returncode != 0 and f"pid {os.getpid()}" in refused.stderr
 
 
 @pytest.mark.slow
