@@ -196,15 +196,13 @@ def hop_mix(text: str) -> dict[str, float]:
 
 
 def _collapse(args) -> int:
-    import os
-    import platform
 
     import torch
 
     from maopd.base.config import ConfigError, apply_overrides, check_partial
     from maopd.envs.search_env import SearchEnvConfig
     from maopd.evaluation.provenance import git_commit
-    from maopd.pipeline.config import load_preset
+    from maopd.pipeline.config import DEFAULT_PRESET, load_preset
     from maopd.study.gates import collapse_rows, markdown_table, overall
     from maopd.study.tuning import band_questions, base_model_world, class_figures, collapse_figures
 
@@ -212,7 +210,7 @@ def _collapse(args) -> int:
     torch.set_num_threads(args.threads)
     model, out = Path(args.model), Path(args.out)
     seed, size, key = base_model_world(model)
-    config = load_preset("default", ["eval.split=dev", f"eval.attempts={args.attempts}"])
+    config = load_preset(DEFAULT_PRESET, ["eval.split=dev", f"eval.attempts={args.attempts}"])
     started = time.perf_counter()
     if args.hop_mix and not args.band:
         raise ConfigError("--hop-mix: weighs the kinds of --band questions; give --band too")
@@ -223,8 +221,7 @@ def _collapse(args) -> int:
     result = {
         "command": " ".join(args.command_line),
         "commit": git_commit(short=True),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
-        f"Python {platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}",
+        "machine": measuring_machine(),
         "model": str(model),
         "config_key": key,
         "world": {"seed": seed, "size": size},
@@ -326,6 +323,19 @@ def _em_cells(figures: dict) -> str:
     )
 
 
+def measuring_machine() -> str:
+    """The machine a measurement ran on, in one line: CPUs, the torch threads it used, versions, SIMD."""
+    import os
+    import platform
+
+    import torch
+
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
+        f"Python {platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}"
+    )
+
+
 def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:
     """Save ``result`` as OUT/NAME.json and ``head`` + ``table`` as OUT/NAME.md; print the table."""
     write_json(out / f"{name}.json", result, indent=1)
@@ -389,8 +399,6 @@ def _beta(args) -> int:
 
 
 def _gates(args) -> int:
-    import os
-    import platform
 
     import torch
 
@@ -406,8 +414,7 @@ def _gates(args) -> int:
     result = {
         "command": " ".join(args.command_line),
         "commit": git_commit(short=True),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread(s), "
-        f"Python {platform.python_version()}, torch {torch.__version__}, SIMD {' '.join(simd_extensions())}",
+        "machine": measuring_machine(),
         **result,
     }
     table = markdown_table(result["rows"])

@@ -116,9 +116,10 @@ def resolve(preset: str = DEFAULT_PRESET, overrides: list[str] | None = None) ->
     top = [ConfigLayer("default", defaults_dict(PipelineConfig))]
     top += [ConfigLayer(name, values) for name, values in sources]
     settings = _settings(PipelineConfig, top, to_dict(config))
+    pi0 = base_model_dir(config.base_model)
     for stage, variant in config.stage_runs():
         teacher = stage_dir(config, "stage1", "full") if stage == "stage2" else None
-        pipeline = pipeline_settings(config, stage, variant, base_model_dir(config.base_model), teacher)
+        pipeline = pipeline_settings(config, stage, variant, pi0, teacher)
         own: dict[str, Any] = {}
         for key, value in pipeline.items():
             set_dotted(own, key, value)
@@ -129,7 +130,7 @@ def resolve(preset: str = DEFAULT_PRESET, overrides: list[str] | None = None) ->
                 for name, values in sources
             ]
         layers.append(ConfigLayer("the pipeline", own))
-        resolved = to_dict(stage_config(config, stage, variant, base_model_dir(config.base_model), teacher))
+        resolved = to_dict(stage_config(config, stage, variant, pi0, teacher))
         settings += _settings(TrainConfig, layers, resolved, f"{stage_dir(config, stage, variant).name}.")
     return settings
 

@@ -496,9 +496,11 @@ def collapse_figures(
             "no_answer_share": sum(r["counters"].get("no_answer", 0) for r in records) / len(records),
             "searches_per_workflow": sum(r["counters"]["search_actions"] for r in records) / len(records),
         }
-        for question in questions:
-            ems = [r["rewards"]["em"] for r in records if r["question_id"] == question.id]
-            per_question[question.id][arm] = sum(ems) / len(ems)
+        ems: dict[str, list[float]] = {}
+        for record in records:
+            ems.setdefault(record["question_id"], []).append(record["rewards"]["em"])
+        for question_id, scores in ems.items():
+            per_question[question_id][arm] = sum(scores) / len(scores)
     figures["per_question"] = per_question
     figures.update(paired_figures(per_question))
     return figures
