@@ -62,6 +62,7 @@ CONFIG_FILE = "sft_config.yaml"
 SHIPPED_DIR = package_data("models")
 METRICS_FILE = "sft_metrics.json"
 PRETRAINED_DIR = "pretrained"  # the language model after pretraining, inside π_0's directory
+PRETRAINING_ENTRY = "pretraining"  # a cache entry holding a finished pretraining alone
 CHAT_ROLES = ("system", "user", "assistant")
 T = TypeVar("T")
 # Field metadata for the cache key. KEYED_WHEN_SET: a setting whose default builds what the build
@@ -533,11 +534,16 @@ def shared_fields(cls: type[T], config: Any) -> T:
 
 
 def reusable_pretraining(config: SFTConfig, roots: Sequence[Path]) -> Path | None:
-    """The ``pretrained/`` of a π_0 under ``roots`` (``base-*`` directories) whose pretraining
-    equals ``config``'s (the ``pretraining_key`` its ``sft_metrics.json`` records), if any."""
+    """The ``pretrained/`` under ``roots`` (a π_0's ``base-*`` directory, or a ``pretraining-*``
+    entry a build stored before fine-tuning) whose pretraining equals ``config``'s (the
+    ``pretraining_key`` its ``sft_metrics.json`` records), if any."""
     wanted = config.pretraining_key()
     for root in roots:
-        for metrics in sorted(Path(root).glob(f"base-*/{METRICS_FILE}")):
+        entries = [
+            *Path(root).glob(f"base-*/{METRICS_FILE}"),
+            *Path(root).glob(f"{PRETRAINING_ENTRY}-*/{METRICS_FILE}"),
+        ]
+        for metrics in sorted(entries):
             try:
                 recorded = json.loads(metrics.read_text(encoding="utf-8")).get("pretraining_key")
             except (OSError, ValueError):
@@ -567,6 +573,20 @@ def load_pretrained(model, tokenizer, pretrained: Path) -> dict[str, Any]:
     }
 
 
+def store_pretraining(config: SFTConfig, pretrained: Path, figures: dict[str, Any], root: Path) -> Path:
+    """Keep a finished pretraining as the cache entry ``<root>/pretraining-<key>/`` (its
+    ``pretrained/`` and the figures), so that a build killed while fine-tuning, the long half of a
+    build, starts the next time from there instead of pretraining again."""
+    import shutil
+
+    def store(staging: Path) -> None:
+        shutil.copytree(pretrained, staging / PRETRAINED_DIR)
+        write_json(staging / METRICS_FILE, {"pretraining_key": config.pretraining_key(), **figures}, indent=1)
+
+    entry = Path(root) / f"{PRETRAINING_ENTRY}-{config.pretraining_key()}"
+    return build_directory_atomically(entry, store, METRICS_FILE)
+
+
 # The pretraining's figures in sft_metrics.json: a π_0 that reuses a pretraining copies its source's
 PRETRAINING_FIGURES = (
     "pretraining_tokens",
@@ -578,12 +598,17 @@ PRETRAINING_FIGURES = (
 
 
 def build_base_model(
-    config: SFTConfig, out_dir: str | Path, progress: bool = True, reuse_from: Sequence[Path] = ()
+    config: SFTConfig,
+    out_dir: str | Path,
+    progress: bool = True,
+    reuse_from: Sequence[Path] = (),
+    keep_pretraining_in: Path | None = None,
 ) -> Path:
     """Build π_0 from ``config`` into ``out_dir`` (model, tokenizer, config and metrics). With
-    ``reuse_from`` (roots of built π_0s), a pretraining one of them ran for the same
-    ``pretraining_key`` is loaded instead of rerun: the same weights, since pretraining is
-    deterministic, and its ``pretrained/`` copied into ``out_dir``."""
+    ``reuse_from`` (roots of built π_0s and stored pretrainings), a pretraining one of them ran for
+    the same ``pretraining_key`` is loaded instead of rerun: the same weights, since pretraining is
+    deterministic, and its ``pretrained/`` copied into ``out_dir``. With ``keep_pretraining_in``
+    (a cache root), a pretraining run here is also stored there before fine-tuning starts."""
     import shutil
 
     import torch
@@ -636,6 +661,8 @@ def build_base_model(
             "pretraining_final_loss": tail_mean(pretrain_losses),
             "pretraining_threads": torch.get_num_threads(),
         }
+        if keep_pretraining_in is not None:
+            store_pretraining(config, Path(out_dir) / PRETRAINED_DIR, pretrained_figures, keep_pretraining_in)
     else:
         pretrained_figures = {name: None for name in PRETRAINING_FIGURES}
     replay = replayed(config, knowledge)
@@ -692,6 +719,7 @@ def load_or_build_base_model(
     if (directory / METRICS_FILE).is_file():
         return directory
     roots = (shipped_dir, directory.parent) if reuse else ()
+    keep = directory.parent if reuse else None
     return build_directory_atomically(
-        directory, lambda out: build_base_model(config, out, progress, roots), METRICS_FILE
+        directory, lambda out: build_base_model(config, out, progress, roots, keep), METRICS_FILE
     )

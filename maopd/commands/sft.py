@@ -59,7 +59,8 @@ def _sft(args) -> int:
         if out.exists() and any(out.iterdir()):
             raise UserError(f"--out {out} exists and is not empty; give a new or empty directory")
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        directory = build_base_model(config, out, reuse_from=() if args.from_scratch else (SHIPPED_DIR, cache))
+        reuse, keep = ((), None) if args.from_scratch else ((SHIPPED_DIR, cache), cache)
+        directory = build_base_model(config, out, reuse_from=reuse, keep_pretraining_in=keep)
     else:
         directory = load_or_build_base_model(config, args.cache_dir, reuse=not args.from_scratch)
     print(f"π_0 (config {config.key()}) is in {directory}")

@@ -517,3 +517,36 @@ def test_lookup_demos_show_the_searcher_each_fact_of_the_question_answer_world()
         assert first.startswith("<report>") == (facts[row["question_id"]].band == "popular"), row
     with pytest.raises(ConfigError, match="lookup_demos"):
         replace(config, workflows=["hierarchical"])
+
+
+def test_a_build_killed_while_fine_tuning_resumes_from_its_stored_pretraining(tmp_path, monkeypatch):
+    """With ``keep_pretraining_in``, the pretraining is stored before fine-tuning starts; a build
+    that dies in fine-tuning leaves it, and the next build loads it: the same bits as a build that
+    never died."""
+    import json
+
+    import maopd.training.sft as sft
+    from maopd.training.base_model import KnowledgeConfig
+
+    config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02))
+    whole = build_base_model(config, tmp_path / "whole", progress=False)
+    train_sft = sft.train_sft
+
+    def dies_in_fine_tuning(*args, **kwargs):
+        if len(args) < 6 or args[5] != "pretraining":
+            raise KeyboardInterrupt("killed while fine-tuning")
+        return train_sft(*args, **kwargs)
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(sft, "train_sft", dies_in_fine_tuning)
+    with pytest.raises(KeyboardInterrupt):
+        build_base_model(config, tmp_path / "killed", progress=False, keep_pretraining_in=cache)
+    monkeypatch.setattr(sft, "train_sft", train_sft)
+    (entry,) = cache.glob("pretraining-*")
+    assert entry.name == f"pretraining-{config.pretraining_key()}"
+    resumed = build_base_model(config, tmp_path / "resumed", progress=False, reuse_from=[cache])
+    for name in ("model.safetensors", "pretrained/model.safetensors"):
+        assert (whole / name).read_bytes() == (resumed / name).read_bytes()
+    metrics = json.loads((resumed / METRICS_FILE).read_text())
+    assert metrics["pretrained_from"] == entry.name
+    assert metrics["pretraining_steps"] == json.loads((whole / METRICS_FILE).read_text())["pretraining_steps"]
