@@ -34,7 +34,7 @@ from maopd.envs.retrieval.bm25 import BM25Retriever
 from maopd.envs.synthwiki.demos import make_env
 from maopd.envs.synthwiki.questions import KINDS, question_kind
 from maopd.envs.synthwiki.world import build_world
-from maopd.envs.workflows import WORKFLOWS
+from maopd.envs.workflows import workflow_names
 
 TOPK = 3
 NOISE_RATES = (0.02, 0.05, 0.1, 0.2, 0.3)
@@ -89,7 +89,7 @@ def markdown(report: dict) -> str:
         ("BM25 recall@3, gold sub-question", report["recall"]["gold_subquestion"]),
         ("BM25 recall@3, full question", report["recall"]["full_question"]),
     ]
-    for workflow in WORKFLOWS:
+    for workflow in workflow_names():
         rows.append((f"expert team EM, {workflow}", report["expert"][workflow]))
         for rate, figures in report["noisy"][workflow].items():
             rows.append((f"noisy team EM (noise {rate}), {workflow}", figures))
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "passages": len(world.corpus),
         "build_seconds": round(build_seconds, 3),
         "recall": retrieval_recall(retriever, questions),
-        "expert": {w: team_accuracy(w, expert_team(), retriever, questions, f"expert {w}") for w in WORKFLOWS},
+        "expert": {w: team_accuracy(w, expert_team(), retriever, questions, f"expert {w}") for w in workflow_names()},
         "noisy": {
             w: {
                 str(rate): team_accuracy(
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for rate in NOISE_RATES
             }
-            for w in WORKFLOWS
+            for w in workflow_names()
         },
     }
     report["seconds"] = round(time.perf_counter() - started, 1)

@@ -1,7 +1,8 @@
 """The action grammar shared by the environments and every policy.
 
 Each role acts by writing one action tag; free text around it (for example ReAct-style
-reasoning before a search) is allowed and ignored.
+reasoning before a search) is allowed and ignored. Which tags a role may write is its ``Role``'s
+``actions`` (``maopd.envs.team``); the built-in roles' are:
 
 =========  ==========================================  ======================================
 role       action                                      meaning
@@ -37,21 +38,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# The roles of the paper's teams (cascade and hierarchy). The option mode's features and the
-# credit-assignment benchmark are about these three only.
-TEAM_ROLES = ("leader", "searcher", "answerer")
-# Every role; a role's id in training batches (``ROLE_IDS``) is its index here, so a new role is
-# appended: the solver (id 3) is the single agent of the Search-R1-style baseline (envs/single_search_v1.py).
-ROLES = (*TEAM_ROLES, "solver")
-ROLE_IDS = {name: role_id for role_id, name in enumerate(ROLES)}
+from maopd.envs import team
+from maopd.envs.roles import ROLES
+from maopd.envs.team import ACTION_KINDS
+
+# Every built-in role (``maopd.envs.roles``); a role's id in training batches is ``team.role_id``.
+ROLE_IDS = {name: team.role_id(name) for name in ROLES}
 LEADER, SEARCHER, ANSWERER, SOLVER = (ROLE_IDS[name] for name in ROLES)
-ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
-ROLE_ACTION_KINDS = {
-    "searcher": ("search", "report"),
-    "leader": ("delegate", "select"),
-    "answerer": ("answer",),
-    "solver": ("search", "answer"),
-}
+ROLE_ACTION_KINDS = {name: team.role(name).actions for name in ROLES}
 STOP_STRINGS = tuple(f"</{kind}>" for kind in ACTION_KINDS)
 # Tags the environment itself writes around inserted text; escaped in inserted text too.
 STRUCTURAL_TAGS = ("information", "think", "task", "reports")
@@ -114,14 +108,12 @@ def parse_selection(content: str) -> tuple[int, ...] | None:
 
 def parse_action(text: str, role: str, allowed: tuple[str, ...] | None = None, max_chars: int = 8192) -> ParsedAction:
     """Parse one output of ``role``; ``allowed`` narrows the kinds permitted at this moment."""
-    if role not in ROLE_ACTION_KINDS:
-        raise ValueError(f"unknown role {role!r}; expected one of {sorted(ROLE_ACTION_KINDS)}")
+    role_kinds = team.role(role).actions  # a ValueError naming the roles for an unknown one
     if not isinstance(text, str):
         return ParsedAction(None, error=f"output is {type(text).__name__}, not text")
     truncated = len(text) > max_chars
     if truncated:
         text = text[:max_chars]
-    role_kinds = ROLE_ACTION_KINDS[role]
     allowed = role_kinds if allowed is None else allowed
 
     last_kind, last_end, last_content = None, -1, ""

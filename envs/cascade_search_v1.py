@@ -52,19 +52,26 @@ Version History
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from pettingzoo.utils import wrappers
-
-from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.roles import ANSWERER_ROLE, SEARCHER_ROLE
 from maopd.envs.search_env import SearchEnv
+from maopd.envs.team import Workflow
+from maopd.envs.workflows import pettingzoo_api
+
+WORKFLOW = Workflow(
+    name="cascade",
+    env_name="cascade_search_v1",
+    roles=(SEARCHER_ROLE, ANSWERER_ROLE),
+    team=True,
+    max_steps=5,
+    min_steps=2,
+    description="One Searcher answers the question ReAct-style, then the Answerer answers from its report (C-MAS).",
+)
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "cascade_search_v1"}
-    workflow = "cascade"
-    default_max_steps = 5
-    min_steps = 2
+    declaration = WORKFLOW
 
     def _agent_names(self) -> list[str]:
         return ["searcher_0", "answerer"]
@@ -103,10 +110,4 @@ class raw_env(SearchEnv):
             self._resolve_searchers(actions)
 
 
-def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
-    """The cascade environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
-    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
-    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
-
-
-parallel_env = parallel_wrapper_fn(raw_env)
+env, parallel_env = pettingzoo_api(raw_env)

@@ -57,21 +57,28 @@ Version History
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-from pettingzoo.utils import wrappers
+from typing import Any
 
 from maopd.envs import prompts
 from maopd.envs import rewards as R
-from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.roles import ANSWERER_ROLE, LEADER_ROLE, SEARCHER_ROLE
 from maopd.envs.search_env import SearchEnv, Turn, with_notice
+from maopd.envs.team import Workflow
+from maopd.envs.workflows import pettingzoo_api
+
+WORKFLOW = Workflow(
+    name="hierarchical",
+    env_name="hierarchical_search_v1",
+    roles=(LEADER_ROLE, SEARCHER_ROLE, ANSWERER_ROLE),
+    team=True,
+    max_steps=12,
+    min_steps=5,
+    description="The Leader delegates subtasks to waves of Searchers and selects reports for the Answerer (H-MAS).",
+)
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "hierarchical_search_v1"}
-    workflow = "hierarchical"
-    default_max_steps = 12
-    min_steps = 5
+    declaration = WORKFLOW
 
     def _agent_names(self) -> list[str]:
         searchers = [f"searcher_{k}" for k in range(self.config.num_searchers)]
@@ -182,10 +189,4 @@ class raw_env(SearchEnv):
         return [self.leader, *super()._turns()]
 
 
-def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
-    """The hierarchical environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
-    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
-    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
-
-
-parallel_env = parallel_wrapper_fn(raw_env)
+env, parallel_env = pettingzoo_api(raw_env)

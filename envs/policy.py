@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from maopd.base.config import check_fields, checked
 from maopd.base.errors import UserError
-from maopd.envs.actions import TEAM_ROLES
+from maopd.envs.roles import TEAM_ROLES
 
 
 @dataclass
@@ -166,7 +166,7 @@ class RoleRouter:
 
     ``roles`` are the roles it must be able to play, checked when it is built: by default the
     team's (``TEAM_ROLES``, the cascade and the hierarchy), so a team router needs no solver;
-    ``maopd.envs.workflows.WORKFLOW_ROLES["single"]`` for the single agent alone. A turn of a role
+    ``maopd.envs.workflows.workflow_roles("single")`` for the single agent alone. A turn of a role
     without a policy is a ValueError naming the role.
     """
 

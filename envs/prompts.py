@@ -12,41 +12,15 @@ import functools
 import re
 from collections.abc import Sequence
 
+from maopd.envs import team
 from maopd.envs.actions import neutralize_tags
 from maopd.envs.policy import AgentTurn
 from maopd.envs.retrieval.base import Passage
+from maopd.envs.roles import ROLES
 
-# The prompts name each action tag by its opening tag only and never write a complete tag or an
-# <information> block: a parser reading the whole chat (a regex over every message, a user's own
-# tag matcher) would otherwise take an example in the system prompt for an action or a passage.
-LEADER_PROMPT = (
-    "You are the Leader of a search team. Break the question into simple subtasks and delegate "
-    "them to Searchers in waves: write the subtasks, one per line, inside a <delegate> tag and close "
-    "the tag. Use facts from earlier reports to write later subtasks. When the reports suffice, hand "
-    "them to the Answerer: write the report numbers, or the word all, inside a <select> tag and close "
-    "the tag."
-)
-SEARCHER_PROMPT = (
-    "You are a Searcher. Find the facts your task asks for. To search, write your query inside a "
-    "<search> tag and close the tag; the results appear in an information block. When you know the "
-    "facts, write a short report of them inside a <report> tag and close the tag."
-)
-ANSWERER_PROMPT = (
-    "You are the Answerer. Answer the question using the reports. Write only the answer, as a short "
-    "phrase, inside an <answer> tag and close the tag."
-)
-# The single agent of the baseline (envs/single_search_v1.py): Search-R1's instruction, in our tags.
-SOLVER_PROMPT = (
-    "Answer the question. To search, write your query inside a <search> tag and close the tag; the "
-    "results appear in an information block. When you know the answer, write only the answer, as a "
-    "short phrase, inside an <answer> tag and close the tag."
-)
-ROLE_PROMPTS = {
-    "leader": LEADER_PROMPT,
-    "searcher": SEARCHER_PROMPT,
-    "answerer": ANSWERER_PROMPT,
-    "solver": SOLVER_PROMPT,
-}
+# Each role's system prompt and last-turn notice live on its ``Role`` (``maopd.envs.roles``).
+ROLE_PROMPTS = {name: team.role(name).prompt for name in ROLES}
+LAST_TURN_NOTICE = {name: notice for name in ROLES if (notice := team.role(name).last_turn_notice)}
 
 NO_FACTS = "No relevant information found."  # the report of a Searcher that found nothing
 
@@ -84,15 +58,8 @@ def has_verdict(text: str) -> bool:
     return bool(_JUDGE.search(text))
 
 
-LAST_TURN_NOTICE = {
-    "searcher": "This is your last turn: write your <report> now.",
-    "leader": "This is your last turn: <select> the reports for the Answerer now.",
-    "solver": "This is your last turn: write your <answer> now.",
-}
-
-
 def system_message(role: str) -> dict[str, str]:
-    return {"role": "system", "content": ROLE_PROMPTS[role]}
+    return {"role": "system", "content": team.role(role).prompt}
 
 
 def task_message(task: str) -> dict[str, str]:

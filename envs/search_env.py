@@ -54,11 +54,10 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 
 from maopd.base.config import ConfigError, check_fields, checked, did_you_mean
-from maopd.envs import prompts
+from maopd.envs import prompts, team
 from maopd.envs import rewards as R
 from maopd.envs.actions import (
     ACTION_KINDS,
-    ROLE_ACTION_KINDS,
     ParsedAction,
     neutralize_tags,
     parse_action,
@@ -299,9 +298,19 @@ class SearchEnv(AECEnv):
     # False: PettingZoo's aec_to_parallel assumes every live agent acts each cycle, which these
     # workflows break; parallel_env() is the native SearchParallelEnv (envs/parallel.py).
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "is_parallelizable": False}
-    workflow: str = ""
-    default_max_steps: int = 0
-    min_steps: int = 2
+    # The workflow's declaration: a program (subclass) sets it, and its name, budgets and
+    # PettingZoo name follow from it.
+    declaration: ClassVar[team.Workflow]
+    workflow: ClassVar[str]
+    default_max_steps: ClassVar[int]
+    min_steps: ClassVar[int]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("declaration")
+        if declared is not None:
+            cls.workflow, cls.default_max_steps, cls.min_steps = declared.name, declared.max_steps, declared.min_steps
+            cls.metadata = {**SearchEnv.metadata, "name": declared.env_name}
 
     def __init__(
         self,
@@ -384,8 +393,9 @@ class SearchEnv(AECEnv):
         raise NotImplementedError
 
     def _make_action_space(self, agent: str) -> spaces.Space:
-        text = ActionText(self.config.max_action_chars, ROLE_ACTION_KINDS[self.role_of(agent)])
-        if agent == "answerer" and self.config.num_candidates > 1:
+        role = team.role(self.role_of(agent))
+        text = ActionText(self.config.max_action_chars, role.actions)
+        if role.candidates and self.config.num_candidates > 1:
             return CandidateTexts([text] * self.config.num_candidates)
         return text
 
@@ -556,7 +566,7 @@ class SearchEnv(AECEnv):
             # False for an agent that waits this step: its reward 0.0 then says nothing
             "acting": agent in self.acting_agents(),
             "allowed_actions": self.allowed_actions(agent),
-            "num_candidates": self.config.num_candidates if agent == "answerer" else 1,
+            "num_candidates": self._num_candidates(agent),
             "env_step": self.env_step,
         }
 
@@ -568,11 +578,14 @@ class SearchEnv(AECEnv):
             role=self.role_of(agent),
             messages=self._history(agent),
             allowed=self.allowed_actions(agent),
-            num_candidates=self.config.num_candidates if agent == "answerer" else 1,
+            num_candidates=self._num_candidates(agent),
             call_id=self._call_id(agent),
             task=self._task(agent),
             instructions=self._instructions(agent),
         )
+
+    def _num_candidates(self, agent: str) -> int:
+        return self.config.num_candidates if team.role(self.role_of(agent)).candidates else 1
 
     def _task(self, agent: str) -> str:
         """The bare question or subtask ``agent``'s call works on, as its messages show it
@@ -644,7 +657,7 @@ class SearchEnv(AECEnv):
         without a report)."""
         if step >= self._searcher_last_step() and self.config.force_finish:
             return ("report",)
-        return ROLE_ACTION_KINDS["searcher"]
+        return team.role("searcher").actions
 
     def _searcher_call(self, agent: str) -> SearcherCall | None:
         """The Searcher slot's current assignment, else its last one (None if it had none)."""
@@ -824,10 +837,10 @@ class SearchEnv(AECEnv):
                 self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
             elif role == "answerer":
                 self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
-            elif role == "solver":
-                self.rewards[agent] = reward_parts["solver"]
-            else:
+            elif role == "searcher":
                 self.rewards[agent] = reward_parts["searchers"].get(agent, 0.0)
+            else:  # a role only some workflows have: its reward part is named after it
+                self.rewards[agent] = reward_parts[role]
             self.terminations[agent] = True
             self.infos[agent] = {**self._info(agent), "reward_parts": reward_parts, "counters": self.record["counters"]}
         # ``rewards`` loses each agent as it leaves (PettingZoo's rule); this stays until the next reset
@@ -839,7 +852,8 @@ class SearchEnv(AECEnv):
         return None
 
     def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
-        """Reward parts of roles only some workflows have (the single agent's ``solver``)."""
+        """Reward parts of roles only some workflows have (the single agent's ``solver``), each
+        under its role's name: the reward of every agent of that role."""
         return {}
 
     def _calls(self) -> list[dict[str, Any]]:
@@ -871,7 +885,7 @@ class SearchEnv(AECEnv):
 def with_notice(messages: list[dict[str, str]], role: str) -> list[dict[str, str]]:
     """``messages`` with the role's last-turn notice appended to the final (user) message."""
     last = messages[-1]
-    return [*messages[:-1], {**last, "content": f"{last['content']}\n{prompts.LAST_TURN_NOTICE[role]}"}]
+    return [*messages[:-1], {**last, "content": f"{last['content']}\n{team.role(role).last_turn_notice}"}]
 
 
 def _valid_unicode(text: str) -> str:

@@ -54,23 +54,31 @@ Version History
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-from pettingzoo.utils import wrappers
+from typing import Any
 
 from maopd.envs import prompts
 from maopd.envs import rewards as R
-from maopd.envs.parallel import parallel_wrapper_fn
+from maopd.envs.roles import SOLVER_ROLE
 from maopd.envs.search_env import SearchEnv, SearcherCall, call_dict, short_text, with_notice
+from maopd.envs.team import Workflow
+from maopd.envs.workflows import pettingzoo_api
 
-SOLVER = "solver"
+SOLVER = SOLVER_ROLE.name
+
+
+WORKFLOW = Workflow(
+    name="single",
+    env_name="single_search_v1",
+    roles=(SOLVER_ROLE,),
+    team=False,
+    max_steps=5,
+    min_steps=1,  # an answer in the first step
+    description="One agent searches and answers, Search-R1-style: the baseline outside the paper's method.",
+)
 
 
 class raw_env(SearchEnv):
-    metadata: ClassVar[dict[str, Any]] = {**SearchEnv.metadata, "name": "single_search_v1"}
-    workflow = "single"
-    default_max_steps = 5
-    min_steps = 1  # an answer in the first step
+    declaration = WORKFLOW
 
     def _agent_names(self) -> list[str]:
         return [SOLVER]
@@ -137,10 +145,4 @@ class raw_env(SearchEnv):
         return [call_dict(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
 
 
-def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
-    """The single-agent environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."""
-    # PettingZoo's order check: step/last/render/observe before reset() is a clear error
-    return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
-
-
-parallel_env = parallel_wrapper_fn(raw_env)
+env, parallel_env = pettingzoo_api(raw_env)

@@ -1,48 +1,103 @@
-"""The workflow vocabulary: every workflow the project plays, its environment module and roles.
+"""The registered workflows: the one table a new workflow adds a line to.
 
-=============  ==================================  =================================
-workflow       environment module                  roles
-=============  ==================================  =================================
-hierarchical   ``maopd.envs.hierarchical_search_v1``     leader, searcher, answerer (H-MAS)
-cascade        ``maopd.envs.cascade_search_v1``          searcher, answerer (C-MAS)
-single         ``maopd.envs.single_search_v1``           solver (the Search-R1-style baseline)
-=============  ==================================  =================================
+=============  ==========================================  =================================
+workflow       environment module                          roles
+=============  ==========================================  =================================
+hierarchical   ``maopd.envs.hierarchical_search_v1``       leader, searcher, answerer (H-MAS)
+cascade        ``maopd.envs.cascade_search_v1``            searcher, answerer (C-MAS)
+single         ``maopd.envs.single_search_v1``             solver (the Search-R1-style baseline)
+=============  ==========================================  =================================
 
-Every layer that names a workflow (demonstrations, the trainer, the evaluation, the command
-line) reads it from here, so a new workflow is one line in each table below.
+Each module holds its workflow's declaration (``maopd.envs.team.Workflow``) and program (its
+``raw_env``); every layer that names a workflow (demonstrations, the trainer, the evaluation, the
+command line) reads it from here. Modules are imported on demand, when a workflow's declaration
+or environment is first asked for.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-WORKFLOWS = ("hierarchical", "cascade", "single")
-# The paper's teams; the single agent is a baseline outside the paper's method.
-TEAM_WORKFLOWS = ("hierarchical", "cascade")
+from maopd.envs.team import Workflow
 
-_MODULES = {
+if TYPE_CHECKING:
+    from pettingzoo.utils import wrappers
+
+    from maopd.envs.parallel import SearchParallelEnv
+    from maopd.envs.search_env import SearchEnv
+
+WORKFLOW_MODULES = {
     "hierarchical": "maopd.envs.hierarchical_search_v1",
     "cascade": "maopd.envs.cascade_search_v1",
     "single": "maopd.envs.single_search_v1",
 }
-WORKFLOW_ROLES = {
-    "hierarchical": ("leader", "searcher", "answerer"),
-    "cascade": ("searcher", "answerer"),
-    "single": ("solver",),
-}
+_REGISTERED: dict[str, str] = dict(WORKFLOW_MODULES)
+
+
+def register_workflow(program: type[SearchEnv]) -> Workflow:
+    """Register a workflow at run time by its program (a ``SearchEnv`` subclass whose
+    ``declaration`` names it), for a team defined outside this package. Its module must define
+    ``env`` and ``parallel_env`` (``pettingzoo_api``). A workflow of the same name from another
+    module is refused."""
+    workflow = program.declaration
+    known = _REGISTERED.get(workflow.name)
+    if known is not None and known != program.__module__:
+        raise ValueError(f"workflow {workflow.name!r} is already registered, by {known}")
+    _REGISTERED[workflow.name] = program.__module__
+    return workflow
+
+
+def workflow_names() -> tuple[str, ...]:
+    """Every registered workflow, the built-in ones first."""
+    return tuple(_REGISTERED)
+
+
+def team_workflows() -> tuple[str, ...]:
+    """The registered workflows that are teams (``Workflow.team``), not single-agent baselines."""
+    return tuple(name for name in _REGISTERED if declaration(name).team)
 
 
 def check_workflow(workflow: str) -> str:
-    """``workflow`` if it is one of ``WORKFLOWS``, else a ValueError naming them."""
-    if workflow not in WORKFLOWS:
-        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {WORKFLOWS}")
+    """``workflow`` if it is registered, else a ValueError naming the registered ones."""
+    if workflow not in _REGISTERED:
+        raise ValueError(f"workflow: unknown workflow {workflow!r}; expected one of {workflow_names()}")
     return workflow
 
 
 def env_module(workflow: str) -> ModuleType:
-    """The PettingZoo module (``env()``, ``raw_env``, ``parallel_env``) of ``workflow``.
+    """The PettingZoo module (``env()``, ``raw_env``, ``parallel_env``) of ``workflow``."""
+    name = _REGISTERED[check_workflow(workflow)]
+    return sys.modules.get(name) or importlib.import_module(name)
 
-    Imported on demand: this module is imported by ``maopd.envs.policy``, below the environments.
-    """
-    return importlib.import_module(_MODULES[check_workflow(workflow)])
+
+def declaration(workflow: str) -> Workflow:
+    """``workflow``'s declaration: its roles, budgets and environment name."""
+    return env_module(workflow).raw_env.declaration
+
+
+def workflow_roles(workflow: str) -> tuple[str, ...]:
+    """The names of the roles that play in ``workflow``."""
+    return declaration(workflow).role_names
+
+
+def pettingzoo_api(
+    raw_env: type[SearchEnv],
+) -> tuple[Callable[..., wrappers.OrderEnforcingWrapper], Callable[..., SearchParallelEnv]]:
+    """A workflow module's ``env`` (the AEC environment, wrapped in PettingZoo's order check:
+    step/last/render/observe before reset() is a clear error) and ``parallel_env``."""
+    from pettingzoo.utils import wrappers
+
+    from maopd.envs.parallel import parallel_wrapper_fn
+
+    name = raw_env.declaration.env_name
+
+    def env(**kwargs: Any) -> wrappers.OrderEnforcingWrapper:
+        return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+    env.__doc__ = f"The {name} environment; keyword arguments are ``SearchEnvConfig`` fields or ``raw_env`` options."
+    env.__module__ = raw_env.__module__
+    return env, parallel_wrapper_fn(raw_env)

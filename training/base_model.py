@@ -47,11 +47,11 @@ from maopd.base.config import ConfigError, check_fields, checked, probability, s
 from maopd.base.json_files import write_json
 from maopd.base.paths import package_data
 from maopd.base.run_dir import cache_entry, write_record
-from maopd.envs.actions import ROLES, TEAM_ROLES
+from maopd.envs.roles import ROLES, TEAM_ROLES
 from maopd.envs.synthwiki.closed_book import ClosedBookConfig
 from maopd.envs.synthwiki.schema import RECALL_STATEMENTS
 from maopd.envs.synthwiki.world import SIZES as WORLD_SIZES
-from maopd.envs.workflows import WORKFLOW_ROLES, WORKFLOWS
+from maopd.envs.workflows import workflow_names, workflow_roles
 
 if TYPE_CHECKING:
     from maopd.agents.noisy_team import NoiseConfig
@@ -77,6 +77,9 @@ CRITIC_LABELS = ("gold", "decidable")  # SFTConfig.critic_labels
 # noise_knobs.searcher_memory_report) and search everything else, so π_0 imitates recall, never a guess.
 DEMONSTRATED_KNOWLEDGE = ClosedBookConfig(popular=1.0, middle=0.0, long_tail=0.0)
 LOOKUP_WORKFLOW = "cascade"  # where KnowledgeConfig.lookup_demos are played: its Searcher's task is the question
+# π_0's default recipe demonstrates these; a registered workflow joins it by a config, never by
+# default, so that registering one keeps the key of every π_0 built so far.
+DEMONSTRATED_WORKFLOWS = ("hierarchical", "cascade", "single")
 KNOWLEDGE_GROUP = 8  # statements (or question/answer pairs) per pretraining text, shuffled together
 
 
@@ -166,9 +169,9 @@ class SFTConfig:
         "small", choices=tuple(WORLD_SIZES), help="The size of every SynthWiki world the build generates."
     )
     workflows: list[str] = checked(
-        default_factory=lambda: list(WORKFLOWS),
+        default_factory=lambda: list(DEMONSTRATED_WORKFLOWS),
         metadata={FINE_TUNING: True},
-        help="The workflows demonstrated (of maopd.envs.workflows.WORKFLOWS); by default every one, so that each "
+        help="The workflows demonstrated (registered in maopd.envs.workflows); by default the built-in three, so that each "
         "system of the main job (the team's two workflows and the single-agent baseline) starts from a π_0 that "
         "has seen its format.",
     )
@@ -303,9 +306,9 @@ class SFTConfig:
     grad_clip: float = checked(1.0, gt=0, help="Gradients are clipped to this norm, in pretraining and fine-tuning.")
 
     def __post_init__(self) -> None:
-        unknown = [w for w in self.workflows if w not in WORKFLOWS]
+        unknown = [w for w in self.workflows if w not in workflow_names()]
         if not self.workflows or unknown:
-            raise ConfigError(f"workflows: must name some of {list(WORKFLOWS)}, got {self.workflows!r}")
+            raise ConfigError(f"workflows: must name some of {list(workflow_names())}, got {self.workflows!r}")
         check_fields(self)
         if self.knowledge is not None and self.knowledge.lookup_demos and LOOKUP_WORKFLOW not in self.workflows:
             raise ConfigError(
@@ -391,7 +394,7 @@ def roles_shown(config: SFTConfig) -> tuple[str, ...]:
     """The roles whose calls ``sft_metrics.json`` counts, in ``ROLES`` order: the team roles always
     (zero when a workflow has none), the solver only when a workflow has it, so a π_0 of the team
     workflows alone records the same metrics whichever workflows exist."""
-    played = {role for workflow in config.workflows for role in WORKFLOW_ROLES[workflow]}
+    played = {role for workflow in config.workflows for role in workflow_roles(workflow)}
     return tuple(role for role in ROLES if role in played or role in TEAM_ROLES)
 
 

@@ -52,7 +52,7 @@ from maopd.envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from maopd.envs.policy import SamplingSettings
 from maopd.envs.search_env import SearchEnvConfig
 from maopd.envs.single_search_v1 import raw_env as SingleEnv
-from maopd.envs.workflows import WORKFLOW_ROLES, env_module
+from maopd.envs.workflows import env_module, workflow_roles
 from maopd.training.advantages import ADVANTAGE_ESTIMATORS, AdvantageConfig, outcome_argument
 from maopd.training.distributed import DistributedConfig
 from maopd.training.losses import PPOLossConfig
@@ -362,7 +362,7 @@ class TrainConfig:
 
     def signal_needs(self) -> dict[str, Needs]:
         """What the estimator of each role of the stage's workflow declared it needs."""
-        return {role: self.advantage.needs(role) for role in WORKFLOW_ROLES[self.workflow]}
+        return {role: self.advantage.needs(role) for role in workflow_roles(self.workflow)}
 
     @property
     def teacher_roles(self) -> tuple[str, ...]:

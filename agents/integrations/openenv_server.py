@@ -54,7 +54,7 @@ from maopd.agents.integrations.role_session import CALL_OVER, RoleSession, since
 from maopd.envs.actions import ROLE_ACTION_KINDS
 from maopd.envs.policy import AgentTurn
 from maopd.envs.search_env import SearchEnv
-from maopd.envs.workflows import WORKFLOW_ROLES, check_workflow, env_module
+from maopd.envs.workflows import check_workflow, env_module, workflow_roles
 
 DEFAULT_HOST = "127.0.0.1"
 EPISODE_OVER = "The episode is over."
@@ -122,7 +122,7 @@ class SearchEnvironment(MCPEnvironment):
         self.session: RoleSession | None = None
         if role is None:
             self.env: SearchEnv = env_module(workflow).raw_env(**env_options)
-            kinds = {kind for r in WORKFLOW_ROLES[workflow] for kind in ROLE_ACTION_KINDS[r]}
+            kinds = {kind for r in workflow_roles(workflow) for kind in ROLE_ACTION_KINDS[r]}
         else:
             self.session = RoleSession(role, workflow, others=others, seed=seed, **env_options)
             self.env = self.session.env

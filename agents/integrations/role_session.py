@@ -39,7 +39,7 @@ from maopd.envs.actions import ROLE_ACTION_KINDS, neutralize_tags
 from maopd.envs.option.single_role import MAX_SKIPPED_EPISODES
 from maopd.envs.policy import AgentTurn, Policy
 from maopd.envs.search_env import SearchEnv
-from maopd.envs.workflows import WORKFLOW_ROLES, check_workflow, env_module
+from maopd.envs.workflows import check_workflow, env_module, workflow_roles
 
 DEFAULT_WORKFLOW = {
     "leader": "hierarchical",
@@ -124,13 +124,13 @@ class RoleSession:
         if role not in ROLES:
             raise ValueError(f"role={role!r} is invalid; expected one of {ROLES}")
         workflow = check_workflow(workflow or DEFAULT_WORKFLOW[role])
-        if role not in WORKFLOW_ROLES[workflow]:
-            raise ValueError(f"role={role!r} does not play in workflow={workflow!r} (roles {WORKFLOW_ROLES[workflow]})")
+        if role not in workflow_roles(workflow):
+            raise ValueError(f"role={role!r} does not play in workflow={workflow!r} (roles {workflow_roles(workflow)})")
         self.role, self.workflow = role, workflow
         self.env: SearchEnv = env_module(workflow).raw_env(**env_options)
         if role == "answerer" and self.env.config.num_candidates != 1:
             raise ValueError("num_candidates: the learner's call writes one candidate; leave num_candidates at 1")
-        if others is None and len(WORKFLOW_ROLES[workflow]) > 1:
+        if others is None and len(workflow_roles(workflow)) > 1:
             from maopd.agents.expert_team import expert_team
 
             others = expert_team()

@@ -48,7 +48,7 @@ import numpy as np
 
 from maopd.envs import hierarchical_search_v1, prompts
 from maopd.envs import rewards as R
-from maopd.envs.actions import ACTION_KINDS, TEAM_ROLES, ParsedAction, neutralize_tags, parse_action
+from maopd.envs.actions import ACTION_KINDS, ParsedAction, neutralize_tags, parse_action
 from maopd.envs.datasets import Question
 from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_menu
 from maopd.envs.option.vector import Node
@@ -56,6 +56,7 @@ from maopd.envs.option.wrapper import OptionWrapper
 from maopd.envs.policy import AgentTurn
 from maopd.envs.records import Counters
 from maopd.envs.retrieval.base import Retriever
+from maopd.envs.roles import TEAM_ROLES
 from maopd.envs.search_env import SearchEnv, SearchEnvConfig, call_dict, search_results, with_notice
 from maopd.envs.synthwiki.questions import KINDS, question_kind
 

@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from maopd.envs.actions import TEAM_ROLES
 from maopd.envs.option.menus import MENU_SIZE
 from maopd.envs.option.wrapper import OptionWrapper, option_env
 from maopd.envs.policy import Policy, checked_outputs
+from maopd.envs.roles import TEAM_ROLES
 
 MAX_SKIPPED_EPISODES = 100
 

@@ -63,14 +63,15 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils import BaseWrapper
 
-from maopd.envs.actions import ACTION_KINDS, TEAM_ROLES
+from maopd.envs.actions import ACTION_KINDS
 from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, MENU_SIZE, Option, build_menu
 from maopd.envs.parallel import SearchParallelEnv
 from maopd.envs.prompts import NO_FACTS
+from maopd.envs.roles import TEAM_ROLES
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.synthwiki.closed_book import ClosedBook
 from maopd.envs.synthwiki.questions import KINDS, question_kind
-from maopd.envs.workflows import TEAM_WORKFLOWS, env_module
+from maopd.envs.workflows import env_module, team_workflows
 
 GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
@@ -333,6 +334,6 @@ def option_parallel_env(
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:
     # the option mode's menus and features are the team roles'; the single agent has none
-    if workflow not in TEAM_WORKFLOWS:
-        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(TEAM_WORKFLOWS)}")
+    if workflow not in team_workflows():
+        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(team_workflows())}")
     return env_module(workflow).env(**kwargs)

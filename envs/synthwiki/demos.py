@@ -23,7 +23,7 @@ from maopd.envs.workflows import env_module
 
 
 def make_env(workflow: str, retriever: Retriever, questions: Sequence[Question]):
-    """``workflow``'s environment (one of ``maopd.envs.workflows.WORKFLOWS``) over ``retriever``."""
+    """``workflow``'s environment (registered in ``maopd.envs.workflows``) over ``retriever``."""
     return env_module(workflow).env(retriever=retriever, questions=list(questions))
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from maopd.base.arguments import bounded_int, positive_int, seed_int
 from maopd.envs.policy import SamplingSettings
-from maopd.envs.workflows import WORKFLOWS
+from maopd.envs.workflows import workflow_names
 
 
 def register(subparsers) -> None:
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
     run = commands.add_parser("run", help="run k workflows per manifest question and save scored records")
     run.add_argument("--manifest", required=True)
     run.add_argument("--corpus", help="corpus JSONL for the in-process retriever (BM25); default: the embedded world")
-    run.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
+    run.add_argument("--workflow", choices=workflow_names(), default="hierarchical")
     run.add_argument(
         "--policy",
         type=_team_policy,
@@ -212,9 +212,9 @@ def _role_policy(value: str) -> tuple[str, str]:
     import argparse
 
     from maopd.envs.policy_loading import SPEC_FORM, is_policy_spec
-    from maopd.envs.workflows import WORKFLOW_ROLES
+    from maopd.envs.workflows import workflow_roles
 
-    roles = sorted({role for roles in WORKFLOW_ROLES.values() for role in roles})
+    roles = sorted({role for workflow in workflow_names() for role in workflow_roles(workflow)})
     role, equals, spec = value.partition("=")
     if not equals or role not in roles or not is_policy_spec(spec):
         raise argparse.ArgumentTypeError(
@@ -380,16 +380,16 @@ def _run(args) -> int:
 
 def _roles(args) -> dict[str, str]:
     """``--role``'s policies by role: each role once, and one the workflow plays."""
-    from maopd.envs.workflows import WORKFLOW_ROLES
+    from maopd.envs.workflows import workflow_roles
 
     roles: dict[str, str] = {}
     for role, spec in args.role:
         if role in roles:
             raise ValueError(f"--role {role}: given twice ({roles[role]}, {spec}); give each role once")
-        if role not in WORKFLOW_ROLES[args.workflow]:
+        if role not in workflow_roles(args.workflow):
             raise ValueError(
                 f"--role {role}: the {args.workflow} workflow has no {role}; its roles are "
-                f"{', '.join(WORKFLOW_ROLES[args.workflow])}"
+                f"{', '.join(workflow_roles(args.workflow))}"
             )
         roles[role] = spec
     return roles

@@ -6,12 +6,12 @@ import json
 
 from maopd.base.arguments import bounded_int, seed_int
 from maopd.envs.search_env import MAX_SEARCHERS
-from maopd.envs.workflows import WORKFLOWS
+from maopd.envs.workflows import workflow_names
 
 
 def register(subparsers) -> None:
     play = subparsers.add_parser("play", help="run one episode with the scripted team and print the transcript")
-    play.add_argument("--workflow", choices=WORKFLOWS, default="hierarchical")
+    play.add_argument("--workflow", choices=workflow_names(), default="hierarchical")
     play.add_argument("--seed", type=seed_int, default=0, help="picks the question")
     play.add_argument(
         "--question-index", type=bounded_int(0), default=None, help="play this question instead of a seeded one"

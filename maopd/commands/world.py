@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from maopd.base.arguments import bounded_float, positive_int, seed_int
-from maopd.envs.workflows import WORKFLOWS
+from maopd.envs.workflows import workflow_names
 
 
 def register(subparsers) -> None:
@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     demos.add_argument("--seed", type=seed_int, default=0)
     demos.add_argument("--size", default="small")
     demos.add_argument("--split", default="train", choices=["train", "dev", "test"])
-    demos.add_argument("--workflow", default="hierarchical", choices=WORKFLOWS)
+    demos.add_argument("--workflow", default="hierarchical", choices=workflow_names())
     demos.add_argument("--team", default="expert", choices=["expert", "noisy"])
     demos.add_argument(
         "--noise", type=bounded_float(0, 1), default=0.1, help="every noisy-team knob (a probability), for --team noisy"

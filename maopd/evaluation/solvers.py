@@ -42,11 +42,11 @@ def with_roles(team: Policy, roles: Mapping[str, Policy], workflow: str) -> Poli
     """``team`` with the roles in ``roles`` played by their own policies instead (``team`` itself
     when there are none)."""
     from maopd.envs.policy import RoleRouter
-    from maopd.envs.workflows import WORKFLOW_ROLES
+    from maopd.envs.workflows import workflow_roles
 
     if not roles:
         return team
-    played = WORKFLOW_ROLES[workflow]
+    played = workflow_roles(workflow)
     return RoleRouter({role: roles.get(role, team) for role in played}, roles=played)
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from maopd.base.config import ConfigError
-from maopd.envs.workflows import WORKFLOWS
+from maopd.envs.workflows import workflow_names
 from maopd.pipeline.config import PipelineConfig, stage_config, stage_dir
 from maopd.pipeline.job import evaluate, held_out_manifest
 from maopd.study.gates import GATES, judge_checks
@@ -56,8 +56,8 @@ def parse_system(text: str) -> tuple[str, str, Path]:
     """``NAME=WORKFLOW:MODEL``."""
     name, sep, rest = text.partition("=")
     workflow, sep2, model = rest.partition(":")
-    if not (sep and sep2 and name and model) or workflow not in WORKFLOWS:
-        raise ConfigError(f"--system {text!r}: expected NAME=WORKFLOW:MODEL with WORKFLOW one of {WORKFLOWS}")
+    if not (sep and sep2 and name and model) or workflow not in workflow_names():
+        raise ConfigError(f"--system {text!r}: expected NAME=WORKFLOW:MODEL with WORKFLOW one of {workflow_names()}")
     return name, workflow, Path(model)
 
 
@@ -576,7 +576,7 @@ def gate_figures(
 
     def level() -> dict[str, Any]:
         systems, questions = {}, 0
-        for workflow in WORKFLOWS:
+        for workflow in workflow_names():
             result = dev_eval(config, [(workflow, workflow, model)], [], out / "eval" / workflow)
             systems[workflow], questions = result["systems"][workflow], result["questions"]
         return {"questions": questions, "questions_per_type": questions_per_type, "attempts": attempts, **systems}

@@ -12,6 +12,7 @@ from maopd.envs.episode import run_episode
 from maopd.envs.policy import AgentTurn
 from maopd.envs.retrieval.base import Passage
 from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.roles import SOLVER_ROLE
 from maopd.envs.synthwiki import build_world
 from maopd.envs.synthwiki.demos import demonstrations, make_env
 from maopd.envs.synthwiki.grammar import parse_question
@@ -167,7 +168,7 @@ def test_single_agent_demonstrations_end_with_the_solvers_answer(small):
     assert rows and {row["role"] for row in rows} == {"solver"} and {row["workflow"] for row in rows} == {"single"}
     for row in rows:
         chat = row["messages"]
-        assert chat[0]["content"] == prompts.SOLVER_PROMPT and chat[-1]["role"] == "assistant"
+        assert chat[0]["content"] == SOLVER_ROLE.prompt and chat[-1]["role"] == "assistant"
         assert parse_action(chat[-1]["content"], "solver").kind == "answer"
         # one chat per call: the answer is not repeated after the history that holds it
         assert chat[-2]["role"] == "user"

@@ -4,7 +4,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from maopd.agents.tokenizer import IM_END, PAD_TOKEN, TAG_TOKENS, train_tokenizer
-from maopd.envs.prompts import SEARCHER_PROMPT, system_message, task_message
+from maopd.envs.prompts import system_message, task_message
+from maopd.envs.roles import SEARCHER_ROLE
 
 TEXTS = ["The capital of France is Paris.", "Hamlet was written by William Shakespeare."]
 
@@ -34,7 +35,7 @@ def test_eos_pad_and_chatml_template(tokenizer):
     messages = [system_message("searcher"), task_message("capital of France")]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == (
-        f"<|im_start|>system\n{SEARCHER_PROMPT}<|im_end|>\n"
+        f"<|im_start|>system\n{SEARCHER_ROLE.prompt}<|im_end|>\n"
         "<|im_start|>user\nTask: capital of France<|im_end|>\n<|im_start|>assistant\n"
     )
 

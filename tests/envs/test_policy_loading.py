@@ -10,7 +10,7 @@ from maopd.envs import cascade_search_v1, hierarchical_search_v1
 from maopd.envs.episode import run_episode
 from maopd.envs.policy import PolicyOutputError, RoleRouter
 from maopd.envs.policy_loading import PolicySpecError, is_policy_spec, load_policy
-from maopd.envs.workflows import WORKFLOW_ROLES
+from maopd.envs.workflows import workflow_roles
 
 TEAM = """
 from maopd.agents.scripted import scripted_team
@@ -108,7 +108,7 @@ def test_a_spec_that_cannot_be_loaded_is_one_line_naming_it(package, tmp_path, s
 )
 def test_a_loaded_policys_every_output_is_checked(package, name, problem):
     spec = f"{package}.policies:{name}"
-    router = RoleRouter({"searcher": load_policy(spec), "answerer": ScriptedAnswerer()}, WORKFLOW_ROLES["cascade"])
+    router = RoleRouter({"searcher": load_policy(spec), "answerer": ScriptedAnswerer()}, workflow_roles("cascade"))
     with pytest.raises(PolicyOutputError) as info:
         run_episode(cascade_search_v1.env(), router, seed=0)
     assert str(info.value).startswith(f"policy {spec} {problem}; act(turns) returns one AgentOutput per turn")

@@ -10,6 +10,7 @@ import pytest
 
 from maopd.envs import prompts
 from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action, strict_answer
+from maopd.envs.roles import LEADER_ROLE
 
 NAIVE_TAG = re.compile(r"<(\w+)>.*?</\1>", re.DOTALL)
 TEXTS = {
@@ -38,6 +39,6 @@ def test_role_prompts_still_name_every_action_of_their_role():
         for kind in ROLE_ACTION_KINDS[role]:
             assert f"<{kind}>" in text, (role, kind)
     assert "<judge>" in prompts.CRITIC_PROMPT
-    assert "the word all" in prompts.LEADER_PROMPT  # <select> holding all hands over every report
+    assert "the word all" in LEADER_ROLE.prompt  # <select> holding all hands over every report
     for role in ("searcher", "solver"):
         assert "information block" in prompts.ROLE_PROMPTS[role]

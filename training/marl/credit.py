@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from maopd.envs.actions import TEAM_ROLES
 from maopd.envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from maopd.envs.option.vector import OptionVectorEnv
 from maopd.envs.option.wrapper import GLOBAL_FEATURES
+from maopd.envs.roles import TEAM_ROLES
 from maopd.training.losses import PluginOutputError, check_plugin_output, lookup
 from maopd.training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
 from maopd.training.signals import Declared, Needs, needs_of, needs_registry_decorator
