@@ -171,9 +171,9 @@ class SFTConfig:
     workflows: list[str] = checked(
         default_factory=lambda: list(DEMONSTRATED_WORKFLOWS),
         metadata={FINE_TUNING: True},
-        help="The workflows demonstrated (registered in maopd.envs.workflows); by default the built-in three, so that each "
-        "system of the main job (the team's two workflows and the single-agent baseline) starts from a π_0 that "
-        "has seen its format.",
+        help="The workflows demonstrated (registered in maopd.envs.workflows); by default the built-in three, so "
+        "that each system of the main job (the team's two workflows and the single-agent baseline) starts from a "
+        "π_0 that has seen its format.",
     )
     demo_questions: int = checked(
         600,
