@@ -576,6 +576,15 @@ def load_pretrained(model, tokenizer, pretrained: Path) -> dict[str, Any]:
     }
 
 
+def resume_file(root: Path | None, name: str) -> Path | None:
+    """Where a build keeps the state its training resumes from (``<root>/<name>.training.pt``);
+    None without a cache root."""
+    if root is None:
+        return None
+    Path(root).mkdir(parents=True, exist_ok=True)
+    return Path(root) / f"{name}.training.pt"
+
+
 def store_pretraining(config: SFTConfig, pretrained: Path, figures: dict[str, Any], root: Path) -> Path:
     """Keep a finished pretraining as the cache entry ``<root>/pretraining-<key>/`` (its
     ``pretrained/`` and the figures), so that a build killed while fine-tuning, the long half of a
@@ -611,7 +620,9 @@ def build_base_model(
     ``reuse_from`` (roots of built π_0s and stored pretrainings), a pretraining one of them ran for
     the same ``pretraining_key`` is loaded instead of rerun: the same weights, since pretraining is
     deterministic, and its ``pretrained/`` copied into ``out_dir``. With ``keep_pretraining_in``
-    (a cache root), a pretraining run here is also stored there before fine-tuning starts."""
+    (a cache root), a pretraining run here is also stored there before fine-tuning starts, and both
+    trainings save their state there as they go (``resume_file``), so a killed build goes on where
+    it stopped."""
     import shutil
 
     import torch
@@ -653,7 +664,13 @@ def build_base_model(
             schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size, lr=config.pretraining_lr
         )
         pretrain_losses = train_sft(
-            model, pretraining, pretrain_schedule, tokenizer.pad_token_id, progress, "pretraining"
+            model,
+            pretraining,
+            pretrain_schedule,
+            tokenizer.pad_token_id,
+            progress,
+            "pretraining",
+            resume_file=resume_file(keep_pretraining_in, f"{PRETRAINING_ENTRY}-{config.pretraining_key()}"),
         )
         # the language model before fine-tuning, for the closed-book gate right after pretraining
         save_model(model, tokenizer, Path(out_dir) / PRETRAINED_DIR)
@@ -670,7 +687,14 @@ def build_base_model(
         pretrained_figures = {name: None for name in PRETRAINING_FIGURES}
     replay = replayed(config, knowledge)
     finetuning = replace(schedule, seed=config.finetuning_seed)
-    losses = train_sft(model, examples + replay, finetuning, tokenizer.pad_token_id, progress)
+    losses = train_sft(
+        model,
+        examples + replay,
+        finetuning,
+        tokenizer.pad_token_id,
+        progress,
+        resume_file=resume_file(keep_pretraining_in, f"base-{config.key()}"),
+    )
 
     out_dir = save_model(model, tokenizer, out_dir)
     write_record(config, out_dir, CONFIG_FILE)

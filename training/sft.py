@@ -28,12 +28,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from maopd.agents.chat_tokens import encode_text, end_of_turn_id, prompt_ids, turn_continuation_ids
+from maopd.base.atomic import write_file_atomically
 from maopd.envs.actions import STOP_STRINGS
 from maopd.training.token_scoring import TokenBatch, pad_batch, score_tokens
 
@@ -101,6 +103,10 @@ def learning_rate_factor(step: int, total_steps: int, warmup_fraction: float, mi
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+# Steps between two saves of a resumable training: a few minutes of a π_0 build on one thread.
+SAVE_EVERY = 500
+
+
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator) -> list[list[int]]:
     """A seeded epoch order: shuffle, sort within windows of 32 batches by length, shuffle batches.
 
@@ -144,8 +150,15 @@ def train_sft(
     pad_id: int,
     progress: bool = True,
     desc: str = "sft",
+    resume_file: Path | None = None,
+    save_every: int | None = None,
 ) -> list[float]:
-    """Fine-tune ``model`` in place on ``examples``; returns the loss of every step."""
+    """Fine-tune ``model`` in place on ``examples``; returns the loss of every step.
+
+    With ``resume_file``, the training state (weights, optimizer, schedule, losses so far) is saved
+    there every ``save_every`` steps (``SAVE_EVERY`` by default), and a run that finds the file goes on from its step: the
+    batch order is drawn from the seed up front, so the resumed run trains exactly as one that was
+    never stopped (on the same machine and thread count). The file is removed at the end."""
     if not examples:
         raise ValueError("train_sft needs at least one example")
     if any(sum(e.loss_mask) == 0 for e in examples):
@@ -159,19 +172,52 @@ def train_sft(
         optimizer,
         lambda step: learning_rate_factor(step, total, schedule.warmup_fraction, schedule.min_lr_ratio),
     )
+    losses = resume_training(resume_file, total, model, optimizer, scheduler)
     model.train()
-    losses: list[float] = []
-    with tqdm(total=total, desc=desc, unit="step", disable=not progress) as bar:
-        for batches in epochs:
-            for batch in batches:
-                loss = sft_loss(model, [examples[i] for i in batch], pad_id)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                losses.append(loss.item())
-                bar.update()
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    order = [batch for batches in epochs for batch in batches]
+    with tqdm(total=total, initial=len(losses), desc=desc, unit="step", disable=not progress) as bar:
+        for batch in order[len(losses) :]:
+            loss = sft_loss(model, [examples[i] for i in batch], pad_id)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            bar.update()
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if resume_file is not None and len(losses) % (save_every or SAVE_EVERY) == 0 and len(losses) < total:
+                save_training(resume_file, total, model, optimizer, scheduler, losses)
     model.eval()
+    if resume_file is not None:
+        resume_file.unlink(missing_ok=True)
     return losses
+
+
+def save_training(path: Path, total: int, model, optimizer, scheduler, losses: list[float]) -> None:
+    """The state ``train_sft`` resumes from, written atomically."""
+    state = {
+        "total_steps": total,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "losses": losses,
+    }
+    write_file_atomically(path, lambda out: torch.save(state, out))
+
+
+def resume_training(path: Path | None, total: int, model, optimizer, scheduler) -> list[float]:
+    """The losses of the steps a saved state at ``path`` already took, with that state loaded into
+    ``model``, ``optimizer`` and ``scheduler``; [] when there is none. A state of another length
+    of training is refused: it was saved by another config."""
+    if path is None or not path.is_file():
+        return []
+    state = torch.load(path, weights_only=True)
+    if state["total_steps"] != total:
+        raise ValueError(
+            f"{path}: a training state of {state['total_steps']} steps, not this run's {total}; remove it to start over"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return list(state["losses"])

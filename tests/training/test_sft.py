@@ -519,6 +519,55 @@ def test_lookup_demos_show_the_searcher_each_fact_of_the_question_answer_world()
         replace(config, workflows=["hierarchical"])
 
 
+@pytest.mark.parametrize("killed_in", ["pretraining", "sft"])
+def test_a_build_killed_mid_training_resumes_where_it_stopped(tmp_path, monkeypatch, killed_in):
+    """With ``keep_pretraining_in``, each training saves its state as it goes; a build killed in
+    the middle of pretraining or of fine-tuning goes on from the last save and ends with the bits
+    of a build that never stopped, the losses of every step included. A finished build leaves no
+    training state behind, and keeps its pretraining as a cache entry."""
+    import json
+
+    import maopd.training.sft as sft
+    from maopd.training.base_model import KnowledgeConfig
+
+    config = replace(SMOKE_CONFIG, knowledge=KnowledgeConfig(exposure_scale=0.02))
+    whole = build_base_model(config, tmp_path / "whole", progress=False)
+    train_sft, steps = sft.train_sft, {"n": 0}
+
+    def killed_after_some_steps(model, examples, schedule, pad_id, progress=True, desc="sft", **kwargs):
+        if desc != killed_in:
+            return train_sft(model, examples, schedule, pad_id, progress, desc, **kwargs)
+        real_loss = sft.sft_loss
+
+        def counted(*args):
+            steps["n"] += 1
+            if steps["n"] > 7:
+                raise KeyboardInterrupt("killed")
+            return real_loss(*args)
+
+        monkeypatch.setattr(sft, "sft_loss", counted)
+        try:
+            return train_sft(model, examples, schedule, pad_id, progress, desc, **{**kwargs, "save_every": 3})
+        finally:
+            monkeypatch.setattr(sft, "sft_loss", real_loss)
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(sft, "train_sft", killed_after_some_steps)
+    with pytest.raises(KeyboardInterrupt):
+        build_base_model(config, tmp_path / "killed", progress=False, keep_pretraining_in=cache)
+    (state,) = cache.glob("*.training.pt")
+    assert len(torch.load(state, weights_only=True)["losses"]) == 6  # the last save before the kill
+    monkeypatch.setattr(sft, "train_sft", train_sft)
+    resumed = build_base_model(
+        config, tmp_path / "resumed", progress=False, reuse_from=[cache], keep_pretraining_in=cache
+    )
+    for name in ("model.safetensors", "pretrained/model.safetensors"):
+        assert (whole / name).read_bytes() == (resumed / name).read_bytes()
+    losses = [json.loads((d / METRICS_FILE).read_text())["losses"] for d in (whole, resumed)]
+    assert losses[0] == losses[1]
+    assert not list(cache.glob("*.training.pt")) and len(list(cache.glob("pretraining-*"))) == 1
+
+
 def test_a_build_killed_while_fine_tuning_resumes_from_its_stored_pretraining(tmp_path, monkeypatch):
     """With ``keep_pretraining_in``, the pretraining is stored before fine-tuning starts; a build
     that dies in fine-tuning leaves it, and the next build loads it: the same bits as a build that
