@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from maopd.envs import team
 from maopd.envs.roles import ROLES
-from maopd.envs.team import ACTION_KINDS
+from maopd.envs.team import ACTION_KINDS, EXTRA_ACTION_KINDS
 
 # Every built-in role (``maopd.envs.roles``); a role's id in training batches is ``team.role_id``.
 ROLE_IDS = {name: team.role_id(name) for name in ROLES}
@@ -52,9 +52,15 @@ STRUCTURAL_TAGS = ("information", "think", "task", "reports")
 
 # A complete tag holds no opening tag of its own kind: in "<select> the reports … <select>all</select>"
 # (a model echoing the last-turn notice) the action is "all", not " the reports … <select>all".
-_TAG_PATTERNS = {kind: re.compile(rf"<{kind}>((?:(?!<{kind}>).)*?)</{kind}>", re.DOTALL) for kind in ACTION_KINDS}
+_TAG_PATTERNS = {
+    kind: re.compile(rf"<{kind}>((?:(?!<{kind}>).)*?)</{kind}>", re.DOTALL)
+    for kind in (*ACTION_KINDS, *EXTRA_ACTION_KINDS)
+}
+VERDICTS = ("yes", "no")  # what a <judge> holds
 _LIST_MARKER = re.compile(r"^\s*(?:[-*•]|\(?\d+[.):]|task\s*\d+\s*:)\s*", re.IGNORECASE)
-_ANY_TAG = re.compile(r"<(/?)\s*(" + "|".join(ACTION_KINDS + STRUCTURAL_TAGS) + r")\s*>", re.IGNORECASE)
+_ANY_TAG = re.compile(
+    r"<(/?)\s*(" + "|".join(ACTION_KINDS + EXTRA_ACTION_KINDS + STRUCTURAL_TAGS) + r")\s*>", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,11 @@ def parse_action(text: str, role: str, allowed: tuple[str, ...] | None = None, m
             selection = parse_selection(content)
         except ValueError as exc:
             error = f"bad <select>: {exc}"
+    elif last_kind == "judge" and content.lower() not in VERDICTS:
+        error = f"bad <judge>: {content[:40]!r} is neither yes nor no"
     kind = last_kind if error is None else None
+    if kind == "judge":
+        content = content.lower()
     return ParsedAction(kind, content, error, truncated, subtasks, selection)
 
 

@@ -58,6 +58,7 @@ from maopd.envs import prompts, team
 from maopd.envs import rewards as R
 from maopd.envs.actions import (
     ACTION_KINDS,
+    VERDICTS,
     ParsedAction,
     neutralize_tags,
     parse_action,
@@ -101,14 +102,18 @@ class ActionText(UnicodeText):
     lowercase words as content (``<delegate>`` one or two numbered subtasks, ``<select>all`` or
     a report number), so a random agent walks through the workflow instead of producing only
     format failures. Sampled actions are syntactically legal, not good. ``sample(mask)`` with an
-    observation's ``action_mask`` (0/1 over ``ACTION_KINDS``) draws only kinds allowed now, and
-    the empty string (a waiting agent's action) when the mask allows none; with a tuple ``mask``
-    or a ``probability`` (Gymnasium's per-character arguments) sampling is ``Text``'s.
+    observation's ``action_mask`` (0/1 over ``mask_kinds``, its workflow's ``action_kinds``) draws
+    only kinds allowed now, and the empty string (a waiting agent's action) when the mask allows
+    none; with a tuple ``mask`` or a ``probability`` (Gymnasium's per-character arguments)
+    sampling is ``Text``'s. A ``<judge>`` holds yes or no.
     """
 
-    def __init__(self, max_length: int, kinds: Sequence[str], seed: int | None = None):
+    def __init__(
+        self, max_length: int, kinds: Sequence[str], seed: int | None = None, mask_kinds: Sequence[str] = ACTION_KINDS
+    ):
         super().__init__(max_length, seed=seed)
         self.kinds = tuple(kinds)
+        self.mask_kinds = tuple(mask_kinds)
 
     def _words(self, low: int, high: int) -> str:
         rng = self.np_random
@@ -121,7 +126,7 @@ class ActionText(UnicodeText):
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         if isinstance(mask, tuple) or probability is not None:
             return super().sample(mask=mask, probability=probability)
-        kinds = self.kinds if mask is None else tuple(k for k in self.kinds if kind_allowed(mask, k))
+        kinds = self.kinds if mask is None else tuple(k for k in self.kinds if kind_allowed(mask, k, self.mask_kinds))
         if not kinds:
             return ""
         kind = kinds[int(self.np_random.integers(len(kinds)))]
@@ -129,6 +134,8 @@ class ActionText(UnicodeText):
             content = "\n".join(f"{i + 1}. {self._words(2, 5)}" for i in range(int(self.np_random.integers(1, 3))))
         elif kind == "select":
             content = "all" if self.np_random.random() < 0.5 else str(int(self.np_random.integers(1, 4)))
+        elif kind == "judge":
+            content = VERDICTS[int(self.np_random.integers(len(VERDICTS)))]
         else:
             content = self._words(1, 4)
         action = f"<{kind}>{content}</{kind}>"
@@ -138,13 +145,13 @@ class ActionText(UnicodeText):
         return f"ActionText({self.max_length}, kinds={self.kinds}, charset=any Unicode)"
 
 
-def kind_allowed(mask: Any, kind: str) -> bool:
-    """Whether an ``action_mask`` (0/1 over ``ACTION_KINDS``) allows ``kind``; ValueError for a
-    mask of another shape."""
+def kind_allowed(mask: Any, kind: str, kinds: Sequence[str] = ACTION_KINDS) -> bool:
+    """Whether an ``action_mask`` (0/1 over ``kinds``, a workflow's ``action_kinds``) allows
+    ``kind``; ValueError for a mask of another shape."""
     mask = np.asarray(mask)
-    if mask.shape != (len(ACTION_KINDS),):
-        raise ValueError(f"an action mask has one 0/1 entry per kind of {ACTION_KINDS}, got shape {mask.shape}")
-    return bool(mask[ACTION_KINDS.index(kind)])
+    if mask.shape != (len(kinds),):
+        raise ValueError(f"an action mask has one 0/1 entry per kind of {tuple(kinds)}, got shape {mask.shape}")
+    return bool(mask[list(kinds).index(kind)])
 
 
 class CandidateTexts(spaces.Tuple):
@@ -370,7 +377,7 @@ class SearchEnv(AECEnv):
         self._action_space_cache = {agent: self._make_action_space(agent) for agent in self.possible_agents}
         message = spaces.Dict({"role": spaces.Text(16), "content": UnicodeText(MAX_OBSERVATION_CHARS, min_length=0)})
         history = spaces.Sequence(message)
-        mask = spaces.MultiBinary(len(ACTION_KINDS))
+        mask = spaces.MultiBinary(len(self.declaration.action_kinds))
         # ``action_kinds`` is the earlier name of ``action_mask``, kept as an alias for one release
         self._observation_space = spaces.Dict(
             {"role": spaces.Text(16), "messages": history, "action_mask": mask, "action_kinds": mask}
@@ -394,7 +401,7 @@ class SearchEnv(AECEnv):
 
     def _make_action_space(self, agent: str) -> spaces.Space:
         role = team.role(self.role_of(agent))
-        text = ActionText(self.config.max_action_chars, role.actions)
+        text = ActionText(self.config.max_action_chars, role.actions, mask_kinds=self.declaration.action_kinds)
         if role.candidates and self.config.num_candidates > 1:
             return CandidateTexts([text] * self.config.num_candidates)
         return text
@@ -525,7 +532,7 @@ class SearchEnv(AECEnv):
     def observe(self, agent: str) -> dict[str, Any]:
         self._check_agent(agent)
         allowed = self.allowed_actions(agent)
-        mask = np.array([kind in allowed for kind in ACTION_KINDS], dtype=np.int8)
+        mask = np.array([kind in allowed for kind in self.declaration.action_kinds], dtype=np.int8)
         return {
             "role": self.role_of(agent),
             "messages": self._history(agent),

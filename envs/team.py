@@ -25,8 +25,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The action tags a role may write, in the order of an observation's ``action_mask``.
+# The action tags of the built-in teams' roles, in the order of an observation's ``action_mask``.
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
+# Further tags a role may write: the judge's ``yes``/``no`` verdict (the Prompted Critic's, and the
+# orchestra's Verifier). A workflow whose roles use one appends it to its ``action_mask``
+# (``Workflow.action_kinds``), so the built-in workflows' observations keep their shape.
+EXTRA_ACTION_KINDS = ("judge",)
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*$")
 
 
@@ -35,7 +39,9 @@ class Role:
     """One role of a team, played by the shared model when its system prompt is ``prompt``."""
 
     name: str
-    prompt: str
+    # The system message that makes the shared model play the role; None for a role whose first
+    # user message carries its instructions (the orchestra's Verifier, asked as the judge is).
+    prompt: str | None
     actions: tuple[str, ...]
     # The notice appended to the role's last message when the budget leaves it one kind of action;
     # None for a role that acts once (its single action is already its last).
@@ -47,9 +53,9 @@ class Role:
         # an agent's role is the part of its name before the first "_" (``searcher_2``)
         if not _ROLE_NAME.match(self.name):
             raise ValueError(f"Role name {self.name!r}: lowercase letters and digits, starting with a letter")
-        unknown = [kind for kind in self.actions if kind not in ACTION_KINDS]
-        if not self.actions or unknown:
-            raise ValueError(f"Role {self.name!r}: actions must be some of {ACTION_KINDS}, got {self.actions!r}")
+        known = (*ACTION_KINDS, *EXTRA_ACTION_KINDS)
+        if not self.actions or any(kind not in known for kind in self.actions):
+            raise ValueError(f"Role {self.name!r}: actions must be some of {known}, got {self.actions!r}")
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,8 @@ class Workflow:
     env_name: str  # the PettingZoo environment's name, ``<name>_v<version>``
     roles: tuple[Role, ...]
     # One of the paper's teams (the cascade, the hierarchy): the option mode and the credit
-    # benchmark play only these; a baseline such as the single agent is not one.
-    team: bool
+    # benchmark play only these; a baseline (the single agent, Dr. MAS's orchestra) is not one.
+    paper_team: bool
     max_steps: int  # the default budget in environment steps
     min_steps: int  # the least budget the program can finish in
     description: str = ""
@@ -69,6 +75,13 @@ class Workflow:
     @property
     def role_names(self) -> tuple[str, ...]:
         return tuple(role.name for role in self.roles)
+
+    @property
+    def action_kinds(self) -> tuple[str, ...]:
+        """The kinds its observations' ``action_mask`` orders: ``ACTION_KINDS``, then each of
+        ``EXTRA_ACTION_KINDS`` one of its roles writes."""
+        extra = [kind for kind in EXTRA_ACTION_KINDS if any(kind in role.actions for role in self.roles)]
+        return (*ACTION_KINDS, *extra)
 
 
 _ROLES: dict[str, Role] = {}

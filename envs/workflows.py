@@ -56,9 +56,9 @@ def workflow_names() -> tuple[str, ...]:
     return tuple(_REGISTERED)
 
 
-def team_workflows() -> tuple[str, ...]:
-    """The registered workflows that are teams (``Workflow.team``), not single-agent baselines."""
-    return tuple(name for name in _REGISTERED if declaration(name).team)
+def paper_team_workflows() -> tuple[str, ...]:
+    """The registered workflows that are the paper's teams (``Workflow.paper_team``), not baselines."""
+    return tuple(name for name in _REGISTERED if declaration(name).paper_team)
 
 
 def check_workflow(workflow: str) -> str:

@@ -156,9 +156,10 @@ def train_sft(
     """Fine-tune ``model`` in place on ``examples``; returns the loss of every step.
 
     With ``resume_file``, the training state (weights, optimizer, schedule, losses so far) is saved
-    there every ``save_every`` steps (``SAVE_EVERY`` by default), and a run that finds the file goes on from its step: the
-    batch order is drawn from the seed up front, so the resumed run trains exactly as one that was
-    never stopped (on the same machine and thread count). The file is removed at the end."""
+    there every ``save_every`` steps (``SAVE_EVERY`` by default), and a run that finds the file goes
+    on from its step: the batch order is drawn from the seed up front, so the resumed run trains
+    exactly as one that was never stopped (on the same machine and thread count). The file is
+    removed at the end."""
     if not examples:
         raise ValueError("train_sft needs at least one example")
     if any(sum(e.loss_mask) == 0 for e in examples):

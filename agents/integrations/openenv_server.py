@@ -51,7 +51,7 @@ except ModuleNotFoundError as exc:
     ) from None
 
 from maopd.agents.integrations.role_session import CALL_OVER, RoleSession, since_last_output, tool_action, tool_view
-from maopd.envs.actions import ROLE_ACTION_KINDS
+from maopd.envs import team
 from maopd.envs.policy import AgentTurn
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.workflows import check_workflow, env_module, workflow_roles
@@ -122,11 +122,11 @@ class SearchEnvironment(MCPEnvironment):
         self.session: RoleSession | None = None
         if role is None:
             self.env: SearchEnv = env_module(workflow).raw_env(**env_options)
-            kinds = {kind for r in workflow_roles(workflow) for kind in ROLE_ACTION_KINDS[r]}
+            kinds = {kind for r in workflow_roles(workflow) for kind in team.role(r).actions}
         else:
             self.session = RoleSession(role, workflow, others=others, seed=seed, **env_options)
             self.env = self.session.env
-            kinds = set(ROLE_ACTION_KINDS[role])
+            kinds = set(team.role(role).actions)
         super().__init__(FastMCP("maopd-search"))
         for kind in sorted(kinds):
             self.tool()(self._make_tool(kind))

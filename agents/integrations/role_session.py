@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from maopd.envs.actions import ROLE_ACTION_KINDS, neutralize_tags
+from maopd.envs.actions import neutralize_tags
 from maopd.envs.option.single_role import MAX_SKIPPED_EPISODES
 from maopd.envs.policy import AgentTurn, Policy
 from maopd.envs.search_env import SearchEnv
+from maopd.envs.team import ACTION_KINDS, EXTRA_ACTION_KINDS
 from maopd.envs.workflows import check_workflow, env_module, workflow_roles
 
 DEFAULT_WORKFLOW = {
@@ -76,7 +77,7 @@ CALL_OVER = "Your call is over."
 def tool_action(kind: str, content: str | Sequence[str]) -> str:
     """The text action a tool call of ``kind`` stands for: exactly one tag of that kind, tag
     look-alikes in ``content`` escaped (``delegate`` takes a list of subtasks, one per line)."""
-    if kind not in ROLE_ACTION_KINDS["searcher"] + ROLE_ACTION_KINDS["leader"] + ROLE_ACTION_KINDS["answerer"]:
+    if kind not in (*ACTION_KINDS, *EXTRA_ACTION_KINDS):
         raise ValueError(f"unknown action kind {kind!r}")
     if isinstance(content, (list, tuple)):
         content = "\n".join(str(part) for part in content)

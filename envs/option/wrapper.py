@@ -71,7 +71,7 @@ from maopd.envs.roles import TEAM_ROLES
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.synthwiki.closed_book import ClosedBook
 from maopd.envs.synthwiki.questions import KINDS, question_kind
-from maopd.envs.workflows import env_module, team_workflows
+from maopd.envs.workflows import env_module, paper_team_workflows
 
 GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
@@ -334,6 +334,6 @@ def option_parallel_env(
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:
     # the option mode's menus and features are the team roles'; the single agent has none
-    if workflow not in team_workflows():
-        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(team_workflows())}")
+    if workflow not in paper_team_workflows():
+        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(paper_team_workflows())}")
     return env_module(workflow).env(**kwargs)
