@@ -23,7 +23,7 @@ from typing import Any
 
 from maopd.envs.actions import action_contents, parse_subtasks
 from maopd.envs.option.single_role import SingleRoleEnv
-from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter
+from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter, RolesByRule
 from maopd.envs.prompts import NO_FACTS, parse_reports, passage_texts, user_texts
 from maopd.envs.synthwiki.grammar import parse_question, subquestion
 from maopd.envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
@@ -101,9 +101,16 @@ class ExpertSolver(_Role):
 
 
 def expert_team() -> RoleRouter:
-    """Every role, the single agent's solver included: one policy for every workflow."""
+    """Every role, the single agent's solver included: one policy for every workflow (a role the
+    experts were not written for plays by its declared rule)."""
     return RoleRouter(
-        {"leader": ExpertLeader(), "searcher": ExpertSearcher(), "answerer": ExpertAnswerer(), "solver": ExpertSolver()}
+        {
+            "leader": ExpertLeader(),
+            "searcher": ExpertSearcher(),
+            "answerer": ExpertAnswerer(),
+            "solver": ExpertSolver(),
+        },
+        others=RolesByRule(),
     )
 
 

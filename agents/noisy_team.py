@@ -31,7 +31,7 @@ from maopd.agents.expert_team import (
 )
 from maopd.base.config import check_fields, probability
 from maopd.envs.actions import action_contents
-from maopd.envs.policy import AgentOutput, AgentTurn
+from maopd.envs.policy import AgentOutput, AgentTurn, RolesByRule
 from maopd.envs.prompts import NO_FACTS, parse_reports, passage_texts
 from maopd.envs.synthwiki.closed_book import ClosedBook
 from maopd.envs.synthwiki.grammar import Chain, Comparison, parse_facts, parse_question
@@ -114,6 +114,7 @@ class NoisyTeam:
         self.rng = random.Random(seed)
         self.leader, self.searcher, self.answerer = ExpertLeader(), ExpertSearcher(), ExpertAnswerer()
         self.solver = ExpertSolver()
+        self.by_rule = RolesByRule()
         self._call_mistakes: dict[tuple[str, str], str | None] = {}
 
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
@@ -131,8 +132,11 @@ class NoisyTeam:
         elif role == "solver":
             text = self._solver(turn)
             role = "searcher" if text.startswith("<search>") else "answerer"  # whose misformat knob
-        else:
+        elif role == "answerer":
             text = self._answerer(turn)
+        else:  # a role the expert was not written for: its declared rule, without mistakes
+            (output,) = self.by_rule.act([turn])
+            return output.texts[0]
         if self._chance(getattr(self.noise, f"{role}_misformat")):
             return misformat(text)
         return text

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter
+from maopd.envs.policy import AgentOutput, AgentTurn, RoleRouter, RolesByRule
 from maopd.envs.prompts import NO_FACTS, parse_passages, parse_reports, user_texts
 
 STOPWORDS = frozenset(
@@ -130,11 +130,13 @@ class ScriptedSolver:
 
 
 def scripted_team() -> RoleRouter:
+    """Every built-in role by the rules above; any other role by its declared rule."""
     return RoleRouter(
         {
             "leader": ScriptedLeader(),
             "searcher": ScriptedSearcher(),
             "answerer": ScriptedAnswerer(),
             "solver": ScriptedSolver(),
-        }
+        },
+        others=RolesByRule(),
     )

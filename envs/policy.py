@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from maopd.base.config import check_fields, checked
 from maopd.base.errors import UserError
+from maopd.envs import team
 from maopd.envs.roles import TEAM_ROLES
 
 
@@ -167,21 +168,24 @@ class RoleRouter:
     ``roles`` are the roles it must be able to play, checked when it is built: by default the
     team's (``TEAM_ROLES``, the cascade and the hierarchy), so a team router needs no solver;
     ``maopd.envs.workflows.workflow_roles("single")`` for the single agent alone. A turn of a role
-    without a policy is a ValueError naming the role.
+    without a policy goes to ``others`` (for example ``RolesByRule``), and without one is a
+    ValueError naming the role.
     """
 
-    def __init__(self, policies: Mapping[str, Policy], roles: Iterable[str] = TEAM_ROLES):
+    def __init__(self, policies: Mapping[str, Policy], roles: Iterable[str] = TEAM_ROLES, others: Policy | None = None):
         missing = set(roles) - set(policies)
         if missing:
             raise ValueError(f"RoleRouter needs a policy for every role it plays; missing {sorted(missing)}")
         self.policies = dict(policies)
+        self.others = others
 
     def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
         unrouted = sorted({turn.role for turn in turns} - set(self.policies))
-        if unrouted:
+        if unrouted and self.others is None:
             raise ValueError(f"RoleRouter has no policy for role {unrouted[0]!r}; it plays {sorted(self.policies)}")
         outputs: list[AgentOutput | None] = [None] * len(turns)
-        for role, policy in self.policies.items():
+        routes = {**self.policies, **dict.fromkeys(unrouted, self.others)}
+        for role, policy in routes.items():
             indices = [i for i, turn in enumerate(turns) if turn.role == role]
             if indices:
                 routed = [turns[i] for i in indices]
@@ -189,3 +193,17 @@ class RoleRouter:
                 for i, output in zip(indices, checked_outputs(name, routed, policy.act(routed))):
                     outputs[i] = output
         return outputs  # type: ignore[return-value]
+
+
+class RolesByRule:
+    """Plays each role by its declared rule (``maopd.envs.team.Role.rule``): what a scripted team
+    does for a role it was not written for."""
+
+    def act(self, turns: Sequence[AgentTurn]) -> list[AgentOutput]:
+        outputs = []
+        for turn in turns:
+            rule = team.role(turn.role).rule
+            if rule is None:
+                raise ValueError(f"role {turn.role!r} declares no rule, so a scripted team cannot play it")
+            outputs.append(AgentOutput([rule(turn) for _ in range(turn.num_candidates)]))
+        return outputs

@@ -23,12 +23,17 @@ docs/environments.md, "A new team".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from maopd.envs.policy import AgentTurn
 
 # The action tags of the built-in teams' roles, in the order of an observation's ``action_mask``.
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
-# Further tags a role may write: the judge's ``yes``/``no`` verdict (the Prompted Critic's, and the
-# orchestra's Verifier). A workflow whose roles use one appends it to its ``action_mask``
+# Further tags a role may write: the judge's ``yes``/``no`` verdict, the Prompted Critic's tag, for a
+# role that judges. A workflow whose roles use one appends it to its ``action_mask``
 # (``Workflow.action_kinds``), so the built-in workflows' observations keep their shape.
 EXTRA_ACTION_KINDS = ("judge",)
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*$")
@@ -40,7 +45,7 @@ class Role:
 
     name: str
     # The system message that makes the shared model play the role; None for a role whose first
-    # user message carries its instructions (the orchestra's Verifier, asked as the judge is).
+    # user message carries its instructions (a role asked as the Prompted Critic's judge is).
     prompt: str | None
     actions: tuple[str, ...]
     # The notice appended to the role's last message when the budget leaves it one kind of action;
@@ -48,6 +53,9 @@ class Role:
     last_turn_notice: str | None = None
     # Whether a request to the role asks for ``num_candidates`` texts (the Answerer's candidates).
     candidates: bool = False
+    # Its rule-based play, the output for one ``AgentTurn``: how the scripted, expert and noisy
+    # teams (``maopd.agents``) play a role they were not written for. None: they cannot.
+    rule: Callable[[AgentTurn], str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # an agent's role is the part of its name before the first "_" (``searcher_2``)
@@ -66,7 +74,7 @@ class Workflow:
     env_name: str  # the PettingZoo environment's name, ``<name>_v<version>``
     roles: tuple[Role, ...]
     # One of the paper's teams (the cascade, the hierarchy): the option mode and the credit
-    # benchmark play only these; a baseline (the single agent, Dr. MAS's orchestra) is not one.
+    # benchmark play only these; a baseline (the single agent, another paper's team) is not one.
     paper_team: bool
     max_steps: int  # the default budget in environment steps
     min_steps: int  # the least budget the program can finish in

@@ -6,6 +6,7 @@ workflow       environment module                          roles
 hierarchical   ``maopd.envs.hierarchical_search_v1``       leader, searcher, answerer (H-MAS)
 cascade        ``maopd.envs.cascade_search_v1``            searcher, answerer (C-MAS)
 single         ``maopd.envs.single_search_v1``             solver (the Search-R1-style baseline)
+orchestra      ``maopd.envs.orchestra_search_v1``          verifier, searcher, answerer (Dr. MAS)
 =============  ==========================================  =================================
 
 Each module holds its workflow's declaration (``maopd.envs.team.Workflow``) and program (its
@@ -34,6 +35,7 @@ WORKFLOW_MODULES = {
     "hierarchical": "maopd.envs.hierarchical_search_v1",
     "cascade": "maopd.envs.cascade_search_v1",
     "single": "maopd.envs.single_search_v1",
+    "orchestra": "maopd.envs.orchestra_search_v1",
 }
 _REGISTERED: dict[str, str] = dict(WORKFLOW_MODULES)
 

@@ -13,9 +13,11 @@ from maopd.envs.actions import ACTION_KINDS, ROLE_ACTION_KINDS, parse_action
 from maopd.envs.datasets import derived_id
 from maopd.envs.retrieval.bm25 import BM25Retriever
 from maopd.envs.search_env import ActionText, UnicodeText
+from maopd.envs.workflows import WORKFLOW_MODULES, env_module
 from tests.fixture import load_fixture
 
-MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
+# every registered workflow's module: a workflow added to the table is tested here with no edit
+MODULES = [env_module(workflow) for workflow in WORKFLOW_MODULES]
 CORPUS, QUESTIONS = load_fixture()
 RETRIEVER = BM25Retriever(CORPUS)
 

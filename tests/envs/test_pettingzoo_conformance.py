@@ -1,11 +1,12 @@
 """PettingZoo's own conformance tests on every environment (AEC, parallel, seeding)."""
 
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, render_test, seed_test
 
-from maopd.envs import cascade_search_v1, hierarchical_search_v1, single_search_v1
+from maopd.envs.workflows import WORKFLOW_MODULES, env_module
 
-MODULES = [cascade_search_v1, hierarchical_search_v1, single_search_v1]
+# every registered workflow's module: a workflow added to the table is tested here with no edit
+MODULES = [env_module(workflow) for workflow in WORKFLOW_MODULES]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
@@ -21,6 +22,11 @@ def test_api_with_answer_candidates(module):
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_seed(module):
     seed_test(module.env, num_cycles=100)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_render(module, capsys):
+    render_test(module.env)
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
