@@ -25,10 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from maopd.envs.policy import AgentTurn
+from typing import Any
 
 # The action tags of the built-in teams' roles, in the order of an observation's ``action_mask``.
 ACTION_KINDS = ("search", "report", "delegate", "select", "answer")
@@ -53,9 +50,10 @@ class Role:
     last_turn_notice: str | None = None
     # Whether a request to the role asks for ``num_candidates`` texts (the Answerer's candidates).
     candidates: bool = False
-    # Its rule-based play, the output for one ``AgentTurn``: how the scripted, expert and noisy
-    # teams (``maopd.agents``) play a role they were not written for. None: they cannot.
-    rule: Callable[[AgentTurn], str] | None = field(default=None, compare=False)
+    # Its rule-based play, the output for one ``maopd.envs.policy.AgentTurn`` (not imported: the
+    # policy module builds on this one): how the scripted, expert and noisy teams (``maopd.agents``)
+    # play a role they were not written for. None: they cannot.
+    rule: Callable[[Any], str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # an agent's role is the part of its name before the first "_" (``searcher_2``)

@@ -120,6 +120,8 @@ class Plan:
 
 
 PLAN = Plan()
+# The workflows the report's systems play: the environments its testbed hash covers.
+REPORT_WORKFLOWS = ("hierarchical", "cascade", "single")
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
     """Everything the report's figures depend on besides the training itself (module docstring)."""
     from maopd.envs import prompts
     from maopd.envs.synthwiki.world import FORMAT_VERSION, TEST_SPLIT_VERSION, load_default_world
-    from maopd.envs.workflows import env_module, workflow_names
+    from maopd.envs.workflows import env_module
     from maopd.training.base_model import base_model_dir
 
     pi0s = registered_pi0s(plan)
@@ -271,7 +273,7 @@ def testbed_components(plan: Plan = PLAN) -> dict[str, Any]:
             "test_split_sha256": _sha256(test.encode()),
         },
         # named below the import root, which the registration predates: a move is no change of environment
-        "environments": sorted(env_module(workflow).__name__.removeprefix("maopd.") for workflow in workflow_names()),
+        "environments": sorted(env_module(workflow).__name__.removeprefix("maopd.") for workflow in REPORT_WORKFLOWS),
         "prompts_sha256": _sha256(
             json.dumps(
                 [prompts.ROLE_PROMPTS, prompts.CRITIC_PROMPT, prompts.NO_FACTS, prompts.LAST_TURN_NOTICE],

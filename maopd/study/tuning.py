@@ -576,7 +576,7 @@ def gate_figures(
 
     def level() -> dict[str, Any]:
         systems, questions = {}, 0
-        for workflow in workflow_names():
+        for workflow in gates.GATED_WORKFLOWS:
             result = dev_eval(config, [(workflow, workflow, model)], [], out / "eval" / workflow)
             systems[workflow], questions = result["systems"][workflow], result["questions"]
         return {"questions": questions, "questions_per_type": questions_per_type, "attempts": attempts, **systems}
