@@ -8,7 +8,7 @@ Parallel API           Yes (``parallel_env``)
 Agents                 ``agents = ["verifier", "searcher_0", "answerer"]``
 Observation            Dict(role: Text, messages: Sequence(Dict(role, content)), action_mask: MultiBinary(6))
 State                  ``state()`` in ``state_space``: question, histories, acting, step and round counters
-Budget                 13 environment steps (``max_steps``): at most 3 rounds
+Budget                 16 environment steps (``max_steps``): at most 3 rounds
 =====================  ==================================================================
 
 A round: ``searcher_0`` starts a new call on the question, as the cascade's Searcher does (ReAct
@@ -77,7 +77,9 @@ from maopd.envs.team import Role, Workflow, register_role
 from maopd.envs.workflows import pettingzoo_api
 
 MAX_ROUNDS = 3
-CALL_STEPS = 3  # a Searcher call: up to two searches, then its report
+# A Searcher call: the cascade's Searcher budget (up to three searches, then its report), so that
+# π_0 plays a round as it plays the cascade.
+CALL_STEPS = 4
 
 # The Prompted Critic's prompt ends with the report and its question; a rule reads the report back.
 _REPORT_START, _REPORT_END = prompts.CRITIC_PROMPT.split("{summary}")

@@ -42,7 +42,7 @@ def acting_roles(outputs: list[str], **options) -> list[str]:
 def test_it_is_declared_with_its_roles_and_the_judges_tag_in_its_mask():
     workflow = declaration("orchestra")
     assert workflow_roles("orchestra") == ("verifier", "searcher", "answerer") and not workflow.paper_team
-    assert workflow.action_kinds[-1] == "judge" and workflow.max_steps == 13
+    assert workflow.action_kinds[-1] == "judge" and workflow.max_steps == 16
     observation = orchestra_search_v1.raw_env(split="dev")
     observation.reset(seed=0)
     assert observation.observe("searcher_0")["action_mask"].tolist() == [1, 1, 0, 0, 0, 0]
@@ -87,7 +87,7 @@ def test_the_budget_ends_a_round_and_the_workflow_in_time():
     follows, and the rounds stop where the budget leaves no room for a report, a verdict, an answer."""
     env = play(["<search>q</search>"] * 20)
     assert env.record["reports"] == [] and env.record["counters"]["unreported_calls"] == 3
-    assert env.env_step == 9 and not env.verdicts
+    assert env.env_step == 3 * orchestra_search_v1.CALL_STEPS and not env.verdicts
     forced = play(["<search>q</search>"] * 2 + [NO] + ["<search>q</search>"] * 20, max_steps=5)
     assert forced.env_step <= 5
 
