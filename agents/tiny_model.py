@@ -27,6 +27,7 @@ from transformers import (
 
 from maopd.agents.model_files import ModelFileError, check_model_dir
 from maopd.agents.tokenizer import train_tokenizer
+from maopd.base.atomic import write_files_atomically
 from maopd.base.config import ConfigError, check_fields, checked, seed_field
 
 
@@ -102,11 +103,12 @@ def build_tiny_lm(
 
 def save_model(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> Path:
     """Save model and tokenizer side by side, loadable with ``load_model`` or ``from_pretrained``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+
+    def save(staging: Path) -> None:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+
+    return write_files_atomically(directory, save)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")

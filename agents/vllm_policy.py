@@ -45,6 +45,7 @@ from transformers import AutoTokenizer
 
 from maopd.agents.sampling import Candidate, SamplingConfig, StopMatcher
 from maopd.agents.token_policy import TokenPolicy, candidate_seed
+from maopd.base.atomic import open_for_append, write_files_atomically
 from maopd.base.paths import CLONE_DIR
 
 VLLM_VERSION = "0.32.0"
@@ -143,7 +144,7 @@ class VLLMPolicy(TokenPolicy):
             "TORCH_COMPILE_DISABLE": "1",
             **(worker_env or {}),
         }
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 -- open as long as the worker runs
+        self._log = open_for_append(self.log_path, binary=True)  # open as long as the worker runs
         self._process = subprocess.Popen(
             [str(python), "-I", str(WORKER_SCRIPT), json.dumps(engine), str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -194,7 +195,7 @@ class VLLMPolicy(TokenPolicy):
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Put ``model``'s current weights into the engine (after every PPO update)."""
-        model.save_pretrained(self.model_dir)
+        write_files_atomically(self.model_dir, lambda staging: model.save_pretrained(staging))
         self.reload_weights()
 
     def reload_weights(self) -> None:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from maopd.base.arguments import positive_int, seed_int
+from maopd.base.atomic import write_text_atomically
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out.with_suffix(".json"), result, indent=1)
-    out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_text_atomically(out.with_suffix(".md"), markdown(result))
     print(markdown(result))
     return 0
 

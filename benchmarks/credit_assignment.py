@@ -72,6 +72,7 @@ from benchmarks.marl_statistics import (
     performance_profiles,
 )
 from maopd.base.arguments import positive_int, repeated, seed_int
+from maopd.base.atomic import write_path_atomically, write_text_atomically
 from maopd.base.errors import UserError, failed_in
 from maopd.base.json_files import read_json_file, write_json
 from maopd.base.machine import machine as base_machine
@@ -260,7 +261,7 @@ def plot_curves(scenario: str, runs_by_method: dict[str, list[dict]], path: Path
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    fig.savefig(path, dpi=110)
+    write_path_atomically(path, lambda temporary: fig.savefig(temporary, dpi=110))
     plt.close(fig)
 
 
@@ -297,7 +298,7 @@ def plot_performance_profiles(runs_by_panel: dict[str, dict[str, dict[str, list[
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     fig.suptitle("Performance profiles of final EM, 95% stratified-bootstrap bands")
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    fig.savefig(path, dpi=110)
+    write_path_atomically(path, lambda temporary: fig.savefig(temporary, dpi=110))
     plt.close(fig)
 
 
@@ -686,7 +687,7 @@ def write_report(summary: dict, out: Path, window: int, rebuilt_by: str | None =
     }
     write_json(out / "results.json", summary)  # compact: it holds every run's learning curve
     write_json(out / "marl_eval.json", marl_eval_json(runs, COLUMNS))
-    (out / "results.md").write_text("\n".join(report))
+    write_text_atomically(out / "results.md", "\n".join(report))
     print("\n".join(report))
     return summary
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maopd.base.arguments import positive_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.base.raw_http import RawServer, http_answer
 from maopd.evaluation.provenance import git_commit
@@ -1041,7 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "hostile_inputs.json", report, indent=2)
-    (args.out / "README.md").write_text(readme(report), encoding="utf-8")
+    write_text_atomically(args.out / "README.md", readme(report))
     print(", ".join(f"{n} {o}" for o, n in report["counts"].items()) + f"; wrote {args.out}")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from maopd.base.arguments import positive_int, seed_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
 from maopd.envs.synthwiki.facts import Fact, graph_facts, question_answer, statements
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / f"{name}.json", result, indent=1)
-    (args.out / f"{name}.md").write_text(markdown(result), encoding="utf-8")
+    write_text_atomically(args.out / f"{name}.md", markdown(result))
     print(markdown(result))
 
 

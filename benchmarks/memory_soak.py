@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from maopd.base.arguments import positive_float, positive_int
+from maopd.base.atomic import write_path_atomically, write_text_atomically
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -176,7 +177,7 @@ def plot(samples: list[dict[str, float]], path: Path, args: argparse.Namespace) 
         axis.xaxis.get_major_locator().set_params(integer=True)
         axis.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_path_atomically(path, lambda temporary: fig.savefig(temporary, dpi=110))
     plt.close(fig)
 
 
@@ -209,7 +210,7 @@ def write_markdown(summary: dict, path: Path, command: str) -> None:
         "![RSS and disk over steps](memory_soak.png)",
         "",
     ]
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_text_atomically(path, "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(samples, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(
+    write_text_atomically(
+        out.with_suffix(".json"),
         json.dumps(
             {"command": command, "threads": os.environ.get("OMP_NUM_THREADS"), "summary": summary, "per_step": samples},
             indent=1,
         )
         + "\n",
-        encoding="utf-8",
     )
     write_markdown(summary, out.with_suffix(".md"), command)
     plot(samples, out.with_suffix(".png"), args)

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from maopd.base.arguments import positive_int, seed_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.machine import machine
 from maopd.envs.actions import action_contents
 from maopd.envs.option import fast
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"command": command, "commit": git_commit(short=True), "machine": machine()}
     result |= {"method": args.method, "seeds": args.seeds, "rows": rows}
-    (args.out / "menu_states.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text_atomically(args.out / "menu_states.json", json.dumps(result, indent=1) + "\n")
     columns = [
         *("scenario", "seed", "decisions", "built", "searcher_built", "searcher_logical"),
         *("searcher_builds_per_logical_state", "run_seconds", "menu_share", "searcher_menu_share", "run_speedup_bound"),
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         *("| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows),
         "",
     ]
-    (args.out / "README.md").write_text("\n".join(lines))
+    write_text_atomically(args.out / "README.md", "\n".join(lines))
     print("\n".join(lines))
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import iter_json_lines, write_json
 from maopd.envs.retrieval.corpus import Corpus, Document
 
@@ -258,7 +259,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out.with_suffix(".json"), result, indent=2)
-    out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")
+    write_text_atomically(out.with_suffix(".md"), markdown(result))
     print(markdown(result))
     return 0
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from maopd.base.arguments import positive_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
 from maopd.envs.actions import ROLES
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "rollout_engines.json", result, indent=2)
-    (out / "README.md").write_text(readme(result), encoding="utf-8")
+    write_text_atomically(out / "README.md", readme(result))
     print(readme(result))
     return result
 

@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 
 from maopd.base.arguments import positive_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.envs.retrieval.bm25 import BM25Retriever
 from maopd.envs.retrieval.corpus import Corpus, Document
@@ -136,7 +137,7 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out.with_suffix(".json"), report, indent=2)
-    args.out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    write_text_atomically(args.out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
 

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from maopd.agents.expert_team import expert_team
 from maopd.agents.noisy_team import NoiseConfig, NoisyTeam
 from maopd.base.arguments import seed_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.envs.datasets import Question
 from maopd.envs.episode import run_episode
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out.with_suffix(".json"), report, indent=1, sort_keys=True)
-    out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    write_text_atomically(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
 

@@ -31,6 +31,7 @@ from maopd.agents.sampling import SamplingConfig
 from maopd.agents.tiny_model import TinyModelConfig, build_tiny_lm, save_model
 from maopd.agents.vllm_policy import VLLMPolicy
 from maopd.base.arguments import positive_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.envs.prompts import system_message, task_message
 
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out.with_suffix(".json"), report, indent=1)
-    args.out.with_suffix(".md").write_text(markdown(report))
+    write_text_atomically(args.out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from maopd.agents.vllm_policy import VLLMPolicy
 from maopd.base.arguments import positive_int
+from maopd.base.atomic import copy_directory
 from maopd.base.json_files import write_json
 from maopd.base.machine import machine
 from maopd.training.config import build_config
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     step_s = time.perf_counter() - start
 
     engine_dir = work / "engine"
-    shutil.copytree(args.model, engine_dir)
+    copy_directory(args.model, engine_dir)
     engine = VLLMPolicy(engine_dir)
     try:
         syncs = []

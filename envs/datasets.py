@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import open_atomically
 from maopd.base.errors import UserError
 from maopd.base.json_files import iter_json_lines, json_text
 
@@ -75,6 +76,6 @@ def load_questions(path: str | Path) -> list[Question]:
 
 
 def write_questions(questions: list[Question], path: str | Path) -> None:
-    with Path(path).open("w", encoding="utf-8") as handle:
+    with open_atomically(path) as handle:
         for q in questions:
             handle.write(json_text(q.to_dict(), f"{path}: question {q.id}", ensure_ascii=False) + "\n")

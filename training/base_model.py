@@ -42,7 +42,7 @@ from dataclasses import MISSING, Field, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from maopd.base.atomic import build_directory_atomically
+from maopd.base.atomic import build_directory_atomically, copy_directory
 from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
 from maopd.base.json_files import write_json
 from maopd.base.paths import package_data
@@ -589,10 +589,9 @@ def store_pretraining(config: SFTConfig, pretrained: Path, figures: dict[str, An
     """Keep a finished pretraining as the cache entry ``<root>/pretraining-<key>/`` (its
     ``pretrained/`` and the figures), so that a build killed while fine-tuning, the long half of a
     build, starts the next time from there instead of pretraining again."""
-    import shutil
 
     def store(staging: Path) -> None:
-        shutil.copytree(pretrained, staging / PRETRAINED_DIR)
+        copy_directory(pretrained, staging / PRETRAINED_DIR)
         write_json(staging / METRICS_FILE, {"pretraining_key": config.pretraining_key(), **figures}, indent=1)
 
     entry = Path(root) / f"{PRETRAINING_ENTRY}-{config.pretraining_key()}"
@@ -623,7 +622,6 @@ def build_base_model(
     (a cache root), a pretraining run here is also stored there before fine-tuning starts, and both
     trainings save their state there as they go (``resume_file``), so a killed build goes on where
     it stopped."""
-    import shutil
 
     import torch
 
@@ -658,7 +656,7 @@ def build_base_model(
     source = reusable_pretraining(config, reuse_from) if pretraining else None
     if source is not None:
         pretrained_figures = load_pretrained(model, tokenizer, source)
-        shutil.copytree(source, Path(out_dir) / PRETRAINED_DIR, dirs_exist_ok=True)
+        copy_directory(source, Path(out_dir) / PRETRAINED_DIR)
     elif pretraining:
         pretrain_schedule = replace(
             schedule, epochs=config.pretrain_epochs, batch_size=config.pretrain_batch_size, lr=config.pretraining_lr

@@ -54,7 +54,13 @@ import numpy as np
 import torch
 
 from maopd.agents.model_files import weights_problem
-from maopd.base.atomic import build_directory_atomically, remove_stale_staging, write_text_atomically, writing
+from maopd.base.atomic import (
+    build_directory_atomically,
+    remove_stale_staging,
+    write_file_atomically,
+    write_text_atomically,
+    writing,
+)
 from maopd.base.paths import PathOutsideRunError, resolve_inside
 from maopd.base.run_dir import CONFIG_FILE, refuse_symlinks, write_record
 
@@ -227,10 +233,10 @@ def save_trainer_state(state: dict[str, Any], directory: Path, destination: Path
     written to ``directory``; a failed write names the file under ``destination``, where they go."""
     tensors: list[torch.Tensor] = []
     encoded = _encode(state, tensors)
-    with writing(destination / TRAINER_STATE):
-        torch.save(tensors, directory / TRAINER_STATE)
-    with writing(destination / TRAINER_STATE_JSON):
-        (directory / TRAINER_STATE_JSON).write_text(json.dumps(encoded), encoding="utf-8")
+    write_file_atomically(
+        directory / TRAINER_STATE, lambda handle: torch.save(tensors, handle), shown=destination / TRAINER_STATE
+    )
+    write_text_atomically(directory / TRAINER_STATE_JSON, json.dumps(encoded), shown=destination / TRAINER_STATE_JSON)
 
 
 def _crash_point(step: int, phase: str) -> None:

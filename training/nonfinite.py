@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from maopd.base.atomic import write_file_atomically
 from maopd.base.json_files import write_json
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def save_nonfinite_step(
     # records as JSON reads them back: plain types only (no tuples, no NumPy scalars), which
     # weights_only loading accepts; NaN and inf stay, they are what the dump is for
     plain_records = json.loads(json.dumps(records, default=_plain))
-    torch.save({"step": step, "error": str(error), "tensors": tensors, "records": plain_records}, path)
+    dump = {"step": step, "error": str(error), "tensors": tensors, "records": plain_records}
+    write_file_atomically(path, lambda handle: torch.save(dump, handle))
     summary = {
         "step": step,
         "error": str(error),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from maopd.base.atomic import write_path_atomically
 from maopd.base.run_dir import refuse_symlinks
 from maopd.envs.actions import ROLES
 from maopd.training.run_logging import METRICS_FILE, read_metrics
@@ -150,6 +151,6 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         f"Learning curves: {'/'.join(run_dir.resolve().parts[-2:])} "
         f"(steps {int(rows[0]['step'])}–{int(rows[-1]['step'])})"
     )
-    figure.savefig(out, dpi=110)
+    write_path_atomically(out, lambda temporary: figure.savefig(temporary, dpi=110))
     plt.close(figure)
     return out

@@ -9,7 +9,9 @@ or ``RAY_AUTH_TOKEN_PATH`` (a file in the run directory, say), never from the de
 uses the caller's Ray environment unchanged.
 
 Ray's socket paths must fit in 107 bytes (AF_UNIX), and a session adds about 62 characters, so a
-long run directory gets ``<run_dir>/ray`` as a symlink to a short ``/tmp/maopd-ray-*`` folder.
+long run directory keeps Ray's session in a short ``/tmp/maopd-ray-*`` folder instead, which
+``<run_dir>/ray_dir`` names (a run directory holds no links). Both folders are made by the one
+writer (``maopd.base.atomic.output_directory``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+
+from maopd.base.atomic import output_directory, write_text_atomically
 
 MAX_RAY_DIR_CHARS = 40
 
@@ -29,7 +33,7 @@ def init_ray(run_dir: str | Path, address: str | None = None, num_cpus: int | No
     if address:
         ray.init(address=address, log_to_driver=False)
         return
-    ray_dir = _ray_dir(Path(run_dir).resolve() / "ray")
+    ray_dir = _ray_dir(Path(run_dir).resolve())
     mode = os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if mode == "token" and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
         raise RuntimeError(
@@ -40,20 +44,18 @@ def init_ray(run_dir: str | Path, address: str | None = None, num_cpus: int | No
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
-        _temp_dir=str(ray_dir),
+        _temp_dir=str(output_directory(ray_dir)),
         log_to_driver=False,
         _node_ip_address="127.0.0.1",
     )
 
 
-def _ray_dir(wanted: Path) -> Path:
-    """``wanted``, or a short folder linked from ``wanted`` when ``wanted`` is too long for sockets."""
-    if wanted.is_symlink():
-        return wanted.resolve()
+def _ray_dir(run_dir: Path) -> Path:
+    """``run_dir/ray``, or a short folder named in ``run_dir/ray_dir`` when that is too long for sockets."""
+    wanted = run_dir / "ray"
     if len(str(wanted)) <= MAX_RAY_DIR_CHARS:
-        wanted.mkdir(parents=True, exist_ok=True)
-        return wanted
-    wanted.parent.mkdir(parents=True, exist_ok=True)
-    short = Path(tempfile.mkdtemp(prefix="maopd-ray-"))
-    wanted.symlink_to(short, target_is_directory=True)
+        return output_directory(wanted)
+    output_directory(run_dir)
+    short = output_directory(Path(tempfile.mkdtemp(prefix="maopd-ray-")))
+    write_text_atomically(run_dir / "ray_dir", f"{short}\n")
     return short

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from maopd.base.atomic import write_text_atomically, writing
+from maopd.base.atomic import open_for_append, output_directory, write_text_atomically, writing
 from maopd.base.errors import UserError
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text
 from maopd.base.run_dir import LOGGER_DIRS
@@ -105,14 +105,14 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(self.run_dir / "tb"))
+            self.tb = SummaryWriter(str(output_directory(self.run_dir / "tb")))
         self.wandb = None
         if wandb:  # LoggingConfig refuses wandb: true without the package
             import wandb as wandb_module
 
             self.wandb = wandb_module.init(
                 project=wandb_project,
-                dir=str(self.run_dir),
+                dir=str(output_directory(self.run_dir)),
                 config=config,
                 id=wandb_run_id(self.run_dir),
                 resume="allow",
@@ -120,7 +120,7 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **metrics}
-        with writing(self.metrics_path), open(self.metrics_path, "a", encoding="utf-8") as handle:
+        with writing(self.metrics_path), open_for_append(self.metrics_path) as handle:
             handle.write(json_text(row, str(self.metrics_path)) + "\n")
         scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         if self.tb is not None:
@@ -134,8 +134,7 @@ class MetricsLogger:
         directory = self.run_dir / "samples"
         directory.mkdir(exist_ok=True)
         path = directory / f"step_{step}.jsonl"
-        with writing(path):
-            path.write_text("".join(json_text(r, str(path), default=str) + "\n" for r in records), encoding="utf-8")
+        write_text_atomically(path, "".join(json_text(r, str(path), default=str) + "\n" for r in records))
         if self.keep_samples:
             by_step = sorted(directory.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_")))
             for old in by_step[: -self.keep_samples]:

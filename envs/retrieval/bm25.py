@@ -8,6 +8,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
+from maopd.base.atomic import write_text_atomically
 from maopd.envs.retrieval.base import Passage
 from maopd.envs.retrieval.corpus import Corpus, CorpusError
 
@@ -43,7 +44,7 @@ class BM25Retriever:
         directory = Path(directory)
         self._index.save(str(directory))
         meta = {"corpus_fingerprint": self.fingerprint, "count": len(self.corpus)}
-        (directory / "bm25_meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        write_text_atomically(directory / "bm25_meta.json", json.dumps(meta))
 
     @classmethod
     def load(cls, directory: str | Path, corpus: Corpus) -> BM25Retriever:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import open_atomically
 from maopd.base.errors import UserError
 from maopd.base.json_files import iter_json_lines
 
@@ -90,7 +91,7 @@ class Corpus:
         return doc_id in self._by_id
 
     def write_jsonl(self, path: str | Path) -> None:
-        with Path(path).open("w", encoding="utf-8") as handle:
+        with open_atomically(path) as handle:
             handle.writelines(json.dumps(doc.to_json(), ensure_ascii=False) + "\n" for doc in self.documents)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from maopd.base.atomic import write_path_atomically, write_text_atomically
 from maopd.base.errors import UserError
 from maopd.envs.retrieval.base import Passage
 from maopd.envs.retrieval.corpus import Corpus, Document
@@ -163,9 +164,9 @@ def save_dense_index(directory: str | Path, index, doc_ids: list[str], meta: Den
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    faiss.write_index(index, str(directory / "index.faiss"))
-    (directory / "docids.json").write_text(json.dumps(doc_ids), encoding="utf-8")
-    (directory / "meta.json").write_text(json.dumps(asdict(meta), indent=2), encoding="utf-8")
+    write_path_atomically(directory / "index.faiss", lambda temporary: faiss.write_index(index, str(temporary)))
+    write_text_atomically(directory / "docids.json", json.dumps(doc_ids))
+    write_text_atomically(directory / "meta.json", json.dumps(asdict(meta), indent=2))
 
 
 def load_dense_index(directory: str | Path):

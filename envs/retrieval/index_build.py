@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from maopd.base.atomic import write_file_atomically
+from maopd.base.atomic import write_file_atomically, write_text_atomically
 from maopd.envs.retrieval.corpus import load_corpus
 
 
@@ -102,4 +102,4 @@ def _reset_if_stale(out: Path, chunk_dir: Path, manifest: dict) -> None:
         return
     for stale in chunk_dir.glob("*.npy"):
         stale.unlink()
-    manifest_path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    write_text_atomically(manifest_path, json.dumps(manifest, indent=2))

@@ -15,6 +15,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from maopd.base.atomic import build_directory_atomically, input_link
 from maopd.envs.retrieval.base import Passage
 from maopd.envs.retrieval.corpus import Corpus, split_contents
 
@@ -95,28 +96,33 @@ class PyseriniBM25Retriever:
 
 
 def build_lucene_index(corpus_path: str | Path, out: str | Path, threads: int = 1) -> None:
-    """Index a Search-R1 JSONL corpus (``{"id", "contents"}`` is pyserini's JsonCollection format)."""
+    """Index a Search-R1 JSONL corpus (``{"id", "contents"}`` is pyserini's JsonCollection format) into
+    ``out``, built in a staging directory and renamed into place (``build_directory_atomically``)."""
     require_pyserini()
-    with tempfile.TemporaryDirectory() as staging:
-        (Path(staging) / "corpus.jsonl").symlink_to(Path(corpus_path).resolve())
-        command = [
-            sys.executable,
-            "-m",
-            "pyserini.index.lucene",
-            "--collection",
-            "JsonCollection",
-            "--input",
-            staging,
-            "--index",
-            str(out),
-            "--generator",
-            "DefaultLuceneDocumentGenerator",
-            "--threads",
-            str(threads),
-            "--storeRaw",
-        ]
-        env = dict(os.environ)
-        env.setdefault("OPENAI_API_KEY", "unused-by-pyserini-bm25")
-        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"pyserini indexing of {corpus_path} failed:\n{done.stderr[-2000:]}")
+
+    def build(index: Path) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            collection = input_link(corpus_path, Path(scratch) / "collection" / "corpus.jsonl").parent
+            command = [
+                sys.executable,
+                "-m",
+                "pyserini.index.lucene",
+                "--collection",
+                "JsonCollection",
+                "--input",
+                str(collection),
+                "--index",
+                str(index),
+                "--generator",
+                "DefaultLuceneDocumentGenerator",
+                "--threads",
+                str(threads),
+                "--storeRaw",
+            ]
+            env = dict(os.environ)
+            env.setdefault("OPENAI_API_KEY", "unused-by-pyserini-bm25")
+            done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                raise RuntimeError(f"pyserini indexing of {corpus_path} failed:\n{done.stderr[-2000:]}")
+
+    build_directory_atomically(out, build)

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import open_atomically
 from maopd.envs.datasets import Question
 from maopd.envs.episode import run_episode
 from maopd.envs.policy import Policy
@@ -103,7 +104,7 @@ def demonstrations(
 
 def write_demonstrations(rows: Iterator[dict[str, Any]], path: str | Path) -> int:
     count = 0
-    with Path(path).open("w", encoding="utf-8") as handle:
+    with open_atomically(path) as handle:
         for row in rows:
             handle.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
             count += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from maopd.base.atomic import build_directory_atomically
+from maopd.base.atomic import build_directory_atomically, open_atomically
 from maopd.base.config import ConfigError
 from maopd.base.json_files import write_json
 from maopd.envs.datasets import Question, load_questions
@@ -97,7 +97,7 @@ class World:
 
 
 def _write_questions(questions: list[Question], path: Path) -> None:
-    with path.open("w", encoding="utf-8") as handle:
+    with open_atomically(path) as handle:
         for question in questions:
             handle.write(json.dumps(question.to_dict(), sort_keys=True, ensure_ascii=False) + "\n")
 
@@ -164,7 +164,7 @@ def write_world(
         from tqdm import tqdm
 
         documents = tqdm(documents, total=len(entities), desc="passages", unit="doc")
-    with (out / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+    with open_atomically(out / "corpus.jsonl") as handle:
         for document in documents:
             handle.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
     for split, questions in splits.items():

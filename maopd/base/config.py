@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
+from maopd.base.atomic import write_text_atomically
 from maopd.base.errors import UserError
 from maopd.base.secrets import redact_strings
 
@@ -595,4 +596,5 @@ def load_yaml(cls: type[T], path: str | Path | None = None, overrides: list[str]
 
 
 def save_yaml(config: Any, path: str | Path) -> None:
-    Path(path).write_text(dump_yaml(to_record(config)), encoding="utf-8")
+    """``config`` as its record (secrets redacted) in ``path``, through the one writer."""
+    write_text_atomically(path, dump_yaml(to_record(config)))

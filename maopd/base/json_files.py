@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import truncate_file, write_text_atomically
+
 MAX_JSON_DEPTH = 64
 MAX_LINE_CHARS = 64 * 2**20
 
@@ -121,7 +123,7 @@ def drop_torn_last_line(path: str | Path, shown_chars: int = 200) -> str | None:
     (``shown_chars`` characters) of the line dropped, None when the file ends in a newline or is
     empty. Reads backwards from the end, so the rest of the file is never loaded."""
     block_bytes = 1 << 16
-    with Path(path).open("r+b") as handle:
+    with Path(path).open("rb") as handle:
         end = cut = handle.seek(0, 2)
         while cut > 0:
             start = max(0, cut - block_bytes)
@@ -138,7 +140,7 @@ def drop_torn_last_line(path: str | Path, shown_chars: int = 200) -> str | None:
             return None
         handle.seek(cut)
         head = handle.read(4 * shown_chars)  # a UTF-8 character has at most 4 bytes
-        handle.truncate(cut)
+    truncate_file(path, cut)
     return head.decode("utf-8", errors="replace")[:shown_chars]
 
 
@@ -168,7 +170,6 @@ def json_text(value: Any, where: str, **options: Any) -> str:
 
 
 def write_json(path: str | Path, value: Any, **options: Any) -> Path:
-    """Write ``value`` to ``path`` as ``json_text`` (UTF-8, a final newline); returns the path."""
-    path = Path(path)
-    path.write_text(json_text(value, str(path), **options) + "\n", encoding="utf-8")
-    return path
+    """Write ``value`` to ``path`` as ``json_text`` (UTF-8, a final newline) through the one writer
+    (``maopd.base.atomic``); returns the path."""
+    return write_text_atomically(path, json_text(value, str(path), **options) + "\n")

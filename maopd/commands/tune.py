@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from maopd.base.arguments import bounded_int, seed_int
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.base.machine import simd_extensions
 
@@ -295,7 +296,7 @@ def _collapse_levers(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "levers.json", {"command": " ".join(args.command_line), "levers": rows}, indent=1)
     table = "\n".join(lines)
-    (out / "levers.md").write_text(f"`{' '.join(args.command_line)}`\n\n{table}\n", encoding="utf-8")
+    write_text_atomically(out / "levers.md", f"`{' '.join(args.command_line)}`\n\n{table}\n")
     print(table)
     return 0
 
@@ -339,7 +340,7 @@ def measuring_machine() -> str:
 def _write_gates(out: Path, name: str, result: dict, head: str, table: str) -> int:
     """Save ``result`` as OUT/NAME.json and ``head`` + ``table`` as OUT/NAME.md; print the table."""
     write_json(out / f"{name}.json", result, indent=1)
-    (out / f"{name}.md").write_text(head + table + "\n", encoding="utf-8")
+    write_text_atomically(out / f"{name}.md", head + table + "\n")
     print(table)
     print(f"verdict: {result['verdict']}; written to {out / name}.json and .md")
     return 0

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from maopd.base.atomic import write_text_atomically
 from maopd.base.json_files import iter_json_lines, json_text, write_json
 from maopd.envs.datasets import DatasetError, Question
 
@@ -114,7 +115,7 @@ def write_manifest(manifest: Manifest, path: str | Path) -> str:
     """Write the manifest JSONL and its report (``report_path``); returns the manifest file's SHA-256."""
     path = Path(path)
     text = "".join(json_text(e.to_dict(), str(path), ensure_ascii=False) + "\n" for e in manifest.entries)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomically(path, text)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     report = dict(manifest.report, manifest_sha256=digest)
     write_json(report_path(path), report, indent=2, ensure_ascii=False)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from maopd.base.atomic import write_path_atomically, write_text_atomically
 from maopd.evaluation.extraction import FAILURE_KINDS
 from maopd.evaluation.records import COST_FIELDS, EvalRecord
 
@@ -56,12 +58,13 @@ class Table:
         for index, name in enumerate(self.headers):
             is_estimate = any(isinstance(row[index], tuple) for row in self.rows)
             headers += [name, f"{name} ci_low", f"{name} ci_high"] if is_estimate else [name]
-        with path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow([spreadsheet_safe(name) for name in headers])
-            for row in self.rows:
-                cells = [x for cell in row for x in (cell if isinstance(cell, tuple) else (cell,))]
-                writer.writerow([spreadsheet_safe(cell) for cell in cells])
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow([spreadsheet_safe(name) for name in headers])
+        for row in self.rows:
+            cells = [x for cell in row for x in (cell if isinstance(cell, tuple) else (cell,))]
+            writer.writerow([spreadsheet_safe(cell) for cell in cells])
+        write_text_atomically(path, text.getvalue())
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
@@ -182,7 +185,7 @@ def write_tables(tables: dict[str, Table], out_dir: Path) -> Path:
     for name, table in tables.items():
         table.write_csv(out_dir / f"{name}.csv")
     path = out_dir / TABLES_FILE
-    path.write_text("\n".join(t.markdown() for t in tables.values()), encoding="utf-8")
+    write_text_atomically(path, "\n".join(t.markdown() for t in tables.values()))
     return path
 
 
@@ -238,7 +241,7 @@ def plot_cost_accuracy(summary: dict, path: Path) -> Path | None:
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize=8)
     figure.suptitle("Cost versus accuracy (dataset-macro means, 95% bootstrap CI)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    write_path_atomically(path, lambda temporary: figure.savefig(temporary, dpi=120))
     plt.close(figure)
     return path
 
@@ -371,8 +374,8 @@ def write_viewer(records: Sequence[EvalRecord], path: Path, questions: Sequence[
         ".sub{color:#045} .search{color:#555} .report{margin:4px 0;color:#333} .failed{color:#700}"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
+    write_text_atomically(
+        path,
         f"<!doctype html><meta charset=utf-8><title>trajectories</title><style>{style}</style>" + "\n".join(sections),
-        encoding="utf-8",
     )
     return path

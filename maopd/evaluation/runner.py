@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from maopd.base.atomic import write_text_atomically, writing
+from maopd.base.atomic import open_for_append, write_text_atomically, writing
 from maopd.base.config import checked
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
 from maopd.base.lock import exclusive
@@ -107,7 +107,7 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
 
 
 def _append(path: Path, lines: Sequence[str]) -> None:
-    with writing(path), path.open("a", encoding="utf-8") as handle:
+    with writing(path), open_for_append(path) as handle:
         handle.write("".join(lines))
         handle.flush()
         os.fsync(handle.fileno())

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from maopd.base.atomic import write_path_atomically, write_text_atomically
 from maopd.base.json_files import write_json
 from maopd.evaluation.metrics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, percentile_interval
 from maopd.evaluation.records import EvalRecord, load_records
@@ -172,7 +173,7 @@ def plot_over_training(
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     axes[-1, 0].set_xlabel("training step")
     axes[0, 0].set_title(f"{title} (mean over seeds, smoothed; band: min–max over seeds)")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    write_path_atomically(path, lambda temporary: fig.savefig(temporary, dpi=120, bbox_inches="tight"))
     plt.close(fig)
     return path
 
@@ -367,5 +368,5 @@ def write_report(
         "plots": [plot.name for plot in plots if plot is not None],  # beside report.json
     }
     write_json(out / "report.json", report, indent=2)
-    (out / "report.md").write_text(markdown(report, summary, seed_scores), encoding="utf-8")
+    write_text_atomically(out / "report.md", markdown(report, summary, seed_scores))
     return report

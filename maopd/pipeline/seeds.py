@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from maopd.base.atomic import open_for_append
 from maopd.base.config import ConfigError, save_yaml
 from maopd.base.lock import handed_down_fds
 from maopd.base.run_dir import owning, write_record
@@ -72,7 +73,7 @@ def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
             str(config_file),
             *(["--fresh"] if fresh else []),
         ]
-        log = logs[seed].open("w", encoding="utf-8")
+        log = open_for_append(logs[seed], start_empty=True)
         # the seed jobs work under this process's locks on their directories: pass the locked descriptors
         job = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=environment, pass_fds=handed_down_fds()

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import write_text_atomically
 from maopd.base.config import ConfigError
 from maopd.base.json_files import write_json
 
@@ -454,5 +455,5 @@ def write_preregistration(gates_path: Path, out: Path, commit: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "preregistration.json"
     write_json(path, record, indent=1, ensure_ascii=False)
-    (out / "README.md").write_text(markdown(record), encoding="utf-8")
+    write_text_atomically(out / "README.md", markdown(record))
     return path

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from maopd.base.atomic import copy_file, write_file_atomically, write_text_atomically
 from maopd.base.config import ConfigError
 from maopd.base.json_files import write_json
 
@@ -49,14 +49,14 @@ def save_runs(run_dir: Path, out: Path) -> list[Path]:
     for seed in seeds:
         target = out / seed.name
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(run_dir / f"{seed.name}.yaml", out / f"{seed.name}.yaml")
+        copy_file(run_dir / f"{seed.name}.yaml", out / f"{seed.name}.yaml")
         for name in ("pipeline.yaml", "pipeline.json"):
             if (seed / name).is_file():
-                shutil.copy2(seed / name, target / name)
+                copy_file(seed / name, target / name)
         for stage in sorted(p for p in seed.iterdir() if (p / "metrics.jsonl").is_file()):
             (target / stage.name).mkdir(exist_ok=True)
             for name in ("config.yaml", "metrics.jsonl"):
-                shutil.copy2(stage / name, target / stage.name / name)
+                copy_file(stage / name, target / stage.name / name)
         records = seed / "eval" / "records.jsonl"
         if records.is_file():
             (target / "eval").mkdir(exist_ok=True)
@@ -70,12 +70,13 @@ def _save_records(source: Path, target: Path) -> None:
     give the same bytes), written whole before it replaces an older copy."""
     from maopd.evaluation.records import iter_records, record_line
 
-    partial = target.with_name(target.name + ".partial")
-    with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
-        for record in iter_records(source):
-            record.trajectory = None
-            handle.write(record_line(record).encode("utf-8"))
-    partial.replace(target)
+    def write(raw) -> None:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+            for record in iter_records(source):
+                record.trajectory = None
+                handle.write(record_line(record).encode("utf-8"))
+
+    write_file_atomically(target, write)
 
 
 def check_saved_configs(runs: Path, record: dict[str, Any]) -> dict[int, str]:
@@ -435,7 +436,7 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
     closed = without_search_by_band(per_seed, bands)
     systems = system_figures(matrix)
     workloads = workload(per_seed)
-    (out / "tables.md").write_text(tables_markdown(systems) + "\n" + workload_markdown(workloads), encoding="utf-8")
+    write_text_atomically(out / "tables.md", tables_markdown(systems) + "\n" + workload_markdown(workloads))
     result = {
         "testbed_hash": record["testbed_hash"],
         "preregistration": str(preregistration),
@@ -447,5 +448,5 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
         "workload": workloads,
     }
     write_json(out / "claims.json", result, indent=1, ensure_ascii=False)
-    (out / "claims.md").write_text(claims_markdown(claims, record, by_band, closed), encoding="utf-8")
+    write_text_atomically(out / "claims.md", claims_markdown(claims, record, by_band, closed))
     return result

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from maopd.base.atomic import output_directory
 from maopd.envs.option.wrapper import option_env, option_parallel_env
 from maopd.training.rllib import missing_ray
 
@@ -73,11 +74,10 @@ def init_local_ray(run_dir: str | Path, num_cpus: int = 2) -> None:
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     temp_dir = Path(run_dir).resolve() / "ray_tmp"
-    temp_dir.mkdir(parents=True, exist_ok=True)
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
-        _temp_dir=str(temp_dir),
+        _temp_dir=str(output_directory(temp_dir)),
         log_to_driver=False,
         ignore_reinit_error=True,
         runtime_env={"env_vars": {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}},

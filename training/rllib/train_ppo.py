@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from maopd.base.arguments import positive_float, positive_int, seed_int
+from maopd.base.atomic import write_path_atomically
 from maopd.base.json_files import json_text, write_json
 from maopd.envs.option.wrapper import option_env, play_options
 from maopd.training.rllib.envs import (
@@ -227,7 +228,7 @@ def plot(curve: list[dict], path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_path_atomically(path, lambda temporary: fig.savefig(temporary, dpi=120))
     plt.close(fig)
 
 
