@@ -44,7 +44,7 @@ def init_ray(run_dir: str | Path, address: str | None = None, num_cpus: int | No
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
-        _temp_dir=str(output_directory(ray_dir)),
+        _temp_dir=str(output_directory(ray_dir, library_links=True)),
         log_to_driver=False,
         _node_ip_address="127.0.0.1",
     )
@@ -54,8 +54,8 @@ def _ray_dir(run_dir: Path) -> Path:
     """``run_dir/ray``, or a short folder named in ``run_dir/ray_dir`` when that is too long for sockets."""
     wanted = run_dir / "ray"
     if len(str(wanted)) <= MAX_RAY_DIR_CHARS:
-        return output_directory(wanted)
+        return wanted
     output_directory(run_dir)
-    short = output_directory(Path(tempfile.mkdtemp(prefix="maopd-ray-")))
+    short = Path(tempfile.mkdtemp(prefix="maopd-ray-"))
     write_text_atomically(run_dir / "ray_dir", f"{short}\n")
     return short

@@ -112,7 +112,7 @@ class MetricsLogger:
 
             self.wandb = wandb_module.init(
                 project=wandb_project,
-                dir=str(output_directory(self.run_dir)),
+                dir=str(output_directory(self.run_dir / WANDB_DIR, library_links=True).parent),
                 config=config,
                 id=wandb_run_id(self.run_dir),
                 resume="allow",

@@ -290,15 +290,18 @@ def truncate_file(path: str | os.PathLike, size: int) -> None:
         handle.truncate(size)
 
 
-def output_directory(path: str | os.PathLike) -> Path:
+def output_directory(path: str | os.PathLike, library_links: bool = False) -> Path:
     """``path`` as a directory that a library fills with files of its own naming (TensorBoard's events,
     W&B's run, Ray's session, a pyserini index): created when missing (parents too), refused
     (``LinkedOutputError``) when it is a symbolic link or holds one, since the library would write
-    through it."""
+    through it. ``library_links``: the library makes links of its own there (W&B's ``latest-run``,
+    Ray's ``session_latest``), which are allowed below ``path``, never at it."""
     path = Path(path)
     if path.is_symlink():
         check_target(path)
     path.mkdir(parents=True, exist_ok=True)
+    if library_links:
+        return path
     for root, directories, files in os.walk(path):
         for name in directories + files:
             entry = Path(root) / name

@@ -373,7 +373,8 @@ def _run(args) -> int:
     played_by = args.policy if args.policy != "checkpoint" else args.model
     method = args.method or "+".join([f"{played_by}-{args.workflow}", *(f"{r}={s}" for r, s in roles.items())])
     sources = {spec: policy.source_sha256() for spec, policy in loaded.items()}
-    ran = run_attempts(solve, manifest, args.out, method, settings, _made_with(args, roles, sources))
+    made_with = _made_with(args, roles, sources)
+    ran = run_attempts(solve, manifest, args.out, method, settings, made_with)
     print(f"ran {ran} workflows; records in {args.out}")
     return 0
 
@@ -398,6 +399,9 @@ def _roles(args) -> dict[str, str]:
 def _made_with(args, roles: dict[str, str], sources: dict[str, str | None]) -> dict:
     """What makes ``eval run``'s records what they are, besides the seed: a resume must give the same
     (your own policies by their spec and ``sources``, the hash of the file that defines each)."""
+    from maopd.base.fingerprint import content_fingerprint
+    from maopd.evaluation.runner import INPUTS
+
     made_with = {
         "policy": args.policy,
         "workflow": args.workflow,
@@ -423,6 +427,16 @@ def _made_with(args, roles: dict[str, str], sources: dict[str, str | None]) -> d
             "max_new_tokens": args.max_new_tokens,
             "max_input_tokens": args.max_input_tokens,
         }
+    # by content, so that an input rewritten in place is noticed; a hub id or an endpoint's model has no file
+    files = {
+        "manifest": args.manifest,
+        **{name: made_with.get(name) for name in ("corpus", "retriever_config", "model")},
+    }
+    made_with[INPUTS] = {
+        name: {"file": str(file), "sha256": content_fingerprint(file)}
+        for name, file in files.items()
+        if file is not None and Path(file).exists()
+    }
     return made_with
 
 

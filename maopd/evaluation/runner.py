@@ -7,8 +7,12 @@ settings (the paper's: one answer candidate per request, temperature 0.6, top-p 
 
 Resuming: records already in the output file for this method are skipped, never rerun, and only
 under the settings that made them: ``<out>.settings.json`` records, per method, the seed and what
-the caller says made its records (``made_with``: the model, workflow, sampling, corpus, ...); a run
-under other settings is refused, naming them. Records are appended one batch at a time with a
+the caller says made its records (``made_with``: the model, workflow, sampling, corpus, ...), with
+every string redacted as a saved config is (``maopd.base.secrets.redact_strings``: a URL's
+credentials never reach the file), and under ``INPUTS`` each input file (the manifest, corpus,
+retriever config and model) with the fingerprint of its content (``maopd.base.fingerprint``). A run under other
+settings is refused, naming them; an input whose content changed since (a corpus rewritten in place)
+is refused in one line naming the file. Records are appended one batch at a time with a
 single write followed by fsync; a batch cut short by a crash leaves at most one partial last line,
 which the next run drops before appending. One process writes an output file at a time (the lock
 ``<out>.lock``).
@@ -29,11 +33,14 @@ from maopd.base.atomic import open_for_append, write_text_atomically, writing
 from maopd.base.config import checked
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
 from maopd.base.lock import exclusive
+from maopd.base.secrets import redact_strings
 from maopd.envs.datasets import Question
 from maopd.evaluation.manifest import ManifestEntry
 from maopd.evaluation.records import RecordError, from_workflow, record_line
 
 Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
+# the ``made_with`` key of the input files: {name: {"file": path, "sha256": content fingerprint}}
+INPUTS = "inputs"
 
 
 @dataclass(frozen=True)
@@ -84,13 +91,15 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
     recorded = read_json_file(path, RecordError, "settings file") if path.is_file() else {}
     if not isinstance(recorded, dict):
         raise RecordError(f"{path}: holds no mapping of methods to settings; restore it, or write to another --out")
-    wanted = parse_json(json_text(dict(made_with), str(path)), str(path), RecordError)  # as the file reads back
+    # as the file reads back, secrets redacted
+    wanted = parse_json(json_text(redact_strings(dict(made_with)), str(path)), str(path), RecordError)
     if method in recorded:
         saved = recorded[method] if isinstance(recorded[method], dict) else {}
+        _refuse_changed_inputs(out_path, method, saved.get(INPUTS), wanted.get(INPUTS) or {})
         differences = [
             f"{key}: {saved.get(key)!r} -> {wanted.get(key)!r}"
             for key in sorted(set(saved) | set(wanted))
-            if saved.get(key) != wanted.get(key)
+            if key != INPUTS and saved.get(key) != wanted.get(key)
         ]
         if differences:
             raise RecordError(
@@ -104,6 +113,21 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
             "cannot be resumed; write to another --out or --method"
         )
     write_text_atomically(path, json_text({**recorded, method: wanted}, str(path), indent=1, sort_keys=True) + "\n")
+
+
+def _refuse_changed_inputs(out_path: Path, method: str, saved: Any, wanted: dict[str, Any]) -> None:
+    """``RecordError`` naming the first input whose content differs from the one recorded (a file
+    rewritten in place, or moved and changed); inputs are compared by content, not by path."""
+    saved = saved if isinstance(saved, dict) else {}
+    for name, now in wanted.items():
+        before = saved.get(name) if isinstance(saved.get(name), dict) else {}
+        if before.get("sha256") != now["sha256"]:
+            was = before.get("sha256") or "no fingerprint recorded"
+            raise RecordError(
+                f"{now['file']}: the {name.replace('_', ' ')} holds other content than the one the records of "
+                f"method {method!r} in {out_path} were made with ({was} -> {now['sha256']}); restore it, or write "
+                "to another --out or --method"
+            )
 
 
 def _append(path: Path, lines: Sequence[str]) -> None:

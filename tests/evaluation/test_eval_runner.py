@@ -245,3 +245,37 @@ def test_eval_manifest_never_writes_over_its_own_dataset(tmp_path, capsys):
         "choose another --out\n"
     )
     assert pool.read_text() == before and not Path(f"{pool}.report.json").exists()
+
+
+def test_a_corpus_rewritten_in_place_between_resumes_is_refused_naming_it(tmp_path, world_manifest, capsys):
+    """`--attempts 2`, the corpus rewritten in place, then `--attempts 3`: the third attempt would run
+    on the new corpus and be pooled with the first two."""
+    from maopd.envs.synthwiki import load_default_world
+
+    corpus = tmp_path / "c.jsonl"
+    load_default_world().corpus.write_jsonl(corpus)
+    out = tmp_path / "records.jsonl"
+    run = ["eval", "run", "--manifest", str(world_manifest), "--corpus", str(corpus), "--out", str(out)]
+    assert main([*run, "--attempts", "2"]) == 0
+    capsys.readouterr()
+    original = corpus.read_bytes()
+    corpus.write_bytes(original.replace(b"the", b"a"))  # same path, other content
+    assert main([*run, "--attempts", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{corpus}: the corpus holds other content" in err and err.count("\n") == 1
+    assert len(load_records([out])) == 4
+    corpus.write_bytes(original)  # restored: the resume runs the third attempts
+    assert main([*run, "--attempts", "3"]) == 0
+    assert len(load_records([out])) == 6
+
+
+def test_settings_hold_no_secret(tmp_path, world_manifest, capsys):
+    """`--retriever-set url=http://user:sk-SECRET@127.0.0.1:P`: the settings file holds the URL redacted,
+    and is written as every output is (mode 0644 through the writer)."""
+    out = tmp_path / "records.jsonl"
+    made_with = {"retriever_set": ["kind=http", "url=http://user:sk-SECRETSECRET@127.0.0.1:18801"]}
+    run_attempts(EchoSolver(), manifest(1), out, "m", EvalSettings(attempts=1), made_with)
+    text = settings_file(out).read_text()
+    assert "SECRETSECRET" not in text and "user:" not in text and "http://***@127.0.0.1:18801" in text
+    # the same settings typed again (with the secret) resume
+    assert run_attempts(EchoSolver(), manifest(1), out, "m", EvalSettings(attempts=2), made_with) == 1

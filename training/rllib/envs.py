@@ -77,7 +77,7 @@ def init_local_ray(run_dir: str | Path, num_cpus: int = 2) -> None:
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
-        _temp_dir=str(output_directory(temp_dir)),
+        _temp_dir=str(output_directory(temp_dir, library_links=True)),
         log_to_driver=False,
         ignore_reinit_error=True,
         runtime_env={"env_vars": {"PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}},
