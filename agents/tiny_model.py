@@ -25,23 +25,31 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from maopd.agents.model_files import ModelFileError, check_model_dir
+from maopd.agents.model_files import ModelFileError, check_loaded, check_model_dir
 from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.atomic import write_files_atomically
 from maopd.base.config import ConfigError, check_fields, checked, seed_field
+from maopd.base.limits import HEADS, HIDDEN_SIZE, INTERMEDIATE_SIZE, LAYERS, POSITIONS
 
 
 @dataclass
 class TinyModelConfig:
-    hidden_size: int = checked(64, ge=1, help="The width of the model's hidden states.")
-    num_layers: int = checked(2, ge=1, help="Decoder layers.")
-    num_heads: int = checked(4, ge=1, help="Attention (query) heads per layer.")
+    hidden_size: int = checked(64, ge=1, **HIDDEN_SIZE.constraint(), help="The width of the model's hidden states.")
+    num_layers: int = checked(2, ge=1, **LAYERS.constraint(), help="Decoder layers.")
+    num_heads: int = checked(4, ge=1, **HEADS.constraint(), help="Attention (query) heads per layer.")
     num_kv_heads: int = checked(
-        2, ge=1, help="Key/value heads per layer (grouped-query attention); num_heads must be a multiple of it."
+        2,
+        ge=1,
+        **HEADS.constraint(),
+        help="Key/value heads per layer (grouped-query attention); num_heads must be a multiple of it.",
     )
-    head_dim: int = checked(16, ge=1, help="The size of each attention head.")
-    intermediate_size: int = checked(128, ge=1, help="The width of each layer's feed-forward (MLP) block.")
-    max_position_embeddings: int = checked(16384, ge=1, help="The longest sequence, in tokens, the model is built for.")
+    head_dim: int = checked(16, ge=1, **HIDDEN_SIZE.constraint(), help="The size of each attention head.")
+    intermediate_size: int = checked(
+        128, ge=1, **INTERMEDIATE_SIZE.constraint(), help="The width of each layer's feed-forward (MLP) block."
+    )
+    max_position_embeddings: int = checked(
+        16384, ge=1, **POSITIONS.constraint(), help="The longest sequence, in tokens, the model is built for."
+    )
     # a peaked random model is what makes the sampling, top-p and stop-tag tests meaningful
     initializer_range: float = checked(
         0.2,
@@ -137,6 +145,7 @@ def load_model(
         except OSError as exc:  # transformers' word for a missing or unreadable file of the model
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise ModelFileError(f"{path}: cannot load the model ({reason}); check the model directory") from None
+        check_loaded(model, tokenizer, path)
         return model.to(device).eval(), tokenizer
     name = str(source)
     if not HUB_ID.match(name):
@@ -149,6 +158,7 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=cache_only)
     except OSError as exc:
         raise FileNotFoundError(hub_failure(name, exc)) from None
+    check_loaded(model, tokenizer, name)
     return model.to(device).eval(), tokenizer
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
+from maopd.agents.model_files import check_model_dir
 from maopd.agents.sampling import Candidate, SamplingConfig, StopMatcher
 from maopd.agents.token_policy import TokenPolicy, candidate_seed
 from maopd.base.atomic import open_for_append, write_files_atomically
@@ -104,6 +105,7 @@ class VLLMPolicy(TokenPolicy):
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
             raise FileNotFoundError(f"{self.model_dir}: no config.json; not a saved model directory")
+        check_model_dir(self.model_dir)  # sizes within bounds, every tensor there: before the engine allocates
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         if self.tokenizer.chat_template is None:
             raise ValueError(f"{self.model_dir}: the tokenizer has no chat template")

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from maopd.base.config import check_fields, checked
 from maopd.base.errors import UserError
+from maopd.base.limits import INPUT_TOKENS, NEW_TOKENS
 from maopd.envs import team
 from maopd.envs.roles import TEAM_ROLES
 
@@ -47,11 +48,15 @@ class SamplingSettings:
         "1 samples from the whole distribution.",
     )
     max_new_tokens: int = checked(
-        512, ge=1, help="The most tokens one model output may have; generation stops there (finish reason 'length')."
+        512,
+        ge=1,
+        **NEW_TOKENS.constraint(),
+        help="The most tokens one model output may have; generation stops there (finish reason 'length').",
     )
     max_input_tokens: int = checked(
         8192,
         ge=1,
+        **INPUT_TOKENS.constraint(),
         help="The longest prompt, in tokens, a model call runs; a longer one is not run (finish reason "
         "'prompt_too_long') rather than truncated.",
     )

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from maopd.base.atomic import build_directory_atomically, copy_directory
 from maopd.base.config import ConfigError, check_fields, checked, probability, seed_field, to_dict
 from maopd.base.json_files import write_json
+from maopd.base.limits import BATCH, HEADS, HIDDEN_SIZE, INTERMEDIATE_SIZE, LAYERS, VOCABULARY
 from maopd.base.paths import package_data
 from maopd.base.run_dir import cache_entry, write_record
 from maopd.envs.roles import ROLES, TEAM_ROLES
@@ -258,7 +259,7 @@ class SFTConfig:
     )
     pretrain_epochs: int = checked(1, ge=1, help="Passes over the pretraining texts.")
     pretrain_seq_len: int = checked(256, ge=1, help="The length, in tokens, of the windows pretraining reads.")
-    pretrain_batch_size: int = checked(16, ge=1, help="Windows per pretraining batch.")
+    pretrain_batch_size: int = checked(16, ge=1, **BATCH.constraint(), help="Windows per pretraining batch.")
     pretrain_lr: float | None = checked(
         None,
         gt=0,
@@ -267,15 +268,19 @@ class SFTConfig:
         help="The pretraining's learning rate; null: lr, the fine-tuning's.",
     )
     # Tokenizer and model (a Qwen3 architecture, see maopd.agents.tiny_model).
-    vocab_size: int = checked(3072, ge=1, help="The most tokens the tokenizer's vocabulary may hold.")
-    hidden_size: int = checked(128, ge=1, help="The width of the model's hidden states.")
-    num_layers: int = checked(2, ge=1, help="Decoder layers.")
-    num_heads: int = checked(4, ge=1, help="Attention (query) heads per layer.")
+    vocab_size: int = checked(
+        3072, ge=1, **VOCABULARY.constraint(), help="The most tokens the tokenizer's vocabulary may hold."
+    )
+    hidden_size: int = checked(128, ge=1, **HIDDEN_SIZE.constraint(), help="The width of the model's hidden states.")
+    num_layers: int = checked(2, ge=1, **LAYERS.constraint(), help="Decoder layers.")
+    num_heads: int = checked(4, ge=1, **HEADS.constraint(), help="Attention (query) heads per layer.")
     num_kv_heads: int = checked(
         2, ge=1, help="Key/value heads per layer (grouped-query attention); num_heads must be a multiple of it."
     )
-    head_dim: int = checked(32, ge=1, help="The size of each attention head.")
-    intermediate_size: int = checked(384, ge=1, help="The width of each layer's feed-forward (MLP) block.")
+    head_dim: int = checked(32, ge=1, **HIDDEN_SIZE.constraint(), help="The size of each attention head.")
+    intermediate_size: int = checked(
+        384, ge=1, **INTERMEDIATE_SIZE.constraint(), help="The width of each layer's feed-forward (MLP) block."
+    )
     initializer_range: float = checked(0.02, gt=0, help="The standard deviation of the random initial weights.")
     # Training (see maopd.training.sft.TrainingSchedule).
     max_seq_len: int = checked(
@@ -302,7 +307,9 @@ class SFTConfig:
         "and fine-tuning alike.",
     )
     weight_decay: float = checked(0.01, ge=0, help="AdamW's weight decay, in pretraining and fine-tuning.")
-    batch_size: int = checked(4, ge=1, metadata={FINE_TUNING: True}, help="Demonstrations per fine-tuning batch.")
+    batch_size: int = checked(
+        4, ge=1, **BATCH.constraint(), metadata={FINE_TUNING: True}, help="Demonstrations per fine-tuning batch."
+    )
     grad_clip: float = checked(1.0, gt=0, help="Gradients are clipped to this norm, in pretraining and fine-tuning.")
 
     def __post_init__(self) -> None:

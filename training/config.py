@@ -47,6 +47,7 @@ from maopd.base.config import (
     set_dotted,
     shown,
 )
+from maopd.base.limits import BATCH, GROUP, NEW_TOKENS, VOCABULARY
 from maopd.envs.cascade_search_v1 import raw_env as CascadeEnv
 from maopd.envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from maopd.envs.policy import SamplingSettings
@@ -84,7 +85,10 @@ class ModelConfig:
         default_factory=TinyModelConfig, help="The tiny model's architecture and seed (path: tiny)."
     )
     tiny_vocab_size: int = checked(
-        1200, help="The vocabulary size of the tokenizer trained for the tiny model (path: tiny)."
+        1200,
+        ge=1,
+        **VOCABULARY.constraint(),
+        help="The vocabulary size of the tokenizer trained for the tiny model (path: tiny).",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = checked(
         "float32", help="The dtype of the policy's weights, and of the frozen Teacher and KL reference."
@@ -163,8 +167,10 @@ class VLLMEngineConfig:
 
 @dataclass
 class RolloutConfig:
-    batch_size: int = checked(32, ge=1, help="Questions per step (B).")
-    group_size: int = checked(5, ge=1, help="Trajectories per question (G): the group Eq. 1 normalises over.")
+    batch_size: int = checked(32, ge=1, **BATCH.constraint(), help="Questions per step (B).")
+    group_size: int = checked(
+        5, ge=1, **GROUP.constraint(), help="Trajectories per question (G): the group Eq. 1 normalises over."
+    )
     temperature: float = field_like(
         SamplingSettings,
         "temperature",
@@ -182,7 +188,10 @@ class RolloutConfig:
     max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens")
     max_input_tokens: int = field_like(SamplingSettings, "max_input_tokens")
     generation_batch_size: int = checked(
-        64, ge=1, help="Rows per batched generate call (the KV-cache slots of the continuous engine)."
+        64,
+        ge=1,
+        **BATCH.constraint(),
+        help="Rows per batched generate call (the KV-cache slots of the continuous engine).",
     )
     engine: Literal["continuous", "chunked", "vllm"] = checked(
         "continuous",
@@ -228,7 +237,10 @@ class OptimConfig:
     minibatches: int = checked(5, ge=1, help="PPO minibatch updates (optimizer steps) per epoch over a step's batch.")
     epochs: int = checked(1, ge=1, help="PPO passes over a step's batch.")
     micro_batch_size: int = checked(
-        8, ge=1, help="Sequences per forward and backward pass; a minibatch's gradients accumulate over them."
+        8,
+        ge=1,
+        **BATCH.constraint(),
+        help="Sequences per forward and backward pass; a minibatch's gradients accumulate over them.",
     )
 
     def __post_init__(self) -> None:
@@ -247,7 +259,12 @@ class CriticConfig:
         0.5, help="The weight of R_judge, 1 when the judge calls the Searcher's report useful, else 0."
     )
     bonus_weight: float = checked(0.2, help="The weight of the Searcher's bonus b_S.")
-    max_new_tokens: int = checked(16, help="The most tokens the judge (the current policy, greedy) writes per verdict.")
+    max_new_tokens: int = checked(
+        16,
+        ge=1,
+        **NEW_TOKENS.constraint(),
+        help="The most tokens the judge (the current policy, greedy) writes per verdict.",
+    )
 
 
 @dataclass
@@ -264,7 +281,7 @@ class PtxConfig:
         help='The examples: a .jsonl file of {"text": ...} or {"messages": [...], "role": ...} lines. Needed when '
         "coef > 0 (the pipeline writes π_0's own when unset).",
     )
-    batch_size: int = checked(4, ge=1, help="Examples drawn per PPO minibatch.")
+    batch_size: int = checked(4, ge=1, **BATCH.constraint(), help="Examples drawn per PPO minibatch.")
     seq_len: int = checked(1536, ge=2, help="Text is cut into windows of this many tokens; longer chats are skipped.")
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Sequence
 
 from maopd.base.config import MAX_SEED
+from maopd.base.limits import Limit
 
 
 def bounded_int(low: int, high: int | None = None):
@@ -21,6 +22,24 @@ def bounded_int(low: int, high: int | None = None):
         if value < low or (high is not None and value > high):
             bound = f"at least {low}" if high is None else f"in [{low}, {high}]"
             raise argparse.ArgumentTypeError(f"{value} is out of range: must be {bound}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def limited_int(limit: Limit):
+    """An argparse ``type``: a positive integer within ``limit`` (``maopd.base.limits``), whose refusal
+    names the bound and how to raise it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        problem = limit.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     parse.__name__ = "int"

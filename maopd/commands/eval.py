@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maopd.base.arguments import bounded_int, positive_int, seed_int
+from maopd.base.arguments import bounded_int, limited_int, positive_int, seed_int
+from maopd.base.limits import BATCH, INPUT_TOKENS, NEW_TOKENS
 from maopd.envs.policy import SamplingSettings
 from maopd.envs.workflows import workflow_names
 
@@ -97,13 +98,13 @@ def register(subparsers) -> None:
     )
     run.add_argument(
         "--max-new-tokens",
-        type=positive_int,
+        type=limited_int(NEW_TOKENS),
         default=SamplingSettings.max_new_tokens,
         help="tokens generated per turn at most (default %(default)s)",
     )
     run.add_argument(
         "--max-input-tokens",
-        type=positive_int,
+        type=limited_int(INPUT_TOKENS),
         default=SamplingSettings.max_input_tokens,
         help="prompt tokens per turn at most (default %(default)s)",
     )
@@ -134,7 +135,7 @@ def register(subparsers) -> None:
         help="method name in the records (default: <policy>-<workflow>; <model>-<workflow> for --policy checkpoint)",
     )
     run.add_argument("--attempts", type=positive_int, default=4)
-    run.add_argument("--batch-size", type=positive_int, default=8)
+    run.add_argument("--batch-size", type=limited_int(BATCH), default=8)
     run.add_argument("--seed", type=seed_int, default=0)
     run.add_argument(
         "--out",

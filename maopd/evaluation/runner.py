@@ -32,6 +32,7 @@ from tqdm import tqdm
 from maopd.base.atomic import open_for_append, write_text_atomically, writing
 from maopd.base.config import checked
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
+from maopd.base.limits import BATCH
 from maopd.base.lock import exclusive
 from maopd.base.secrets import redact_strings
 from maopd.envs.datasets import Question
@@ -48,7 +49,12 @@ class EvalSettings:
     """What the runner reads: attempts per question (the paper's k = 4), batch size, seed."""
 
     attempts: int = checked(4, help="Independent attempts (workflows) per question; the paper's k is 4.")
-    batch_size: int = checked(8, help="Attempts handed to the solver at once; their records are appended together.")
+    batch_size: int = checked(
+        8,
+        ge=1,
+        **BATCH.constraint(),
+        help="Attempts handed to the solver at once; their records are appended together.",
+    )
     seed: int = checked(
         0, help="Seeds every attempt (each gets its own seed from it, the question and the attempt number)."
     )

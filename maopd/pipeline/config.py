@@ -23,6 +23,7 @@ from maopd.base.config import (
     seed_field,
     set_dotted,
 )
+from maopd.base.limits import BATCH
 from maopd.base.paths import package_data
 from maopd.envs.policy import SamplingSettings
 from maopd.training.base_model import SFTConfig
@@ -74,7 +75,7 @@ class EvalConfig:
     temperature: float = field_like(SamplingSettings, "temperature")
     top_p: float = field_like(SamplingSettings, "top_p")
     max_new_tokens: int = field_like(SamplingSettings, "max_new_tokens", 64)
-    batch_size: int = checked(32, ge=1, help="Attempts played at once.")
+    batch_size: int = checked(32, ge=1, **BATCH.constraint(), help="Attempts played at once.")
     seed: int = seed_field(
         help="Seeds the evaluation's sampling: every attempt gets its own seed from it, the question and the "
         "attempt number."
