@@ -825,8 +825,12 @@ def main(argv: list[str] | None = None) -> dict:
     workers = min(args.workers or default_workers(), max(len(jobs), 1))
     try:
         if workers > 1:
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            pool = multiprocessing.get_context("spawn").Pool(workers)
+            try:
                 outcomes = pool.starmap(train_run, jobs, chunksize=1)
+            finally:  # joined too, so that a plug-in's error leaves no worker or semaphore behind
+                pool.terminate()
+                pool.join()
         else:
             outcomes = [train_run(*job) for job in jobs]
     except UserError as exc:  # a plug-in's bad output (PluginOutputError) names the method: one line

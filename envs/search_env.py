@@ -529,7 +529,16 @@ class SearchEnv(AECEnv):
         if agent not in self.possible_agents:
             raise ValueError(f"unknown agent {agent!r}; this environment's agents are {self.possible_agents}")
 
+    def _require_reset(self, method: str) -> None:
+        if not hasattr(self, "record"):
+            raise RuntimeError(f"{type(self).__name__}.{method}() before reset(): call reset() first")
+
+    def last(self, observe: bool = True):
+        self._require_reset("last")
+        return super().last(observe)
+
     def observe(self, agent: str) -> dict[str, Any]:
+        self._require_reset("observe")
         self._check_agent(agent)
         allowed = self.allowed_actions(agent)
         mask = np.array([kind in allowed for kind in self.declaration.action_kinds], dtype=np.int8)
@@ -879,6 +888,7 @@ class SearchEnv(AECEnv):
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'")
             return None
+        self._require_reset("render")
         text = "\n".join(self.transcript)
         if self.render_mode == "human":
             print(text)

@@ -125,18 +125,26 @@ class PluginOutputError(UserError, ValueError):
 
 
 def check_plugin_output(
-    kind: str, name: str, what: str, values: Any, shape: tuple[int, ...], mask: torch.Tensor | None = None
+    kind: str,
+    name: str,
+    what: str,
+    values: Any,
+    shape: tuple[int, ...],
+    mask: torch.Tensor | None = None,
+    source: str | None = None,
 ) -> None:
     """``PluginOutputError`` unless ``values`` is an array or tensor of ``shape`` holding real
-    numbers, finite where ``mask`` is 1 (everywhere without one).
+    numbers, finite where ``mask`` is 1 (everywhere without one). ``source``: the file that defines
+    the plug-in, named after it.
 
     Checked where a plug-in's output enters the update, so that a wrong length or a NaN is one
     line naming the plug-in rather than a size mismatch or a sampling error far downstream.
     """
 
     def fail(problem: str) -> NoReturn:
+        where = f" ({source})" if source else ""
         raise PluginOutputError(
-            f"{kind} {name!r} returned {problem} for {what}; expected finite real numbers of shape {list(shape)}"
+            f"{kind} {name!r}{where} returned {problem} for {what}; expected finite real numbers of shape {list(shape)}"
         )
 
     if not isinstance(values, (torch.Tensor, np.ndarray)):

@@ -217,7 +217,7 @@ def test_a_plugin_methods_bad_output_ends_the_benchmark_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]
     assert "Traceback" not in err and len(errors) == 1
-    assert "credit-assignment method 'short_for_test' returned shape" in errors[0]
+    assert f"credit-assignment method 'short_for_test' ({plugin}) returned shape" in errors[0]
 
 
 def test_the_default_workers_are_one_per_usable_core_as_memory_allows(monkeypatch):

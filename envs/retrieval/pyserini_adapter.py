@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from maopd.base.atomic import build_directory_atomically, input_link
+from maopd.base.config import ConfigError
 from maopd.envs.retrieval.base import Passage
 from maopd.envs.retrieval.corpus import Corpus, split_contents
 
@@ -69,10 +70,15 @@ class PyseriniBM25Retriever:
 
         if Path(index).is_dir():
             self._searcher = LuceneSearcher(str(index))
+        elif "/" in str(index):  # a path, not a prebuilt index's name: nothing to look up
+            self._searcher = None
         else:
             self._searcher = LuceneSearcher.from_prebuilt_index(index)
         if self._searcher is None:
-            raise ValueError(f"pyserini index {index!r} is neither a local index directory nor a prebuilt index name")
+            raise ConfigError(
+                f"index_dir: {index!r} is neither a Lucene index directory nor a pyserini prebuilt index name; "
+                "build one with maopd index build --kind pyserini, or give a prebuilt index's name"
+            )
         self._searcher.set_bm25(k1, b)
         self.corpus = corpus
         self.threads = threads

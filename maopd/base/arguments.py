@@ -37,6 +37,8 @@ def limited_int(limit: Limit):
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: must be at least 1")
         problem = limit.problem(value)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)

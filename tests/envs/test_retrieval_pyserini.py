@@ -46,3 +46,10 @@ def test_lucene_uses_the_corpus_fingerprint_when_given(lucene_index):
     corpus = Corpus(DOCS)
     retriever = build_retriever(RetrieverConfig(kind="pyserini", index_dir=str(lucene_index)), corpus)
     assert retriever.fingerprint == corpus.fingerprint
+
+
+def test_an_index_dir_that_does_not_exist_is_one_config_error():
+    from maopd.base.config import ConfigError
+
+    with pytest.raises(ConfigError, match="index_dir: '/nonexistent' is neither a Lucene index directory"):
+        build_retriever(RetrieverConfig(kind="pyserini", index_dir="/nonexistent"), None)

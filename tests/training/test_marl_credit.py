@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -165,9 +167,36 @@ def test_a_plugin_methods_bad_output_is_one_line_naming_the_method(batch, return
     env, policy, episodes = batch
     try:
         register("bad_for_test")(lambda episodes, ctx: returned(episodes))
-        with pytest.raises(PluginOutputError, match=f"credit-assignment method 'bad_for_test' {problem}") as info:
+        named = rf"credit-assignment method 'bad_for_test' \({re.escape(__file__)}\) {problem}"
+        with pytest.raises(PluginOutputError, match=named) as info:
             get_credit_method("bad_for_test")(episodes, CreditContext(env, policy))
         assert "\n" not in str(info.value)
+    finally:
+        CREDIT_METHODS.pop("bad_for_test", None)
+
+
+def _mutate(episodes):
+    episodes[0].decisions.pop()
+    return [np.zeros(len(ep.decisions)) for ep in episodes]
+
+
+@pytest.mark.parametrize(
+    ("method", "problem"),
+    [
+        (lambda episodes: 1 / 0, r"raised at line \d+: ZeroDivisionError: division by zero"),
+        (_mutate, "changed the episodes it was given"),
+    ],
+    ids=["raises", "mutates"],
+)
+def test_a_plugin_method_that_raises_or_changes_its_input_is_one_line_naming_it(batch, method, problem):
+    env, policy, episodes = batch
+    episodes = copy.deepcopy(episodes)  # the module's batch stays as it was
+    try:
+        register("bad_for_test")(lambda episodes, ctx: method(episodes))
+        named = rf"credit-assignment method 'bad_for_test' \({re.escape(__file__)}\) {problem}"
+        with pytest.raises(PluginOutputError, match=named) as info:
+            get_credit_method("bad_for_test")(episodes, CreditContext(env, policy))
+        assert "\n" not in str(info.value) and info.value.__cause__ is None
     finally:
         CREDIT_METHODS.pop("bad_for_test", None)
 

@@ -32,6 +32,7 @@ critic, ``mappo``'s or one defined outside the package.
 from __future__ import annotations
 
 import functools
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from maopd.base.errors import failed_in
 from maopd.envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from maopd.envs.option.vector import OptionVectorEnv
 from maopd.envs.option.wrapper import GLOBAL_FEATURES
@@ -73,6 +75,7 @@ def get_credit_method(name: str) -> CreditMethod:
     one entry per decision (``PluginOutputError`` naming the method otherwise). A method that
     declares it needs the Teacher refuses a context without one."""
     method = lookup(CREDIT_METHODS, "credit-assignment method", name)
+    source = method.fn.__code__.co_filename  # the plug-in's file, named with its errors
 
     @functools.wraps(method.fn)
     def checked_method(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
@@ -80,16 +83,29 @@ def get_credit_method(name: str) -> CreditMethod:
             raise ValueError(
                 f"credit-assignment method {name!r} needs a Teacher policy (MarlConfig.teacher_iterations > 0)"
             )
-        advantages = method(episodes, ctx)
+        before = pickle.dumps(episodes)
+        try:
+            advantages = method(episodes, ctx)
+        except Exception as exc:  # noqa: BLE001 -- whatever a plug-in raises is reported as one line naming it
+            raise PluginOutputError(
+                f"credit-assignment method {name!r} ({source}) raised{failed_in(exc, source)}"
+            ) from None
+        if pickle.dumps(episodes) != before:
+            raise PluginOutputError(
+                f"credit-assignment method {name!r} ({source}) changed the episodes it was given; a method "
+                "reads them and returns advantages: copy what it changes"
+            )
         if not isinstance(advantages, (list, tuple)) or len(advantages) != len(episodes):
             count = len(advantages) if isinstance(advantages, (list, tuple)) else type(advantages).__name__
             raise PluginOutputError(
-                f"credit-assignment method {name!r} returned {count} for {len(episodes)} episodes; "
+                f"credit-assignment method {name!r} ({source}) returned {count} for {len(episodes)} episodes; "
                 "expected a list with one array of advantages per episode"
             )
         for index, (episode, values) in enumerate(zip(episodes, advantages)):
             what = f"episode {index} ({len(episode.decisions)} decisions)"
-            check_plugin_output("credit-assignment method", name, what, values, (len(episode.decisions),))
+            check_plugin_output(
+                "credit-assignment method", name, what, values, (len(episode.decisions),), source=source
+            )
         return list(advantages)
 
     return checked_method
