@@ -961,6 +961,220 @@ def byte_order_marks(work: Path) -> Finding:
     return classify([index, ran], COMMAND_BOUND_S, wrong=refused)
 
 
+# ----------------------------------------------------------------------------- round 4: links, secrets, models, bounds
+
+
+def _victims(work: Path, *names: str) -> Path:
+    """Someone else's files, one per name, outside the command's output directory."""
+    victims = work / "victims"
+    victims.mkdir()
+    for name in names:
+        (victims / name).write_text(f"their {name}")
+    return victims
+
+
+def _links_to_victims(out: Path, victims: Path, names: tuple[str, ...]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (out / name).symlink_to(victims / name)
+
+
+@repro("data loss", "`viewer.html`, `tables.md`, `summary.json` symlinked out of `eval score`'s `--out`")
+def links_in_eval_score_out(work: Path) -> Finding:
+    names = ("viewer.html", "tables.md", "summary.json")
+    victims = _victims(work, *names)
+    _links_to_victims(work / "o", victims, names)
+    before = snapshot(victims)
+    rows = [record(attempt=a) for a in range(2)]
+    ran = cli(work, "eval", "score", str(records_file(work / "r.jsonl", rows)), "--out", str(work / "o"))
+    return classify(ran, COMMAND_BOUND_S, lost=changed(before, victims))
+
+
+@repro("data loss", "`m.jsonl.report.json` symlinked elsewhere; `eval manifest --out m.jsonl`")
+def link_at_manifest_report(work: Path) -> Finding:
+    victims = _victims(work, "report.json")
+    (work / "m.jsonl.report.json").symlink_to(victims / "report.json")
+    pool = work / "pool.jsonl"
+    pool.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"q {i}?", "golden_answers": ["a"]}) + "\n" for i in range(5))
+    )
+    before = snapshot(victims)
+    ran = cli(work, "eval", "manifest", "--dataset", f"d={pool}", "--count", "d=2", "--out", str(work / "m.jsonl"))
+    return classify(ran, COMMAND_BOUND_S, lost=changed(before, victims))
+
+
+@repro("data loss", "`corpus.jsonl` symlinked out of `world build --out`")
+def link_in_world_build_out(work: Path) -> Finding:
+    victims = _victims(work, "corpus.jsonl")
+    _links_to_victims(work / "w", victims, ("corpus.jsonl",))
+    before = snapshot(victims)
+    ran = cli(work, "world", "build", "--size", "tiny", "--out", str(work / "w"))
+    return classify(ran, COMMAND_BOUND_S, lost=changed(before, victims))
+
+
+@repro("data loss", "`cp -al runs/a runs/b`, then train `runs/b` with another lr: `runs/a` must not change", slow=True)
+def hard_linked_run_copy(work: Path) -> Finding:
+    first = cli(work, "train", *TINY, "--run-dir", str(work / "a"), "steps=1", bound_s=TRAIN_BOUND_S)
+    subprocess.run(["cp", "-al", str(work / "a"), str(work / "b")], check=True)
+    before = snapshot(work / "a")
+    second = cli(work, "train", *TINY, "--run-dir", str(work / "b"), "steps=2", bound_s=TRAIN_BOUND_S)
+    return classify([first, second], TRAIN_BOUND_S, lost=changed(before, work / "a"))
+
+
+@repro("security", "`eval run --retriever-set url=http://user:SECRET@127.0.0.1:P`: `OUT.settings.json`")
+def secret_in_eval_settings(work: Path) -> Finding:
+    ok = {"result": [[{"document": {"id": "1", "contents": "Paris"}, "score": 1.0}]]}
+    with _retrieval_server({"retrieve": ok}) as server:
+        url = server.url.replace("http://", f"http://user:{SECRET}@")
+        ran = _scripted_eval(work, work / "r.jsonl", "--retriever-set", "kind=http", "--retriever-set", f"url={url}")
+    return classify(ran, COMMAND_BOUND_S, leaked=secret_in(SECRET, ran, work))
+
+
+@repro("security", "`--backend openai --base-url http://user:S@127.0.0.1:1/v1?api_key=S`, a run that fails")
+def secret_in_failed_eval_settings(work: Path) -> Finding:
+    ran = openai_eval(work, f"http://user:{SECRET}@127.0.0.1:1/v1?api_key={SECRET}", work / "r.jsonl", "--model", "m")
+    return classify(ran, COMMAND_BOUND_S, leaked=secret_in(SECRET, ran, work))
+
+
+def _tiny_model(work: Path, edit: str = "", config: dict | None = None) -> Path:
+    """A saved tiny model, its weights changed by ``edit`` (Python on ``tensors``) and its
+    config.json by ``config``."""
+    model = work / "model"
+    ran = python(
+        work,
+        f"""
+        import json
+        import torch
+        from safetensors.torch import load_file, save_file
+        from maopd.agents.tiny_model import build_tiny_lm, save_model
+        save_model(*build_tiny_lm(["The capital of France is Paris."]), {str(model)!r})
+        tensors = load_file({str(model / "model.safetensors")!r})
+        {edit or "pass"}
+        save_file(tensors, {str(model / "model.safetensors")!r})
+        path = {str(model / "config.json")!r}
+        with open(path) as handle:
+            saved = json.load(handle)
+        with open(path, "w") as handle:
+            json.dump(saved | {config or {}!r}, handle)
+        """,
+    )
+    if ran.returncode != 0:
+        raise RuntimeError(f"could not save the tiny model: {ran.last_line}")
+    return model
+
+
+def _model_eval(work: Path, model: Path) -> Ran:
+    world_questions(work / "manifest.jsonl", 1)
+    return cli(
+        work, "eval", "run", "--manifest", str(work / "manifest.jsonl"), "--attempts", "1", "--policy", "checkpoint",
+        "--model", str(model), "--max-new-tokens", "4", "--out", str(work / "r.jsonl"),
+    )  # fmt: skip
+
+
+@repro("silent-wrong", "a `model.safetensors` without `model.embed_tokens.weight` (`eval run --model`)")
+def model_without_embeddings(work: Path) -> Finding:
+    return must_be_refused(_model_eval(work, _tiny_model(work, 'tensors.pop("model.embed_tokens.weight")')))
+
+
+@repro("silent-wrong", "weights saved as int32 (`eval run --model`)")
+def model_int32_weights(work: Path) -> Finding:
+    edit = "tensors = {k: v.to(torch.int32) for k, v in tensors.items()}"
+    return must_be_refused(_model_eval(work, _tiny_model(work, edit)))
+
+
+@repro("silent-wrong", "the corpus rewritten in place between `eval run --attempts 2` and `--attempts 3`")
+def corpus_rewritten_between_resumes(work: Path) -> Finding:
+    corpus = corpus_file(work / "c.jsonl", ["Paris is the capital of France.", "Berlin is in Germany."])
+    first = _scripted_eval(work, work / "r.jsonl", "--corpus", str(corpus))
+    corpus_file(corpus, ["Rome is the capital of France.", "Berlin is in Germany."])
+    second = _scripted_eval(work, work / "r.jsonl", "--corpus", str(corpus), "--attempts", "2")
+    return classify([first, second], COMMAND_BOUND_S, wrong=accepted(second))
+
+
+@repro("tracebacks", "a tensor of the wrong shape (`eval run --model`)")
+def model_wrong_shape(work: Path) -> Finding:
+    return must_be_refused(_model_eval(work, _tiny_model(work, 'tensors["model.norm.weight"] = torch.ones(3)')))
+
+
+@repro("tracebacks", "`hidden_size: 1e6` in config.json (`eval run --model`)")
+def model_float_hidden_size(work: Path) -> Finding:
+    return must_be_refused(_model_eval(work, _tiny_model(work, config={"hidden_size": 1e6})))
+
+
+@repro("tracebacks", "all-NaN embeddings (`eval run --model`)")
+def model_nan_embeddings(work: Path) -> Finding:
+    edit = 'tensors["model.embed_tokens.weight"].fill_(float("nan"))'
+    return must_be_refused(_model_eval(work, _tiny_model(work, edit)))
+
+
+@repro("tracebacks", "a chat template the Jinja sandbox refuses (`eval run --model`)")
+def model_sandboxed_template(work: Path) -> Finding:
+    model = _tiny_model(work)
+    (model / "chat_template.jinja").write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}")
+    return must_be_refused(_model_eval(work, model))
+
+
+@repro("tracebacks", "a credit-benchmark plug-in that raises, returns None or NaN, or changes its episodes")
+def credit_plugin_errors(work: Path) -> Finding:
+    bodies = {
+        "raises": 'raise KeyError("no column")',
+        "none": "return None",
+        "nan": "return [np.full(len(ep.decisions), np.nan) for ep in episodes]",
+        "mutates": "episodes[0].decisions.pop()\n    return [np.zeros(len(ep.decisions)) for ep in episodes]",
+    }
+    runs = []
+    for name, body in bodies.items():
+        plugin = work / f"{name}.py"
+        plugin.write_text(
+            "import numpy as np\nfrom maopd.training.marl.credit import register\n\n\n"
+            f'@register("{name}")\ndef method(episodes, context):\n    {body}\n'
+        )
+        started = time.perf_counter()
+        argv = [sys.executable, "-m", "benchmarks.credit_assignment", "--plugin", str(plugin), "--methods", name]
+        argv += ["--scenarios", "lazy_searcher_v1", "--seeds", "0", "1", "--iterations", "1", "--episodes", "4"]
+        argv += ["--eval-questions", "4", "--workers", "2", "--out", str(work / f"out_{name}")]
+        ran = finish(start(argv, REPO), started, COMMAND_BOUND_S)
+        runs.append(ran)
+    return classify(runs, COMMAND_BOUND_S, wrong=[a for r in runs for a in accepted(r)])
+
+
+@repro("tracebacks", "`train env.retriever.kind=pyserini env.retriever.index_dir=/nonexistent`")
+def pyserini_missing_index(work: Path) -> Finding:
+    return _config_refused(work, "env.retriever.kind=pyserini", "env.retriever.index_dir=/nonexistent")
+
+
+@repro("tracebacks", "`raw_env`'s `render`, `observe` and `last` before `reset`")
+def env_before_reset(work: Path) -> Finding:
+    ran = python(
+        work,
+        """
+        import json
+        from maopd.envs.hierarchical_search_v1 import raw_env
+        said = {}
+        for method, args in (("render", ()), ("observe", ("leader",)), ("last", ())):
+            try:
+                getattr(raw_env(render_mode="ansi"), method)(*args)
+                said[method] = "accepted"
+            except RuntimeError as exc:
+                said[method] = str(exc)
+        print(json.dumps(said))
+        """,
+    )
+    said = last_json(ran)
+    wrong = [f"{m}: {s}" for m, s in said.items() if "call reset() first" not in s]
+    return classify(ran, COMMAND_BOUND_S, wrong=wrong)
+
+
+@repro("hangs", "`num_hidden_layers: 200000` in config.json (`eval run --model`)")
+def model_200000_layers(work: Path) -> Finding:
+    return must_be_refused(_model_eval(work, _tiny_model(work, config={"num_hidden_layers": 200000})))
+
+
+@repro("hangs", "`train ... rollout.batch_size=1000000000000`")
+def huge_batch_size(work: Path) -> Finding:
+    return _config_refused(work, "rollout.batch_size=1000000000000")
+
+
 # ----------------------------------------------------------------------------- report
 
 
