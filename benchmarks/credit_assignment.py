@@ -580,6 +580,19 @@ def run_file(out: Path, scenario: str, method: str, seed: int) -> Path:
     return out / "runs" / f"{scenario}__{method}__seed{seed}.json"
 
 
+def train_runs(jobs: list[tuple], workers: int) -> list[dict]:
+    """``train_run`` of each job, ``workers`` processes at a time; the pool is joined however it ends,
+    so that a plug-in's error leaves no worker or semaphore behind."""
+    if workers <= 1:
+        return [train_run(*job) for job in jobs]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        try:
+            return pool.starmap(train_run, jobs, chunksize=1)
+        finally:
+            pool.terminate()
+            pool.join()
+
+
 def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: list[str], out: str, commit: str) -> dict:
     """One (scenario, method, seed) run, saved to its ``run_file``; a worker's runs share its world
     tables. ``commit`` is the checkout's when the benchmark started, the code the run executes:
@@ -823,18 +836,13 @@ def main(argv: list[str] | None = None) -> dict:
         )
     jobs.sort(key=lambda job: -cost.get(job[1], 1.0))
     workers = min(args.workers or default_workers(), max(len(jobs), 1))
+    failure = None
     try:
-        if workers > 1:
-            pool = multiprocessing.get_context("spawn").Pool(workers)
-            try:
-                outcomes = pool.starmap(train_run, jobs, chunksize=1)
-            finally:  # joined too, so that a plug-in's error leaves no worker or semaphore behind
-                pool.terminate()
-                pool.join()
-        else:
-            outcomes = [train_run(*job) for job in jobs]
+        outcomes = train_runs(jobs, workers)
     except UserError as exc:  # a plug-in's bad output (PluginOutputError) names the method: one line
-        parser.error(str(exc))
+        failure = str(exc)
+    if failure is not None:  # outside the handler, whose traceback would keep the worker pool alive at exit
+        parser.error(failure)
     for job, run in zip(jobs, outcomes):
         runs[job[0]][job[1]].append(run)
     for by_method in runs.values():

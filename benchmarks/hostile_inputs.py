@@ -1014,10 +1014,10 @@ def link_in_world_build_out(work: Path) -> Finding:
 
 @repro("data loss", "`cp -al runs/a runs/b`, then train `runs/b` with another lr: `runs/a` must not change", slow=True)
 def hard_linked_run_copy(work: Path) -> Finding:
-    first = cli(work, "train", *TINY, "--run-dir", str(work / "a"), "steps=1", bound_s=TRAIN_BOUND_S)
+    first = cli(work, "train", *TINY, "steps=1", "--run-dir", str(work / "a"), bound_s=TRAIN_BOUND_S)
     subprocess.run(["cp", "-al", str(work / "a"), str(work / "b")], check=True)
     before = snapshot(work / "a")
-    second = cli(work, "train", *TINY, "--run-dir", str(work / "b"), "steps=2", bound_s=TRAIN_BOUND_S)
+    second = cli(work, "train", *TINY, "steps=2", "--run-dir", str(work / "b"), bound_s=TRAIN_BOUND_S)
     return classify([first, second], TRAIN_BOUND_S, lost=changed(before, work / "a"))
 
 
