@@ -53,6 +53,7 @@ import runpy
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -581,16 +582,18 @@ def run_file(out: Path, scenario: str, method: str, seed: int) -> Path:
 
 
 def train_runs(jobs: list[tuple], workers: int) -> list[dict]:
-    """``train_run`` of each job, ``workers`` processes at a time; the pool is joined however it ends,
-    so that a plug-in's error leaves no worker or semaphore behind."""
+    """``train_run`` of each job, ``workers`` processes at a time. On the first error the jobs not
+    started are cancelled and the running ones finish, so that the workers exit on their own and
+    nothing but the error is printed (a terminated worker leaves its semaphores to a warning)."""
     if workers <= 1:
         return [train_run(*job) for job in jobs]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as executor:
+        futures = [executor.submit(train_run, *job) for job in jobs]
         try:
-            return pool.starmap(train_run, jobs, chunksize=1)
-        finally:
-            pool.terminate()
-            pool.join()
+            return [future.result() for future in futures]
+        except BaseException:
+            executor.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def train_run(scenario: str, method: str, seed: int, settings: dict, plugins: list[str], out: str, commit: str) -> dict:
@@ -841,7 +844,7 @@ def main(argv: list[str] | None = None) -> dict:
         outcomes = train_runs(jobs, workers)
     except UserError as exc:  # a plug-in's bad output (PluginOutputError) names the method: one line
         failure = str(exc)
-    if failure is not None:  # outside the handler, whose traceback would keep the worker pool alive at exit
+    if failure is not None:  # outside the handler, whose traceback holds the workers' frames
         parser.error(failure)
     for job, run in zip(jobs, outcomes):
         runs[job[0]][job[1]].append(run)

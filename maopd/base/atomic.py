@@ -139,6 +139,27 @@ def _commit(tmp: Path, path: Path) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _replacing(path: Path, text: bool, shown: str | os.PathLike | None = None) -> Iterator[BinaryIO | TextIO]:
+    """A handle on a temporary file beside ``path`` that replaces it when the block ends (synced,
+    ``FILE_MODE``); a failed block leaves ``path`` as it was and no temporary file."""
+    check_target(path)
+    with writing(shown or path):
+        fd, tmp = _temporary_beside(path)
+    try:
+        with (
+            writing(shown or path),
+            os.fdopen(fd, "w" if text else "wb", **({"encoding": "utf-8"} if text else {})) as handle,
+        ):
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        _commit(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_file_atomically(
     path: str | os.PathLike, write: Callable[[BinaryIO], object], shown: str | os.PathLike | None = None
 ) -> Path:
@@ -147,18 +168,8 @@ def write_file_atomically(
     and names ``shown`` (default ``path``; a file in a staging directory is named where it goes).
     Returns ``path``."""
     path = Path(path)
-    check_target(path)
-    with writing(shown or path):
-        fd, tmp = _temporary_beside(path)
-    try:
-        with writing(shown or path), os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _commit(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _replacing(path, text=False, shown=shown) as handle:
+        write(handle)
     return path
 
 
@@ -166,19 +177,8 @@ def write_file_atomically(
 def open_atomically(path: str | os.PathLike) -> Iterator[TextIO]:
     """A text handle (UTF-8) whose lines become ``path`` when the block ends, whole or not at all: a
     file written line by line (a corpus, a question set) as ``write_file_atomically`` writes one."""
-    path = Path(path)
-    check_target(path)
-    with writing(path):
-        fd, tmp = _temporary_beside(path)
-    try:
-        with writing(path), os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        _commit(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _replacing(Path(path), text=True) as handle:
+        yield handle
 
 
 def write_text_atomically(path: str | os.PathLike, text: str, shown: str | os.PathLike | None = None) -> Path:
