@@ -10,8 +10,10 @@ import sys
 import pytest
 
 from maopd.base.atomic import (
+    DIRECTORY_MODE,
     FILE_MODE,
     LinkedOutputError,
+    build_directory_atomically,
     copy_directory,
     open_atomically,
     open_for_append,
@@ -153,3 +155,14 @@ def test_the_cli_names_a_linked_output_in_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "viewer.html is a symbolic link" in done.stderr and "Traceback" not in done.stderr
     assert victim.read_text() == "theirs"
+
+
+def test_a_built_directory_gets_one_mode_whatever_its_library_chose(tmp_path):
+    def build(staging):
+        (staging / "sub").mkdir(mode=0o700)
+        (staging / "sub" / "state.pt").write_text("x")
+        os.chmod(staging / "sub" / "state.pt", 0o600)
+
+    built = build_directory_atomically(tmp_path / "step_1", build)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [built, built / "sub", built / "sub" / "state.pt"]}
+    assert modes == {"step_1": DIRECTORY_MODE, "sub": DIRECTORY_MODE, "state.pt": FILE_MODE}
