@@ -4,8 +4,9 @@ Shapes (see docs/algorithms.md for the full layout):
 
 * group rewards: [B, G] per trajectory-level role (B questions × G trajectories), and
   [B, G, n] for the Answerer (n candidates per answering request);
-* sequences: N model calls padded to T tokens; ``role_ids`` [N] (0 Leader, 1 Searcher,
-  2 Answerer, 3 the single agent's solver), ``traj_index`` [N] the flat trajectory index b·G + g of each call,
+* sequences: N model calls padded to T tokens; ``role_ids`` [N] (``maopd.envs.team.role_id``: 0 Leader,
+  1 Searcher, 2 Answerer, 3 the single agent's solver, then the roles a workflow registers),
+  ``traj_index`` [N] the flat trajectory index b·G + g of each call,
   ``candidate_index`` [N] the candidate j of each Answerer call (ignored for other roles);
 * token tensors [N, T]: ``response_mask``, ``old_logprobs``, ``teacher_logprobs`` (the OPD
   Teacher's), ``reference_logprobs`` (the KL reference's, π_T).
@@ -23,7 +24,12 @@ estimators declare, so every variant of the paper's Table 3 and Stage I are pres
 * ``"grpo_final_em"`` Eq. 1 on the team outcome R_EM ("w/ outcome-based Searcher RL");
 * ``"grpo_rs"``       Eq. 1 on the Searchers' reward R_S (Stage I, the Prompted Critic);
 * ``"none"``          no signal ("w/o direct Searcher supervision"; pair with ``role_loss_weights``
-                      ``{"searcher": 0}`` in ``PPOLossConfig``).
+                      ``{"searcher": 0}`` in ``PPOLossConfig``);
+* ``"grpo_agentwise"`` / ``"grpo_agentwise_final_em"`` Dr. MAS's agent-wise normalisation: Eq. 1
+                      over every call of the role on the question, on its own reward or on R_EM.
+
+A role a workflow registers beyond the built-in four learns by ``advantage.role_signals[role]``,
+``grpo`` when it is not named; its own rewards come in ``role_rewards``.
 
 ``AdvantageConfig.zero_rl`` (a control, off by default) zeroes every token advantage afterwards.
 """
@@ -37,7 +43,8 @@ from typing import Literal
 import torch
 
 from maopd.base.config import ConfigError, check_fields, checked
-from maopd.envs.actions import ROLE_IDS, ROLES
+from maopd.envs import team
+from maopd.envs.roles import ROLES
 from maopd.training.losses import (
     check_finite,
     check_plugin_output,
@@ -118,7 +125,7 @@ def opd_advantages(
 def role_token_mask(role_ids: torch.Tensor, response_mask: torch.Tensor, role: str) -> torch.Tensor:
     """Generated tokens of ``role``'s sequences (prompts, passages and padding excluded); for the
     Searcher, M_t of Eq. 4-5."""
-    return response_mask.bool() & (role_ids == ROLE_IDS[role])[:, None]
+    return response_mask.bool() & (role_ids == team.role_id(role))[:, None]
 
 
 def sequence_kl(
@@ -146,7 +153,9 @@ class EstimatorInputs:
     ignored. ``teacher_logprobs`` [N, T] are the Teacher's when the estimator declared
     ``Needs(teacher=True)`` (finite on the role's tokens), else None. ``sequence_advantages`` [N]
     holds, on the role's calls, Eq. 1's advantage of the outcome it declared (0 elsewhere, and
-    everywhere for an estimator without one).
+    everywhere for an estimator without one); ``sequence_outcomes`` [N] that outcome itself, the
+    reward of each call's trajectory (or candidate) before Eq. 1; ``question_index`` [N] the
+    question b of each call.
     """
 
     role: str
@@ -156,6 +165,8 @@ class EstimatorInputs:
     teacher_logprobs: torch.Tensor | None
     sequence_advantages: torch.Tensor
     config: AdvantageConfig
+    sequence_outcomes: torch.Tensor
+    question_index: torch.Tensor
 
     @property
     def mask(self) -> torch.Tensor:
@@ -218,6 +229,27 @@ def no_advantages(inputs: EstimatorInputs) -> torch.Tensor:
     return torch.zeros(inputs.response_mask.shape, device=inputs.response_mask.device)
 
 
+@register_advantage_estimator("grpo_agentwise", Needs(outcome="own"))
+@register_advantage_estimator("grpo_agentwise_final_em", Needs(outcome="final_em"))
+def agentwise_advantages(inputs: EstimatorInputs) -> torch.Tensor:
+    """Dr. MAS's agent-wise normalisation (Feng et al., 2026): Eq. 1 with one group per question
+    and role, whose members are the role's *calls* on the question across its G workflows, not
+    its workflows (``langfengQ/DrMAS``, ``compute_grpo_outcome_advantage`` with
+    ``group_by_agent_id``). Each call's score is its trajectory's declared outcome; the
+    standard deviation is the sample one, as ``torch.std`` there, and a group of one call gets
+    its raw score. Broadcast over the call's tokens."""
+    calls = inputs.role_ids == team.role_id(inputs.role)
+    advantages = torch.zeros(inputs.role_ids.shape, dtype=torch.float32, device=inputs.role_ids.device)
+    for question in inputs.question_index[calls].unique():
+        members = calls & (inputs.question_index == question)
+        scores = inputs.sequence_outcomes[members].float()
+        if len(scores) == 1:
+            advantages[members] = scores
+            continue
+        advantages[members] = (scores - scores.mean()) / (scores.std() + inputs.config.grpo_eps)
+    return advantages[:, None].expand_as(inputs.response_mask)
+
+
 def assign_token_advantages(
     role_ids: torch.Tensor, response_mask: torch.Tensor, role_advantages: dict[str, torch.Tensor]
 ) -> torch.Tensor:
@@ -233,7 +265,7 @@ def assign_token_advantages(
             raise ValueError(
                 f"the {role} advantages must have shape {list(response_mask.shape)}, got {list(values.shape)}"
             )
-        assigned = torch.where((role_ids == ROLE_IDS[role])[:, None], values.float(), assigned)
+        assigned = torch.where((role_ids == team.role_id(role))[:, None], values.float(), assigned)
     return masked_where(response_mask, assigned)
 
 
@@ -278,6 +310,12 @@ class AdvantageConfig:
     solver_signal: str = _signal_field(
         "solver", "The single agent's learning signal, stage single (default grpo: Eq. 1 on its outcome, as Search-R1)"
     )
+    role_signals: dict[str, str] = checked(
+        default_factory=dict,
+        record_default=False,
+        help="The learning signals of roles a workflow registers beyond these four, e.g. {verifier: grpo_agentwise}; "
+        f"a role not named learns by grpo; {_ESTIMATORS_HELP}",
+    )
     opd_beta: float = checked(
         OPD_BETA, ge=0, help="β of Eq. 5: the OPD advantage of a Searcher token is β·log(π_T/π_old)."
     )
@@ -313,16 +351,23 @@ class AdvantageConfig:
 
     def __post_init__(self) -> None:
         for role, name in self.roles.items():
+            field = f"{role}_signal" if role in ROLES else f"role_signals.{role}"
             if name not in ADVANTAGE_ESTIMATORS:
-                raise ConfigError(f"{role}_signal: {name!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}")
+                raise ConfigError(f"{field}: {name!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        for role in self.role_signals:
+            if role in ROLES:
+                raise ConfigError(f"role_signals.{role}: set {role}_signal instead")
         check_fields(self)
         if not isinstance(self.zero_rl, bool):
             raise ConfigError(f"zero_rl: must be true or false, got {self.zero_rl!r}")
 
     @property
     def roles(self) -> dict[str, str]:
-        """The per-role map: each role's estimator, by name."""
-        return {role: getattr(self, f"{role}_signal") for role in ROLES}
+        """The per-role map: each registered role's estimator, by name (``role_signals`` for the
+        roles beyond the built-in four, ``grpo`` where it names none)."""
+        built_in = {role: getattr(self, f"{role}_signal") for role in ROLES}
+        registered = {role: self.role_signals.get(role, "grpo") for role in team.role_names() if role not in ROLES}
+        return {**built_in, **registered, **{r: n for r, n in self.role_signals.items() if r not in built_in}}
 
     def needs(self, role: str) -> Needs:
         """What ``role``'s estimator declared it needs."""
@@ -358,7 +403,7 @@ def _check_index(name: str, index: torch.Tensor, size: int, role: str) -> None:
 
 def role_rows(role_ids: torch.Tensor, roles: Sequence[str]) -> torch.Tensor:
     """[N] bool: the sequences of any of ``roles``."""
-    return torch.isin(role_ids, torch.tensor([ROLE_IDS[role] for role in roles], dtype=role_ids.dtype))
+    return torch.isin(role_ids, torch.tensor([team.role_id(role) for role in roles], dtype=role_ids.dtype))
 
 
 def team_token_advantages(
@@ -374,6 +419,7 @@ def team_token_advantages(
     searcher_rewards: torch.Tensor | None = None,
     final_em: torch.Tensor | None = None,
     solver_rewards: torch.Tensor | None = None,
+    role_rewards: dict[str, torch.Tensor] | None = None,
     trajectory_mask: torch.Tensor | None = None,
     candidate_mask: torch.Tensor | None = None,
     config: AdvantageConfig | None = None,
@@ -390,7 +436,8 @@ def team_token_advantages(
     The rewards an outcome names: ``leader_rewards`` [B, G] (R_L, Eq. 6), ``answerer_rewards``
     [B, G, n] (c_ij; Eq. 1 over the n candidates), ``searcher_rewards`` [B, G] (R_S),
     ``final_em`` [B, G] (R_EM), ``solver_rewards`` [B, G] (R_solver of the single-agent baseline,
-    without KL-in-reward, since no Teacher exists for it). Rewards may be None when the batch has
+    without KL-in-reward, since no Teacher exists for it), ``role_rewards`` {role: [B, G]} the own
+    rewards of roles a workflow registers beyond the built-in four. Rewards may be None when the batch has
     no sequence of a role reading them (e.g. no Leader in Stage I). ``trajectory_mask`` [B, G] /
     ``candidate_mask`` [B, G, n] drop entries from the GRPO statistics. ``candidate_index`` is read
     for the Answerer's own rewards only. The KL penalty of trajectory i's Leader reward sums the KL
@@ -408,6 +455,7 @@ def team_token_advantages(
         "answerer_rewards": answerer_rewards,
         "solver_rewards": solver_rewards,
         "final_em": final_em,
+        **{f"{role}_rewards": rewards for role, rewards in (role_rewards or {}).items()},
     }
     num_candidates = answerer_rewards.shape[-1] if answerer_rewards is not None else 1
 
@@ -426,15 +474,17 @@ def team_token_advantages(
         seq_kl = sequence_kl(old_logprobs, reference, response_mask, config.kl_in_reward_estimator)
 
     sequence_advantages = torch.zeros(num_sequences, dtype=torch.float32, device=response_mask.device)
+    sequence_outcomes = torch.zeros(num_sequences, dtype=torch.float32, device=response_mask.device)
+    question_index = torch.zeros_like(traj_index)
     shaped: dict[str, torch.Tensor] = {}
     groups: dict[str, torch.Tensor] = {}
     role_advantages: dict[str, torch.Tensor] = {}
     for role, name in config.roles.items():
         estimator = get_advantage_estimator(name)
         needs = estimator.needs
-        selected = role_ids == ROLE_IDS[role]
+        selected = role_ids == team.role_id(role)
         argument = outcome_argument(role, needs)
-        rewards = rewards_in[argument] if argument is not None else None
+        rewards = rewards_in.get(argument) if argument is not None else None
         if argument is not None and rewards is None and bool(selected.any()):
             raise ValueError(f"the batch has {role} sequences but {argument} is None")
         if rewards is not None:
@@ -452,6 +502,8 @@ def team_token_advantages(
             advantages = grpo_advantages(rewards, valid, eps=config.grpo_eps, unbiased_std=config.grpo_unbiased_std)
             shaped[role], groups[role] = rewards, advantages
             sequence_advantages[selected] = advantages.reshape(-1)[flat_index[selected]]
+            sequence_outcomes[selected] = rewards.reshape(-1)[flat_index[selected]]
+            question_index[selected] = traj_index[selected] // rewards.shape[1]
         tokens = role_token_mask(role_ids, response_mask, role)
         if not bool(tokens.any()):
             continue
@@ -462,7 +514,15 @@ def team_token_advantages(
             check_finite("teacher_logprobs", teacher_logprobs, role_ids=role_ids, mask=tokens)
             teacher = teacher_logprobs
         inputs = EstimatorInputs(
-            role, role_ids, response_mask, old_logprobs, teacher, masked_where(selected, sequence_advantages), config
+            role,
+            role_ids,
+            response_mask,
+            old_logprobs,
+            teacher,
+            masked_where(selected, sequence_advantages),
+            config,
+            masked_where(selected, sequence_outcomes),
+            question_index,
         )
         values = estimator(inputs)
         what = f"the {role} tokens"

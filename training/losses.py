@@ -12,7 +12,7 @@ N sequences (one model call each) padded to T tokens:
 * ``weight`` [N, T]         optional per-token multiplier of the numerator only. Weight 0 removes a
                             token's gradient but keeps it in the denominator, which is how the
                             "w/o direct Searcher supervision" variant (paper, Table 3) is written
-* ``role_ids`` [N]          the role of each sequence, its index in ``maopd.envs.actions.ROLES`` (``ROLE_IDS``)
+* ``role_ids`` [N]          the role of each sequence, its id in the team vocabulary (``maopd.envs.team.role_id``)
 
 Entries outside ``loss_mask`` may hold anything (padding garbage, -inf); they are replaced by
 zeros before any arithmetic, so they can never reach a loss or a gradient as NaN.
@@ -32,7 +32,7 @@ import torch
 
 from maopd.base.config import ConfigError, check_fields, checked
 from maopd.base.errors import UserError
-from maopd.envs.actions import ROLE_IDS, ROLES
+from maopd.envs import team
 
 # exp() of a log-ratio beyond ±20 (a factor of ~5e8) only happens for a stale or broken batch;
 # clamping keeps the ratio finite in float32/bf16 without touching any realistic value.
@@ -77,16 +77,18 @@ def check_finite(
 
 
 def role_name(role_id: int) -> str:
-    if not 0 <= role_id < len(ROLES):
+    roles = team.role_names()
+    if not 0 <= role_id < len(roles):
         return f"unknown role id {role_id}"
-    return ROLES[role_id]
+    return roles[role_id]
 
 
 def check_role_ids(role_ids: torch.Tensor, num_sequences: int) -> None:
     if role_ids.shape != (num_sequences,):
         raise ValueError(f"role_ids must have shape [{num_sequences}], got {list(role_ids.shape)}")
-    if role_ids.numel() and not bool(((role_ids >= 0) & (role_ids < len(ROLES))).all()):
-        raise ValueError(f"role_ids must be in 0..{len(ROLES) - 1} ({', '.join(ROLES)})")
+    roles = team.role_names()
+    if role_ids.numel() and not bool(((role_ids >= 0) & (role_ids < len(roles))).all()):
+        raise ValueError(f"role_ids must be in 0..{len(roles) - 1} ({', '.join(roles)})")
 
 
 def masked_where(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -285,10 +287,11 @@ def role_loss_weight(role_ids: torch.Tensor, num_tokens: int, role_weights: Mapp
 
     ``{"searcher": 0.0}`` is the "w/o direct Searcher supervision" variant.
     """
-    unknown = sorted(set(role_weights) - set(ROLE_IDS))
+    roles = team.role_names()
+    unknown = sorted(set(role_weights) - set(roles))
     if unknown:
-        raise ValueError(f"role_loss_weights: unknown role {unknown[0]!r}; roles are {ROLES}")
-    per_role = torch.tensor([float(role_weights.get(name, 1.0)) for name in ROLES])
+        raise ValueError(f"role_loss_weights: unknown role {unknown[0]!r}; roles are {roles}")
+    per_role = torch.tensor([float(role_weights.get(name, 1.0)) for name in roles])
     return per_role.to(role_ids.device)[role_ids][:, None].expand(-1, num_tokens)
 
 
@@ -338,9 +341,9 @@ class PPOLossConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        unknown = sorted(set(self.role_loss_weights) - set(ROLE_IDS))
+        unknown = sorted(set(self.role_loss_weights) - set(team.role_names()))
         if unknown:
-            raise ConfigError(f"role_loss_weights.{unknown[0]}: unknown role; roles are {ROLES}")
+            raise ConfigError(f"role_loss_weights.{unknown[0]}: unknown role; roles are {team.role_names()}")
         for role, weight in self.role_loss_weights.items():
             if weight < 0:  # a negative weight would train the role away from its advantages
                 raise ConfigError(f"role_loss_weights.{role}: must be >= 0 (0 leaves the role out), got {weight}")
@@ -445,7 +448,7 @@ def role_token_means(
     """``{"<role>/<name>": mean over that role's counted tokens}`` for every role present."""
     mask = loss_mask.bool()
     metrics = {}
-    for role_id, name in enumerate(ROLES):
+    for role_id, name in enumerate(team.role_names()):
         role_mask = mask & (role_ids == role_id)[:, None]
         count = int(role_mask.sum())
         if count == 0:

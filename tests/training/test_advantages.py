@@ -9,6 +9,7 @@ from maopd.base.config import ConfigError, from_dict
 from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.training.advantages import (
     ADVANTAGE_ESTIMATORS,
+    GRPO_EPS,
     AdvantageConfig,
     EstimatorInputs,
     assign_token_advantages,
@@ -105,7 +106,15 @@ def test_opd_clamp_bounds_extreme_log_ratios():
 
 
 def test_registry_names_the_paper_signals():
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "opd", "grpo_final_em", "grpo_rs", "none"}
+    assert set(ADVANTAGE_ESTIMATORS) == {
+        "grpo",
+        "opd",
+        "grpo_final_em",
+        "grpo_rs",
+        "none",
+        "grpo_agentwise",
+        "grpo_agentwise_final_em",
+    }
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
         get_advantage_estimator("gae")
 
@@ -168,7 +177,10 @@ def test_assign_token_advantages_gives_each_token_its_roles_part():
 
 def _role_part(signal: str, role: str, sequence: torch.Tensor) -> torch.Tensor:
     config = AdvantageConfig(**{f"{role}_signal": signal})
-    inputs = EstimatorInputs(role, ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence, config)
+    no_outcomes = torch.zeros(3)
+    inputs = EstimatorInputs(
+        role, ROLES, RESPONSE, torch.zeros(3, 3), torch.zeros(3, 3), sequence, config, no_outcomes, no_outcomes.long()
+    )
     return get_advantage_estimator(signal)(inputs)
 
 
@@ -386,3 +398,73 @@ def test_an_estimators_bad_output_is_one_line_naming_it(output, problem):
             )
     finally:
         del ADVANTAGE_ESTIMATORS["bad_for_test"]
+
+
+def test_agentwise_normalisation_pools_a_roles_calls_on_each_question():
+    """Dr. MAS: one group per question and role whose members are the role's calls, so a
+    workflow with three calls weighs three times; the sample std; a lone call keeps its score."""
+    from maopd.envs.team import role_id
+
+    leader = role_id("leader")
+    # question 0: workflow 0 (EM 1) made three Leader calls, workflow 1 (EM 0) one; question 1: one call
+    traj_index = torch.tensor([0, 0, 0, 1, 2])
+    role_ids = torch.full((5,), leader)
+    mask = torch.ones(5, 2, dtype=torch.bool)
+    result = team_token_advantages(
+        role_ids=role_ids,
+        traj_index=traj_index,
+        candidate_index=torch.zeros(5, dtype=torch.long),
+        response_mask=mask,
+        old_logprobs=torch.zeros(5, 2),
+        teacher_logprobs=None,
+        leader_rewards=torch.tensor([[1.0, 0.0], [0.5, 0.5]]),
+        answerer_rewards=None,
+        config=AdvantageConfig(leader_signal="grpo_agentwise", kl_in_reward_coef=0.0),
+    )
+    scores = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    expected = (scores - scores.mean()) / (scores.std() + GRPO_EPS)
+    torch.testing.assert_close(result.token_advantages[:4, 0], expected)
+    assert float(result.token_advantages[4, 0]) == 0.5  # a group of one call: its raw score
+    # plain GRPO on the same rewards weighs each workflow once
+    plain = team_token_advantages(
+        role_ids=role_ids,
+        traj_index=traj_index,
+        candidate_index=torch.zeros(5, dtype=torch.long),
+        response_mask=mask,
+        old_logprobs=torch.zeros(5, 2),
+        teacher_logprobs=None,
+        leader_rewards=torch.tensor([[1.0, 0.0], [0.5, 0.5]]),
+        answerer_rewards=None,
+        config=AdvantageConfig(kl_in_reward_coef=0.0),
+    )
+    assert float(plain.token_advantages[0, 0]) != float(result.token_advantages[0, 0])
+
+
+def test_a_registered_role_learns_from_its_own_rewards_by_its_configured_signal(monkeypatch):
+    """A role beyond the built-in four: its rows are routed by ``role_signals`` (grpo when not
+    named) over the rewards ``role_rewards`` gives it, and the other roles are untouched."""
+    from maopd.envs import team
+
+    monkeypatch.setattr(team, "_ROLES", dict(team._ROLES))
+    team.register_role(team.Role(name="critic", prompt="Judge.", actions=("judge",)))
+    critic, answerer = team.role_id("critic"), team.role_id("answerer")
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    common = dict(
+        role_ids=torch.tensor([critic, critic, critic, critic, answerer]),
+        traj_index=torch.tensor([0, 1, 2, 3, 0]),
+        candidate_index=torch.zeros(5, dtype=torch.long),
+        response_mask=torch.ones(5, 3, dtype=torch.bool),
+        old_logprobs=torch.zeros(5, 3),
+        teacher_logprobs=None,
+        leader_rewards=None,
+        answerer_rewards=torch.tensor([[[1.0], [0.0], [0.0], [1.0]]]),
+        role_rewards={"critic": rewards},
+    )
+    by_default = team_token_advantages(**common, config=AdvantageConfig(kl_in_reward_coef=0.0))
+    torch.testing.assert_close(by_default.token_advantages[:4, 0], grpo_advantages(rewards)[0])
+    silenced = team_token_advantages(
+        **common, config=AdvantageConfig(kl_in_reward_coef=0.0, role_signals={"critic": "none"})
+    )
+    assert not silenced.token_advantages[:4].any()
+    with pytest.raises(ConfigError, match="role_signals.leader: set leader_signal instead"):
+        AdvantageConfig(role_signals={"leader": "grpo"})

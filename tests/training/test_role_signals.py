@@ -211,7 +211,9 @@ def test_the_teacher_is_loaded_for_and_scores_the_roles_whose_estimator_declares
 
 
 def test_the_critic_needs_an_estimator_that_reads_r_s():
-    with pytest.raises(ConfigError, match=r"searcher_reward 'critic' replaces R_S.*\['grpo', 'grpo_rs'\]"):
+    with pytest.raises(
+        ConfigError, match=r"searcher_reward 'critic' replaces R_S.*\['grpo', 'grpo_agentwise', 'grpo_rs'\]"
+    ):
         build_config({"variant": "prompted_critic", "teacher": {"path": "stage1"}}, ["advantage.searcher_signal=opd"])
     build_config({"variant": "prompted_critic", "teacher": {"path": "stage1"}}, ["advantage.searcher_signal=grpo"])
 
