@@ -53,7 +53,7 @@ from maopd.envs.hierarchical_search_v1 import raw_env as HierarchyEnv
 from maopd.envs.policy import SamplingSettings
 from maopd.envs.search_env import SearchEnvConfig
 from maopd.envs.single_search_v1 import raw_env as SingleEnv
-from maopd.envs.workflows import env_module, workflow_roles
+from maopd.envs.workflows import check_workflow, env_module, workflow_roles
 from maopd.training.advantages import ADVANTAGE_ESTIMATORS, AdvantageConfig, outcome_argument
 from maopd.training.distributed import DistributedConfig
 from maopd.training.losses import PPOLossConfig
@@ -339,6 +339,13 @@ class TrainConfig:
         help="The Stage II variant: full (MultiAgent-OPD), the Table 3 ablations outcome_searcher_rl, "
         "base_model_teacher and no_searcher_supervision, or the prompted_critic baseline.",
     )
+    workflow: str | None = checked(
+        None,
+        null="the stage's",
+        record_default=False,
+        help="The workflow trained, any registered one (maopd.envs.workflows), with the stage's settings; null: "
+        "the stage's own (stage1 cascade, stage2 hierarchical, single single).",
+    )
     seed: int = seed_field(help="Seeds the run: the question order, the rollouts and the PPO minibatch order.")
     steps: int = checked(500, ge=1, help="Training steps; each collects rollouts and updates the policy.")
     run_dir: str = checked(
@@ -373,13 +380,13 @@ class TrainConfig:
     )
 
     @property
-    def workflow(self) -> str:
-        """The workflow the stage trains (``maopd.envs.workflows``)."""
-        return STAGE_WORKFLOWS[self.stage]
+    def trained_workflow(self) -> str:
+        """The workflow the run trains (``maopd.envs.workflows``): ``workflow``, else the stage's."""
+        return self.workflow or STAGE_WORKFLOWS[self.stage]
 
     def signal_needs(self) -> dict[str, Needs]:
-        """What the estimator of each role of the stage's workflow declared it needs."""
-        return {role: self.advantage.needs(role) for role in workflow_roles(self.workflow)}
+        """What the estimator of each role of the trained workflow declared it needs."""
+        return {role: self.advantage.needs(role) for role in workflow_roles(self.trained_workflow)}
 
     @property
     def teacher_roles(self) -> tuple[str, ...]:
@@ -397,10 +404,15 @@ class TrainConfig:
             raise ConfigError("run_dir: is empty; name the directory the run writes to")
         if self.ptx.coef > 0 and not self.ptx.data:
             raise ConfigError("ptx.data: ptx.coef > 0 needs a .jsonl file of examples (maopd.training.ptx)")
-        min_steps = env_module(self.workflow).raw_env.min_steps
+        if self.workflow is not None:
+            try:
+                check_workflow(self.workflow)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        min_steps = env_module(self.trained_workflow).raw_env.min_steps
         if self.env.max_steps is not None and self.env.max_steps < min_steps:
             raise ConfigError(
-                f"env.max_steps: must be at least {min_steps} for the {self.workflow} workflow, "
+                f"env.max_steps: must be at least {min_steps} for the {self.trained_workflow} workflow, "
                 f"got {self.env.max_steps}"
             )
         if self.stage == "stage1" and self.variant != "full":

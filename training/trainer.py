@@ -134,7 +134,7 @@ def world_report_gold(corpus: str | None) -> Callable[[str, str], bool] | None:
 
 
 def env_factory(config: TrainConfig) -> Callable[[], SearchEnv]:
-    module = env_module(config.workflow)
+    module = env_module(config.trained_workflow)
     return lambda: module.env(config=replace(config.env))
 
 

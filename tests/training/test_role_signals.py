@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from maopd.base.config import ConfigError, dump_yaml, from_dict, to_dict, to_record
+from maopd.envs import team
 from maopd.envs.actions import LEADER, ROLES, SEARCHER
 from maopd.training.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -87,8 +88,11 @@ def test_every_registered_signal_declares_its_needs():
 
 def test_every_role_has_an_entry_in_the_map_with_a_registered_default():
     config = AdvantageConfig()
-    assert list(config.roles) == list(ROLES)
-    assert config.roles == DEFAULT_SIGNALS and set(DEFAULT_SIGNALS.values()) <= set(ADVANTAGE_ESTIMATORS)
+    built_in = {role: config.roles[role] for role in ROLES}
+    assert list(config.roles)[: len(ROLES)] == list(ROLES)
+    assert built_in == DEFAULT_SIGNALS and set(DEFAULT_SIGNALS.values()) <= set(ADVANTAGE_ESTIMATORS)
+    # a role a workflow registered (the orchestra's Verifier) learns by grpo unless role_signals names it
+    assert all(config.roles[role] == "grpo" for role in team.role_names() if role not in ROLES)
     with pytest.raises(ConfigError, match="leader_signal: 'judge' is not one of"):
         from_dict(AdvantageConfig, {"leader_signal": "judge"})
 
@@ -115,7 +119,7 @@ def test_the_paper_variants_are_presets_over_the_map():
     assert {variant for stage, variant in PAPER_MAPS if stage == "stage2"} == set(VARIANT_SETTINGS)
     for (stage, variant), searcher in PAPER_MAPS.items():
         config = build_config({"stage": stage, "variant": variant, "teacher": {"path": "stage1"}})
-        assert config.advantage.roles == {**DEFAULT_SIGNALS, "searcher": searcher}
+        assert {role: config.advantage.roles[role] for role in ROLES} == {**DEFAULT_SIGNALS, "searcher": searcher}
     # the settings tables choose estimators only through entries of the map
     entries = {f"advantage.{role}_signal" for role in ROLES}
     for table in (*STAGE_SETTINGS.values(), *VARIANT_SETTINGS.values()):

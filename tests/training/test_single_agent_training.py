@@ -21,10 +21,10 @@ FAST = ["rollout.max_new_tokens=8", "logging.progress=false", "logging.tensorboa
 
 def test_stage_single_trains_the_single_workflow_without_a_teacher():
     config = load_config(None, ["stage=single"])
-    assert config.workflow == "single" and config.env.max_steps == 5
+    assert config.trained_workflow == "single" and config.env.max_steps == 5
     assert config.teacher.source == "none" and config.advantage.kl_in_reward_coef == 0.0
-    assert load_config(None, ["stage=stage1"]).workflow == "cascade"  # the stages keep theirs
-    assert load_config(None, ["teacher.path=runs/stage1"]).workflow == "hierarchical"
+    assert load_config(None, ["stage=stage1"]).trained_workflow == "cascade"  # the stages keep theirs
+    assert load_config(None, ["teacher.path=runs/stage1"]).trained_workflow == "hierarchical"
 
 
 @pytest.mark.parametrize(
