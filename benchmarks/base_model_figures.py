@@ -24,37 +24,38 @@ from pathlib import Path
 
 from maopd.base.arguments import positive_int, seed_int
 from maopd.base.atomic import write_text_atomically
+from maopd.envs.records import WorkflowRecord
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def team_figures(records: list[dict]) -> dict:
-    outputs = sum(len(call["outputs"]) for record in records for call in record["calls"])
-    failures = sum(record["counters"]["format_failures"] for record in records)
+def team_figures(records: list[WorkflowRecord]) -> dict:
+    outputs = sum(len(call.outputs) for record in records for call in record.calls)
+    failures = sum(record.counters.format_failures for record in records)
     return {
         "questions": len(records),
-        "em": round(sum(max(r["candidate_scores"], default=0.0) for r in records) / len(records), 4),
+        "em": round(sum(max(r.candidate_scores, default=0.0) for r in records) / len(records), 4),
         "model_outputs": outputs,
         "format_failures": failures,
         "format_failure_rate": round(failures / max(outputs, 1), 4),
-        "searches_per_question": round(sum(r["counters"]["search_actions"] for r in records) / len(records), 2),
+        "searches_per_question": round(sum(r.counters.search_actions for r in records) / len(records), 2),
     }
 
 
-def samples(records: list[dict], count: int = 3) -> list[dict]:
+def samples(records: list[WorkflowRecord], count: int = 3) -> list[dict]:
     """What the team wrote on the first questions: to see how it fails, not just that it does."""
     return [
         {
-            "question": record["question"],
-            "golden_answers": record["golden_answers"],
-            "outputs": [{"role": call["role"], "outputs": call["outputs"]} for call in record["calls"]],
-            "extracted_answers": record["extracted_answers"],
+            "question": record.question,
+            "golden_answers": record.golden_answers,
+            "outputs": [{"role": call.role, "outputs": call.outputs} for call in record.calls],
+            "extracted_answers": record.extracted_answers,
         }
         for record in records[:count]
     ]
 
 
-def play_expert(workflow: str, retriever, questions) -> list[dict]:
+def play_expert(workflow: str, retriever, questions) -> list[WorkflowRecord]:
     from maopd.agents.expert_team import expert_team
     from maopd.envs.episode import run_episode
     from maopd.envs.synthwiki.demos import make_env
@@ -63,7 +64,7 @@ def play_expert(workflow: str, retriever, questions) -> list[dict]:
     return [run_episode(env, expert_team(), seed=i, options={"question_index": i}) for i in range(len(questions))]
 
 
-def play_model(workflow: str, retriever, questions, model_dir: Path, seed: int) -> list[dict]:
+def play_model(workflow: str, retriever, questions, model_dir: Path, seed: int) -> list[WorkflowRecord]:
     from maopd.agents.hf_policy import HFPolicy
     from maopd.agents.sampling import SamplingConfig
     from maopd.agents.tiny_model import load_model

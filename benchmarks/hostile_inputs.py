@@ -400,13 +400,16 @@ def manifest_over_its_dataset(work: Path) -> Finding:
 # ----------------------------------------------------------------------------- security
 
 
-@repro("security", "a subtask `wave` of `<script>alert(1)</script>`; `eval score r.jsonl --out o` writes viewer.html")
+@repro("security", "a subtask `task` of `<script>alert(1)</script>`; `eval score r.jsonl --out o` writes viewer.html")
 def viewer_script(work: Path) -> Finding:
     payload = "<script>alert(1)</script>"
+    passage = {"id": payload, "title": payload, "text": payload, "score": 1.0}
     trajectory = {
-        "subtasks": [{"wave": payload, "agent": payload, "task": payload}],
-        "searches": [{"agent": payload, "query": payload, "passages": [{"title": payload, "text": payload}]}],
-        "reports": [{"number": payload, "agent": payload, "text": payload}],
+        "subtasks": [{"wave": 1, "agent": payload, "task": payload}],
+        "searches": [{"wave": 1, "agent": payload, "query": payload, "passages": [passage]}],
+        "reports": [{"number": 1, "agent": payload, "task": payload, "text": payload}],
+        "format_errors": [{"env_step": 1, "agent": payload, "error": payload}],
+        "calls": [{"call_id": payload, "agent": payload, "outputs": [payload]}],
     }
     rows = [record(method=f"m{payload}", question=payload, trajectory=trajectory, attempt=a) for a in range(2)]
     ran = cli(

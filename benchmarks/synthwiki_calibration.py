@@ -69,7 +69,7 @@ def team_accuracy(
     pairs = []
     for index, question in enumerate(tqdm(questions, desc=label, unit="q")):
         record = run_episode(env, team, seed=index, options={"question_index": index})
-        pairs.append((question_kind(question), max(record["candidate_scores"], default=0.0)))
+        pairs.append((question_kind(question), max(record.candidate_scores, default=0.0)))
     return mean_by_kind(pairs)
 
 

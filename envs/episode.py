@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from maopd.envs.policy import Policy, checked_outputs
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.search_env import SearchEnv
 
 
-def run_episode(env: SearchEnv, policy: Policy, seed: int | None = None, options: dict | None = None) -> dict[str, Any]:
+def run_episode(env: SearchEnv, policy: Policy, seed: int | None = None, options: dict | None = None) -> WorkflowRecord:
     """Play until the episode ends and return its workflow record.
 
     All agents scheduled in an environment step (e.g. the Searchers of a wave) are sent to the

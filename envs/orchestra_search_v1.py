@@ -71,8 +71,9 @@ from typing import Any
 from maopd.envs import prompts
 from maopd.envs import rewards as R
 from maopd.envs.policy import AgentTurn
+from maopd.envs.records import CallRecord
 from maopd.envs.roles import ANSWERER_ROLE, SEARCHER_ROLE
-from maopd.envs.search_env import SearchEnv, Turn, call_dict, short_text
+from maopd.envs.search_env import SearchEnv, Turn, call_record, short_text
 from maopd.envs.team import Role, Workflow, register_role
 from maopd.envs.workflows import pettingzoo_api
 
@@ -200,14 +201,14 @@ class raw_env(SearchEnv):
             self.no_answer = True
             self._log("  no round left after a no: the workflow ends without an answer")
 
-    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, float]:
         failed = any(verdict.format_failed for verdict in self.verdicts)
         return {"verifier": R.FORMAT_PENALTY if failed else R.team_outcome(candidate_scores)}
 
-    def _calls(self) -> list[dict[str, Any]]:
-        searches = [call_dict(call.call_id, call.agent, "searcher", call.wave, call) for call in self.searcher_calls]
-        verdicts = [call_dict(f"verifier@r{k}", "verifier", "verifier", k, v) for k, v in enumerate(self.verdicts, 1)]
-        answers = [call_dict(turn.agent, turn.agent, turn.role, None, turn) for turn in self._turns()]
+    def _calls(self) -> list[CallRecord]:
+        searches = [call_record(call.call_id, call.agent, "searcher", call.wave, call) for call in self.searcher_calls]
+        verdicts = [call_record(f"verifier@r{k}", "verifier", "verifier", k, v) for k, v in enumerate(self.verdicts, 1)]
+        answers = [call_record(turn.agent, turn.agent, turn.role, None, turn) for turn in self._turns()]
         return [*searches, *verdicts, *answers]
 
 

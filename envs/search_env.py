@@ -26,9 +26,9 @@ Budget exhaustion
 paper's behaviour): a Searcher may still search in its last step and a call that has not reported when its budget runs
 out ends with no report (``unreported_calls``); the cascade ends without an Answerer call when
 its Searcher never reported, the hierarchy when its Leader fails its last step without selecting.
-Such a record has ``candidates == extracted_answers == []``, R_EM 0 and ``counters["no_answer"]
+Such a record has ``candidates == extracted_answers == []``, R_EM 0 and ``counters.no_answer
 = 1`` (the paper's "no Answerer candidate" failure); the counters ``no_answer`` and
-``unreported_calls`` are in the record only under ``force_finish=False``. Rewards stay the
+``unreported_calls`` are set (not None) only under ``force_finish=False``. Rewards stay the
 formulas: the Answerer has no candidate and no reward entry (its agent reward is 0), the Leader
 gets 0.9·0 + 0.1·R_assign (−1 after a format failure, which a failed last step is), an unreported
 Searcher call 0.9·R_EM with b_S = 0 (−1 after a format failure). True (an option, so that a
@@ -66,8 +66,17 @@ from maopd.envs.actions import (
 )
 from maopd.envs.datasets import Question, load_questions
 from maopd.envs.policy import AgentOutput, AgentTurn, safe_token_count
-from maopd.envs.records import Counters
-from maopd.envs.retrieval.base import Retriever
+from maopd.envs.records import (
+    CallRecord,
+    Counters,
+    FormatError,
+    Report,
+    RewardParts,
+    Search,
+    Subtask,
+    WorkflowRecord,
+)
+from maopd.envs.retrieval.base import Passage, Retriever
 from maopd.envs.retrieval.corpus import Corpus, load_corpus
 from maopd.envs.retrieval.factory import RetrieverConfig, build_retriever
 
@@ -239,6 +248,7 @@ class SearcherCall:
     exhausted: bool = False
     format_failed: bool = False
     outputs: list[str] = field(default_factory=list)
+    output_chars: list[int] = field(default_factory=list)  # each output's length before keep_output cut it
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -260,6 +270,7 @@ class Turn:
     messages: list[dict[str, str]]
     format_failed: bool = False
     outputs: list[str] = field(default_factory=list)
+    output_chars: list[int] = field(default_factory=list)  # each output's length before keep_output cut it
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -461,7 +472,7 @@ class SearchEnv(AECEnv):
         self.selected: list[int] = []
         self.answer_turn: Turn | None = None
         self.transcript: list[str] = [f"Question: {self.question.question}"]
-        self.record: dict[str, Any] | None = None
+        self.record: WorkflowRecord | None = None
         self._started = time.perf_counter()
         self._pending: dict[str, Any] = {}
         self._candidate_valid: list[bool] = []
@@ -648,7 +659,7 @@ class SearchEnv(AECEnv):
         """Record one single-text output in its call (text, tokens, history) and parse it."""
         texts, n_in, n_out = self._texts(action, 1)
         text = texts[0]
-        call.outputs.append(text)
+        keep_output(call, text, self.config.max_action_chars)
         call.input_tokens += n_in
         call.output_tokens += n_out
         call.messages.append({"role": "assistant", "content": text[: self.config.max_action_chars]})
@@ -771,9 +782,10 @@ class SearchEnv(AECEnv):
     def _resolve_answer(self, action: Any) -> None:
         turn = self.answer_turn
         texts, turn.input_tokens, turn.output_tokens = self._texts(action, self.config.num_candidates)
-        turn.outputs = texts
+        turn.outputs, turn.output_chars = [], []
         self._candidate_valid = []
         for j, text in enumerate(texts):
+            keep_output(turn, text, self.config.max_action_chars)
             valid = self._parse("answerer", text, ("answer",)).valid
             self._candidate_valid.append(valid)
             turn.format_failed |= not valid
@@ -784,13 +796,13 @@ class SearchEnv(AECEnv):
         """The raw outputs that hold the workflow's answer: the Answerer's candidates."""
         return self.answer_turn.outputs if self.answer_turn else []
 
-    def _workflow_record(self) -> dict[str, Any]:
+    def _workflow_record(self) -> WorkflowRecord:
         """The finished workflow's record (envs/records.py), rewards included; sets the counters
         that are only known at the end."""
         refs = self.question.golden_answers
-        candidates = self._candidate_texts()
-        clipped = [c[: self.config.max_action_chars] for c in candidates]
-        extracted = [strict_answer(c) for c in clipped]
+        # the single agent's answer is its raw last output: cut like every output a record keeps
+        candidates = [c[: self.config.max_action_chars] for c in self._candidate_texts()]
+        extracted = [strict_answer(c) for c in candidates]
         scores = [R.exact_match(a, refs) for a in extracted]
         r_em = R.team_outcome(scores)
         answerer_rewards = [R.answerer_reward(c, not valid) for c, valid in zip(scores, self._candidate_valid)]
@@ -803,62 +815,65 @@ class SearchEnv(AECEnv):
             per_agent.setdefault(call.agent, []).append(reward)
         leader_reward = self._leader_reward(r_em)
 
-        reward_parts = {
-            "em": r_em,
-            "leader": leader_reward,
-            "answerer": answerer_rewards,
-            "searchers": {agent: float(np.mean(v)) for agent, v in per_agent.items()},
-            "searcher_calls": call_rewards,
-            "search_bonus": call_bonus,
-            "assign_bonus": R.assign_bonus(self.counters.tool_steps),
-            **self._workflow_rewards(scores),
-        }
+        reward_parts = RewardParts(
+            em=r_em,
+            leader=leader_reward,
+            answerer=answerer_rewards,
+            searchers={agent: float(np.mean(v)) for agent, v in per_agent.items()},
+            searcher_calls=call_rewards,
+            search_bonus=call_bonus,
+            assign_bonus=R.assign_bonus(self.counters.tool_steps),
+            roles=self._workflow_rewards(scores),
+        )
         self.counters.env_steps = self.env_step
         self.counters.task_assignments = len(self.subtasks)
-        counters = self.counters.to_dict()
+        counters = replace(self.counters)
         if not self.config.force_finish:
-            # only under the option, so that default records keep their keys
-            counters["no_answer"] = int(not self.answered)
-            counters["unreported_calls"] = sum(call.exhausted for call in self.searcher_calls)
-        return {
-            "workflow": self.workflow,
-            "question_id": self.question.id,
-            "question": self.question.question,
-            "golden_answers": list(refs),
-            "subtasks": self.subtasks,
-            "dropped_subtasks": self.dropped_subtasks,
-            "reports": self.reports,
-            "selected_reports": self.selected,
-            "searches": self.searches,
-            "candidates": candidates,
-            "extracted_answers": extracted,
-            "candidate_scores": scores,
-            "rewards": reward_parts,
-            "counters": counters,
-            "format_errors": self.format_errors,
-            "calls": self._calls(),
-            "duration_s": time.perf_counter() - self._started,
-        }
+            # only under the option, so that default records keep their fields
+            counters.no_answer = int(not self.answered)
+            counters.unreported_calls = sum(call.exhausted for call in self.searcher_calls)
+        return WorkflowRecord(
+            workflow=self.workflow,
+            question_id=self.question.id,
+            question=self.question.question,
+            golden_answers=list(refs),
+            subtasks=[Subtask(**subtask) for subtask in self.subtasks],
+            dropped_subtasks=self.dropped_subtasks,
+            reports=[Report(**report) for report in self.reports],
+            selected_reports=self.selected,
+            searches=[
+                Search(s["wave"], s["agent"], s["query"], [Passage(**p) for p in s["passages"]]) for s in self.searches
+            ],
+            candidates=candidates,
+            extracted_answers=extracted,
+            candidate_scores=scores,
+            rewards=reward_parts,
+            counters=counters,
+            format_errors=[FormatError(**error) for error in self.format_errors],
+            calls=self._calls(),
+            duration_s=time.perf_counter() - self._started,
+        )
 
     def _finish(self) -> None:
-        self.record = self._workflow_record()
-        reward_parts, refs = self.record["rewards"], self.question.golden_answers
-        extracted, r_em = self.record["extracted_answers"], reward_parts["em"]
-        leader_reward, answerer_rewards = reward_parts["leader"], reward_parts["answerer"]
-        self._log(f"Answer: {extracted[0] if extracted else None!r}  gold: {list(refs)}  EM={r_em:.0f}")
+        record = self.record = self._workflow_record()
+        reward_parts, extracted = record.rewards, record.extracted_answers
+        self._log(
+            f"Answer: {extracted[0] if extracted else None!r}  gold: {list(self.question.golden_answers)}  "
+            f"EM={reward_parts.em:.0f}"
+        )
 
         for agent in self.agents:
             role = self.role_of(agent)
             if role == "leader":
-                self.rewards[agent] = leader_reward if leader_reward is not None else 0.0
+                self.rewards[agent] = reward_parts.leader if reward_parts.leader is not None else 0.0
             elif role == "answerer":
-                self.rewards[agent] = float(np.mean(answerer_rewards)) if answerer_rewards else 0.0
+                self.rewards[agent] = float(np.mean(reward_parts.answerer)) if reward_parts.answerer else 0.0
             elif role == "searcher":
-                self.rewards[agent] = reward_parts["searchers"].get(agent, 0.0)
+                self.rewards[agent] = reward_parts.searchers.get(agent, 0.0)
             else:  # a role only some workflows have: its reward part is named after it
-                self.rewards[agent] = reward_parts[role]
+                self.rewards[agent] = reward_parts.roles[role]
             self.terminations[agent] = True
-            self.infos[agent] = {**self._info(agent), "reward_parts": reward_parts, "counters": self.record["counters"]}
+            self.infos[agent] = {**self._info(agent), "reward_parts": reward_parts, "counters": record.counters}
         # ``rewards`` loses each agent as it leaves (PettingZoo's rule); this stays until the next reset
         self.final_rewards = dict(self.rewards)
         self._accumulate_rewards()
@@ -867,17 +882,17 @@ class SearchEnv(AECEnv):
     def _leader_reward(self, r_em: float) -> float | None:
         return None
 
-    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, float]:
         """Reward parts of roles only some workflows have (the single agent's ``solver``), each
-        under its role's name: the reward of every agent of that role."""
+        under its role's name: the reward of every agent of that role (``RewardParts.roles``)."""
         return {}
 
-    def _calls(self) -> list[dict[str, Any]]:
+    def _calls(self) -> list[CallRecord]:
         calls = []
         for call in self.searcher_calls:
-            calls.append(call_dict(call.call_id, call.agent, "searcher", call.wave, call))
+            calls.append(call_record(call.call_id, call.agent, "searcher", call.wave, call))
         for turn in self._turns():
-            calls.append(call_dict(turn.agent, turn.agent, turn.role, None, turn))
+            calls.append(call_record(turn.agent, turn.agent, turn.role, None, turn))
         return calls
 
     def _turns(self) -> list[Turn]:
@@ -916,14 +931,24 @@ def short_text(text: str | None, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def call_dict(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> dict[str, Any]:
-    return {
-        "call_id": call_id,
-        "agent": agent,
-        "role": role,
-        "wave": wave,
-        "messages": call.messages,
-        "outputs": call.outputs,
-        "input_tokens": call.input_tokens,
-        "output_tokens": call.output_tokens,
-    }
+def keep_output(call: SearcherCall | Turn, text: str, limit: int) -> None:
+    """Keep ``text`` in ``call.outputs`` cut to ``limit`` characters (``max_action_chars``, the cut
+    the chat histories show, so that a record stays bounded), and its length in ``call.output_chars``."""
+    call.outputs.append(text[:limit])
+    call.output_chars.append(len(text))
+
+
+def call_record(call_id: str, agent: str, role: str, wave: int | None, call: SearcherCall | Turn) -> CallRecord:
+    """The record of a finished call; ``output_chars`` only when ``keep_output`` cut an output."""
+    cut = any(length != len(output) for length, output in zip(call.output_chars, call.outputs))
+    return CallRecord(
+        call_id=call_id,
+        agent=agent,
+        role=role,
+        wave=wave,
+        messages=call.messages,
+        outputs=call.outputs,
+        input_tokens=call.input_tokens,
+        output_tokens=call.output_tokens,
+        output_chars=list(call.output_chars) if cut else None,
+    )

@@ -58,8 +58,9 @@ from typing import Any
 
 from maopd.envs import prompts
 from maopd.envs import rewards as R
+from maopd.envs.records import CallRecord
 from maopd.envs.roles import SOLVER_ROLE
-from maopd.envs.search_env import SearchEnv, SearcherCall, call_dict, short_text, with_notice
+from maopd.envs.search_env import SearchEnv, SearcherCall, call_record, short_text, with_notice
 from maopd.envs.team import Workflow
 from maopd.envs.workflows import pettingzoo_api
 
@@ -138,11 +139,11 @@ class raw_env(SearchEnv):
     def _candidate_texts(self) -> list[str]:
         return [self.solver_answer] if self.solver_answer is not None else []
 
-    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, float]:
         return {SOLVER: R.solver_reward(R.team_outcome(candidate_scores), self.solver_call.format_failed)}
 
-    def _calls(self) -> list[dict[str, Any]]:
-        return [call_dict(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
+    def _calls(self) -> list[CallRecord]:
+        return [call_record(SOLVER, SOLVER, SOLVER, None, self.solver_call)]
 
 
 env, parallel_env = pettingzoo_api(raw_env)

@@ -31,32 +31,44 @@ The judge's figures, per batch (``last_metrics``, logged by the trainer each ste
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
 from maopd.agents.chat_tokens import encode_text, prompt_ids, render_text
 from maopd.agents.hf_policy import HFPolicy
 from maopd.envs.prompts import critic_message, has_verdict, judgement_text, parse_judgement
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.rewards import FORMAT_PENALTY, report_has_gold
 from maopd.training.config import CriticConfig
 
 
-def searcher_reports(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """One entry per Searcher call, in the order of ``record["rewards"]["searcher_calls"]``."""
-    reports = {(r["agent"], r["wave"]): r for r in record["reports"]}
-    calls = [c for c in record["calls"] if c["role"] == "searcher"]
+@dataclass(frozen=True)
+class SearcherReport:
+    """A Searcher call as the critic sees it: its sub-question, its report (``summary``, empty
+    when ``reported`` is False), its environment reward and its search bonus b_S."""
+
+    sub_query: str
+    summary: str
+    env_reward: float
+    bonus: float
+    reported: bool
+
+
+def searcher_reports(record: WorkflowRecord) -> list[SearcherReport]:
+    """One entry per Searcher call, in the order of ``record.rewards.searcher_calls``."""
+    reports = {(r.agent, r.wave): r for r in record.reports}
     entries = []
-    for index, call in enumerate(calls):
-        report = reports.get((call["agent"], call["wave"]), {})
+    for index, call in enumerate(record.searcher_calls()):
+        report = reports.get((call.agent, call.wave))
         entries.append(
-            {
-                "sub_query": report.get("task", record["question"]),
-                "summary": report.get("text", ""),
-                "env_reward": record["rewards"]["searcher_calls"][index],
-                "bonus": record["rewards"]["search_bonus"][index],
-                "reported": bool(report),
-            }
+            SearcherReport(
+                sub_query=report.task if report else record.question,
+                summary=report.text if report else "",
+                env_reward=record.rewards.searcher_calls[index],
+                bonus=record.rewards.search_bonus[index],
+                reported=report is not None,
+            )
         )
     return entries
 
@@ -128,7 +140,7 @@ class PromptedCritic:
                 probabilities.append(float(torch.softmax(pair, dim=0)[0]))
         return probabilities
 
-    def searcher_rewards(self, records: Sequence[Sequence[dict[str, Any]]]) -> torch.Tensor:
+    def searcher_rewards(self, records: Sequence[Sequence[WorkflowRecord]]) -> torch.Tensor:
         """R_S [B, G]: per trajectory, the mean over its Searcher calls of the critic reward."""
         entries = [[searcher_reports(record) for record in row] for row in records]
         judged_entries = [
@@ -136,9 +148,9 @@ class PromptedCritic:
             for b, row in enumerate(entries)
             for g, calls in enumerate(row)
             for e in calls
-            if e["reported"]
+            if e.reported
         ]
-        items = [(record["question"], e["sub_query"], e["summary"]) for record, e in judged_entries]
+        items = [(record.question, e.sub_query, e.summary) for record, e in judged_entries]
         self._last_texts = None
         judged = self.judge(items)
         self.last_metrics = {
@@ -150,22 +162,22 @@ class PromptedCritic:
         rewards = torch.zeros(len(records), len(records[0]))
         for b, row in enumerate(entries):
             for g, calls in enumerate(row):
-                em = records[b][g]["rewards"]["em"]
+                em = records[b][g].rewards.em
                 per_call = []
                 for call in calls:
-                    judge = next(verdicts) if call["reported"] else 0.0
-                    if call["env_reward"] == FORMAT_PENALTY:
+                    judge = next(verdicts) if call.reported else 0.0
+                    if call.env_reward == FORMAT_PENALTY:
                         per_call.append(FORMAT_PENALTY)
                     else:
                         per_call.append(
-                            weights.em_weight * em + weights.judge_weight * judge + weights.bonus_weight * call["bonus"]
+                            weights.em_weight * em + weights.judge_weight * judge + weights.bonus_weight * call.bonus
                         )
                 rewards[b, g] = sum(per_call) / len(per_call) if per_call else 0.0
         return rewards
 
     def _judge_metrics(
         self,
-        entries: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+        entries: Sequence[tuple[WorkflowRecord, SearcherReport]],
         verdicts: Sequence[float],
         texts: Sequence[str] | None,
     ) -> dict[str, float]:
@@ -174,9 +186,9 @@ class PromptedCritic:
         if not entries:
             return {}
         if self.report_gold is not None:
-            gold = [self.report_gold(e["sub_query"], e["summary"]) for _, e in entries]
+            gold = [self.report_gold(e.sub_query, e.summary) for _, e in entries]
         else:
-            gold = [report_has_gold(e["summary"], record["golden_answers"]) for record, e in entries]
+            gold = [report_has_gold(e.summary, record.golden_answers) for record, e in entries]
         metrics = {"critic/judged": float(len(entries)), "critic/gold_rate": sum(gold) / len(gold)}
         if texts is None or len(texts) != len(entries):
             return metrics

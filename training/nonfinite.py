@@ -24,6 +24,7 @@ import torch
 
 from maopd.base.atomic import write_file_atomically
 from maopd.base.json_files import write_json
+from maopd.envs.records import WorkflowRecord
 
 if TYPE_CHECKING:
     from maopd.training.advantages import PPOBatch
@@ -83,7 +84,7 @@ def save_nonfinite_step(
     step: int,
     error: Exception,
     tensors: dict[str, torch.Tensor],
-    records: list[list[dict[str, Any]]] | None,
+    records: list[list[WorkflowRecord]] | None,
     questions: list[str],
 ) -> Path:
     """Write ``nonfinite/step_{step}.pt`` and its ``.json`` summary; returns the ``.pt`` path."""
@@ -92,7 +93,8 @@ def save_nonfinite_step(
     path = directory / f"step_{step}.pt"
     # records as JSON reads them back: plain types only (no tuples, no NumPy scalars), which
     # weights_only loading accepts; NaN and inf stay, they are what the dump is for
-    plain_records = json.loads(json.dumps(records, default=_plain))
+    rows = [[record.to_json() for record in row] for row in records] if records is not None else None
+    plain_records = json.loads(json.dumps(rows, default=_plain))
     dump = {"step": step, "error": str(error), "tensors": tensors, "records": plain_records}
     write_file_atomically(path, lambda handle: torch.save(dump, handle))
     summary = {

@@ -26,7 +26,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +35,7 @@ from maopd.agents.token_policy import TokenPolicy
 from maopd.envs.actions import ROLE_IDS
 from maopd.envs.datasets import Question
 from maopd.envs.policy import AgentOutput, Policy
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.search_env import SearchEnv
 from maopd.training.token_scoring import TokenBatch, pad_batch
 
@@ -73,9 +73,9 @@ class TeamBatch:
     questions: list[Question]
     group_size: int
     sequences: list[CallSequence]
-    records: list[list[dict[str, Any]]]  # records[b][g]: the workflow record of trajectory (b, g)
+    records: list[list[WorkflowRecord]]  # records[b][g]: the workflow record of trajectory (b, g)
 
-    def record(self, group: int, trajectory: int) -> dict[str, Any]:
+    def record(self, group: int, trajectory: int) -> WorkflowRecord:
         return self.records[group][trajectory]
 
     def role_ids(self) -> torch.Tensor:
@@ -97,7 +97,7 @@ class TeamBatch:
     def informative_groups(self) -> list[int]:
         """The questions whose G trajectories do not all reach the same R_EM. The others give every
         outcome-based advantage exactly 0 (DAPO's dynamic sampling drops them)."""
-        return [b for b, row in enumerate(self.records) if len({r["rewards"]["em"] for r in row}) > 1]
+        return [b for b, row in enumerate(self.records) if len({r.rewards.em for r in row}) > 1]
 
     def old_logprobs(self) -> torch.Tensor:
         """π_old log-probs aligned with ``token_batch`` (right padding, 0 off the response mask)."""

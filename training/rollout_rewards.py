@@ -13,28 +13,28 @@ from maopd.training.rollout import TeamBatch
 def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
     """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
     records = batch.records
-    rewards = [[r["rewards"] for r in row] for row in records]
+    rewards = [[r.rewards for r in row] for row in records]
     # at least 1: a batch where no workflow reached the Answerer (env.force_finish off) keeps
     # a [B, G, 1] tensor whose entries are all masked out
-    num_candidates = max(1, max(len(r["answerer"]) for row in rewards for r in row))
+    num_candidates = max(1, max(len(r.answerer) for row in rewards for r in row))
     answerer = torch.zeros(len(records), batch.group_size, num_candidates)
     candidate_mask = torch.zeros_like(answerer, dtype=torch.bool)
     for b, row in enumerate(rewards):
         for g, r in enumerate(row):
-            answerer[b, g, : len(r["answerer"])] = torch.tensor(r["answerer"], dtype=torch.float32)
-            candidate_mask[b, g, : len(r["answerer"])] = True
-    has_leader = all(r["leader"] is not None for row in rewards for r in row)
-    has_solver = all("solver" in r for row in rewards for r in row)  # the single workflow's records
+            answerer[b, g, : len(r.answerer)] = torch.tensor(r.answerer, dtype=torch.float32)
+            candidate_mask[b, g, : len(r.answerer)] = True
+    has_leader = all(r.leader is not None for row in rewards for r in row)
+    has_solver = all("solver" in r.roles for row in rewards for r in row)  # the single workflow's records
     return {
-        "em": torch.tensor([[r["em"] for r in row] for row in rewards]),
-        "leader": torch.tensor([[r["leader"] for r in row] for row in rewards]) if has_leader else None,
+        "em": torch.tensor([[r.em for r in row] for row in rewards]),
+        "leader": torch.tensor([[r.leader for r in row] for row in rewards]) if has_leader else None,
         "answerer": answerer,
         "candidate_mask": candidate_mask,
         # R_S of a trajectory: the mean over its Searcher calls (0 when it made none)
         "searcher": torch.tensor(
-            [[float(np.mean(r["searcher_calls"])) if r["searcher_calls"] else 0.0 for r in row] for row in rewards]
+            [[float(np.mean(r.searcher_calls)) if r.searcher_calls else 0.0 for r in row] for row in rewards]
         ),
-        "solver": torch.tensor([[r["solver"] for r in row] for row in rewards]) if has_solver else None,
+        "solver": torch.tensor([[r.roles["solver"] for r in row] for row in rewards]) if has_solver else None,
     }
 
 
@@ -47,7 +47,7 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         if rewards["candidate_mask"].any()
         else 0.0,
         "reward/searcher": float(rewards["searcher"].mean()),
-        "em/answerer_candidates": float(np.mean([s for r in records for s in r["candidate_scores"]] or [0.0])),
+        "em/answerer_candidates": float(np.mean([s for r in records for s in r.candidate_scores] or [0.0])),
     }
     if rewards["leader"] is not None:
         metrics["reward/leader"] = float(rewards["leader"].mean())
@@ -63,9 +63,9 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         "tool_steps",
         "env_steps",
     ):
-        metrics[f"workflow/{counter}"] = float(np.mean([r["counters"][counter] for r in records]))
+        metrics[f"workflow/{counter}"] = float(np.mean([getattr(r.counters, counter) for r in records]))
     # the share of workflows that never searched: where search collapse shows first
-    metrics["workflow/no_search"] = float(np.mean([r["counters"]["search_actions"] == 0 for r in records]))
+    metrics["workflow/no_search"] = float(np.mean([r.counters.search_actions == 0 for r in records]))
     for role in ROLES:
         sequences = [s for s in batch.sequences if s.role == role]
         if sequences:

@@ -330,7 +330,7 @@ class Trainer:
         self.policy.release_cache()  # the decode engine's KV cache and stored prefixes are not needed during the update
         batch = concat_batches(rounds)
         informative = batch.informative_groups()
-        em = [r["rewards"]["em"] for row in batch.records for r in row]
+        em = [r.rewards.em for row in batch.records for r in row]
         stats = {
             "rollout/rounds": float(len(rounds)),
             "rollout/informative_fraction": len(informative) / len(batch.questions),
@@ -577,11 +577,11 @@ class Trainer:
         )
 
     def sample_records(self) -> list[dict[str, Any]]:
-        """The first ``logging.num_samples`` trajectories of the last step."""
+        """The first ``logging.num_samples`` trajectories of the last step, as JSON."""
         if self.last_batch is None:
             return []
         records = [r for row in self.last_batch.records for r in row]
-        return [{"step": self.step, **r} for r in records[: self.config.logging.num_samples]]
+        return [{"step": self.step, **r.to_json()} for r in records[: self.config.logging.num_samples]]
 
 
 class _GatheredWeights:

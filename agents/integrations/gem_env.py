@@ -31,6 +31,7 @@ from typing import Any
 
 from maopd.agents.integrations.role_session import since_last_output
 from maopd.envs.policy import AgentTurn
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.workflows import check_workflow, env_module
 
@@ -133,7 +134,7 @@ class SearchMultiAgentEnv(MultiAgentEnv):
             self.terminations[agent] = done
             self.infos[agent] = self._info(agent)
             if done:
-                self.infos[agent]["reward_parts"] = self.record["rewards"]
+                self.infos[agent]["reward_parts"] = self.record.rewards
         return (
             {agent: self.observe(agent) for agent in agents},
             {agent: self.rewards[agent] for agent in agents},
@@ -143,7 +144,7 @@ class SearchMultiAgentEnv(MultiAgentEnv):
         )
 
     @property
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> WorkflowRecord | None:
         """The workflow record (``maopd.envs.records``) once the episode has ended, else None."""
         return getattr(self.env, "record", None)
 

@@ -242,7 +242,7 @@ class SearchEnvironment(MCPEnvironment):
             self._state.env_step = counters["env_step"]
             self._state.steps_left = counters["steps_left"]
             self._state.done = self._done
-            self._state.em = float(self.env.record["rewards"]["em"]) if self._done else None
+            self._state.em = float(self.env.record.rewards.em) if self._done else None
             self._state.rewards = self._rewards
         return self._state
 
@@ -271,7 +271,7 @@ class SearchEnvironment(MCPEnvironment):
             return 0.0
         if self.session is not None:
             return self.session.reward
-        return float(self.env.record["rewards"]["em"])
+        return float(self.env.record.rewards.em)
 
     def _act(self, output: Any) -> str:
         """Step the acting agent; return what the environment added in answer (see ``_call_tool``)."""
@@ -304,7 +304,7 @@ class SearchEnvironment(MCPEnvironment):
             allowed=list(turn.allowed) if turn else [],
             text=_new_text(turn) if turn else EPISODE_OVER,
             rewards=self._rewards,
-            metadata={"em": float(self.env.record["rewards"]["em"])} if done else {},
+            metadata={"em": float(self.env.record.rewards.em)} if done else {},
         )
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from maopd.envs.actions import neutralize_tags
 from maopd.envs.option.single_role import MAX_SKIPPED_EPISODES
 from maopd.envs.policy import AgentTurn, Policy
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.team import ACTION_KINDS, EXTRA_ACTION_KINDS
 from maopd.envs.workflows import check_workflow, env_module, workflow_roles
@@ -99,15 +100,15 @@ def tool_view(turn: AgentTurn) -> str:
     return "\n\n".join([TOOL_PROMPTS[turn.role], *first])
 
 
-def call_reward(record: dict[str, Any], role: str, call_id: str) -> float:
+def call_reward(record: WorkflowRecord, role: str, call_id: str) -> float:
     """The reward of call ``call_id`` of ``role`` in a finished workflow ``record``."""
-    rewards = record["rewards"]
+    rewards = record.rewards
     if role == "searcher":
-        searcher_calls = [call["call_id"] for call in record["calls"] if call["role"] == "searcher"]
-        return float(rewards["searcher_calls"][searcher_calls.index(call_id)])
+        searcher_calls = [call.call_id for call in record.searcher_calls()]
+        return float(rewards.searcher_calls[searcher_calls.index(call_id)])
     if role == "answerer":
-        return float(np.mean(rewards["answerer"])) if rewards["answerer"] else 0.0
-    return float(rewards[role])
+        return float(np.mean(rewards.answerer)) if rewards.answerer else 0.0
+    return float(rewards.leader if role == "leader" else rewards.roles[role])
 
 
 class RoleSession:
@@ -216,11 +217,11 @@ class RoleSession:
         if self._advance():
             messages = self.env.turn(self.agent).messages
         else:
-            messages = next(call for call in self.record["calls"] if call["call_id"] == self.call_id)["messages"]
+            messages = next(call for call in self.record.calls if call.call_id == self.call_id).messages
         # the learner's output is messages[seen]; what follows is the environment's answer
         return "\n\n".join(message["content"] for message in messages[seen + 1 :])
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> WorkflowRecord:
         """End the episode: a call left open gets empty outputs (format failures) until it ends."""
         if self.agent is None:
             raise RuntimeError("finish() before reset(): call reset() first")
@@ -233,7 +234,7 @@ class RoleSession:
         return getattr(self.env, "record", None) is not None
 
     @property
-    def record(self) -> dict[str, Any]:
+    def record(self) -> WorkflowRecord:
         """The finished episode's workflow record (``maopd.envs.records``); RuntimeError before the end."""
         if not self.done:
             raise RuntimeError("the episode has not ended: the learner's call is still open (see finish())")

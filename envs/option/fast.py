@@ -54,10 +54,17 @@ from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, Option, build_m
 from maopd.envs.option.vector import Node
 from maopd.envs.option.wrapper import OptionWrapper
 from maopd.envs.policy import AgentTurn
-from maopd.envs.records import Counters
+from maopd.envs.records import CallRecord, Counters, WorkflowRecord
 from maopd.envs.retrieval.base import Retriever
 from maopd.envs.roles import TEAM_ROLES
-from maopd.envs.search_env import SearchEnv, SearchEnvConfig, call_dict, search_results, with_notice
+from maopd.envs.search_env import (
+    SearchEnv,
+    SearchEnvConfig,
+    call_record,
+    keep_output,
+    search_results,
+    with_notice,
+)
 from maopd.envs.synthwiki.questions import KINDS, question_kind
 
 Message = dict[str, str]
@@ -234,7 +241,7 @@ class Call:
 
     __slots__ = (
         *("agent", "role", "wave", "task", "history", "search_steps", "report", "forced", "exhausted"),
-        *("format_failed", "outputs", "messages", "input_tokens", "output_tokens"),
+        *("format_failed", "outputs", "output_chars", "messages", "input_tokens", "output_tokens"),
     )
 
     def __init__(self, agent: str, role: str, history: History, wave: int | None = None, task: str = ""):
@@ -243,6 +250,7 @@ class Call:
         self.report: str | None = None
         self.forced = self.exhausted = self.format_failed = False
         self.outputs: list[str] = []
+        self.output_chars: list[int] = []
         self.input_tokens = self.output_tokens = 0  # an option is no model output
 
     @property
@@ -253,9 +261,9 @@ class Call:
     def done(self) -> bool:
         return self.report is not None
 
-    def as_dict(self) -> dict[str, Any]:
-        self.messages = list(self.history.messages)  # what call_dict records
-        return call_dict(self.call_id, self.agent, self.role, self.wave, self)
+    def as_record(self) -> CallRecord:
+        self.messages = list(self.history.messages)  # what call_record records
+        return call_record(self.call_id, self.agent, self.role, self.wave, self)
 
 
 class FastEpisode:
@@ -283,7 +291,7 @@ class FastEpisode:
         self.selected: list[int] = []
         self.answer_turn: Call | None = None
         self._candidate_valid: list[bool] = []
-        self.record: dict[str, Any] | None = None
+        self.record: WorkflowRecord | None = None
         self._started = time.perf_counter()
         self._pending: dict[str, str] = {}
         self.rounds = 0
@@ -485,7 +493,7 @@ class FastEpisode:
         return parsed
 
     def _take_turn(self, agent: str, call: Call, text: str, allowed: tuple[str, ...]) -> ParsedAction:
-        call.outputs.append(text)
+        keep_output(call, text, self.world.config.max_action_chars)
         call.history = call.history.said(text[: self.world.config.max_action_chars])
         return self._parse(agent, text, allowed)
 
@@ -603,9 +611,10 @@ class FastEpisode:
 
     def _resolve_answer(self, text: str) -> None:
         turn = self.answer_turn
-        turn.outputs = [text] * self.world.config.num_candidates
+        texts = [text] * self.world.config.num_candidates
         self._candidate_valid = []
-        for candidate in turn.outputs:
+        for candidate in texts:
+            keep_output(turn, candidate, self.world.config.max_action_chars)
             valid = self._parse("answerer", candidate, ("answer",)).valid
             self._candidate_valid.append(valid)
             turn.format_failed |= not valid
@@ -628,12 +637,12 @@ class FastEpisode:
         leader = self.leader
         return R.leader_reward(r_em, self.counters.tool_steps, leader.format_failed) if leader else None
 
-    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, Any]:
+    def _workflow_rewards(self, candidate_scores: list[float]) -> dict[str, float]:
         return {}
 
-    def _calls(self) -> list[dict[str, Any]]:
+    def _calls(self) -> list[CallRecord]:
         turns = [turn for turn in (self.leader, self.answer_turn) if turn is not None]
-        return [call.as_dict() for call in [*self.searcher_calls, *turns]]
+        return [call.as_record() for call in [*self.searcher_calls, *turns]]
 
 
 class FastVectorEnv:
@@ -673,6 +682,6 @@ class FastVectorEnv:
         for slot, action in actions.items():
             self.episodes[slot].step(action)
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[WorkflowRecord]:
         """The finished records of slots 0..n-1 (in reset order)."""
         return [episode.record for episode in self.episodes[: self._used]]

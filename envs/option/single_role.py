@@ -27,6 +27,7 @@ import numpy as np
 from maopd.envs.option.menus import MENU_SIZE
 from maopd.envs.option.wrapper import OptionWrapper, option_env
 from maopd.envs.policy import Policy, checked_outputs
+from maopd.envs.records import RewardParts
 from maopd.envs.roles import TEAM_ROLES
 
 MAX_SKIPPED_EPISODES = 100
@@ -77,8 +78,8 @@ class SingleRoleEnv(gymnasium.Env):
         if self._advance():
             agent = self.options.agent_selection
             return self.options.observe(agent), 0.0, False, False, {"agent": agent}
-        parts = self.raw.record["rewards"]
-        info = {"reward_parts": parts, "em": parts["em"]}
+        parts = self.raw.record.rewards
+        info = {"reward_parts": parts, "em": parts.em}
         return self._final_observation(), self._role_reward(parts), True, False, info
 
     def render(self) -> str | None:
@@ -100,8 +101,8 @@ class SingleRoleEnv(gymnasium.Env):
         space = self.observation_space
         return {key: np.zeros(sub.shape, sub.dtype) for key, sub in space.spaces.items()}
 
-    def _role_reward(self, parts: dict[str, Any]) -> float:
+    def _role_reward(self, parts: RewardParts) -> float:
         if self.role == "leader":
-            return float(parts["leader"])
-        values = parts["answerer"] if self.role == "answerer" else parts["searcher_calls"]
+            return float(parts.leader)
+        values = parts.answerer if self.role == "answerer" else parts.searcher_calls
         return float(np.mean(values)) if values else 0.0

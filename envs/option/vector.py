@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from maopd.envs.option.wrapper import OptionWrapper
+from maopd.envs.records import WorkflowRecord
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Node:
     call: int | None = None  # index of the acting Searcher's assignment in ``searcher_calls``
     observation: np.ndarray | None = None
     mask: np.ndarray | None = None
-    record: Mapping[str, Any] | None = None  # set once the workflow is over; read-only
+    record: WorkflowRecord | None = None  # set once the workflow is over; read-only
     state: np.ndarray | None = None
 
     @property
@@ -145,7 +146,7 @@ class OptionVectorEnv:
             question, prefix = self.keys[slot]
             self.keys[slot] = (question, (*prefix, int(action)))
 
-    def records(self) -> list[Mapping[str, Any]]:
+    def records(self) -> list[WorkflowRecord]:
         """The finished records of slots 0..n-1 (in reset order)."""
         return [self.node(slot).record for slot, key in enumerate(self.keys) if key is not None]
 

@@ -67,6 +67,7 @@ from maopd.envs.actions import ACTION_KINDS
 from maopd.envs.option.menus import HINT_FEATURE, ITEM_FEATURES, MENU_SIZE, Option, build_menu
 from maopd.envs.parallel import SearchParallelEnv
 from maopd.envs.prompts import NO_FACTS
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.roles import TEAM_ROLES
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.synthwiki.closed_book import ClosedBook
@@ -195,7 +196,7 @@ class OptionWrapper(BaseWrapper):
 
 def play_options(
     env: OptionWrapper, act: Callable[[str, dict[str, np.ndarray]], int], options: dict | None = None
-) -> dict[str, Any]:
+) -> WorkflowRecord:
     """One episode of ``env`` reset with ``options``, ``act(agent, observation)`` choosing every action
     of an agent still in play; the episode's workflow record."""
     env.reset(options=options)

@@ -17,6 +17,7 @@ from maopd.envs.datasets import Question
 from maopd.envs.episode import run_episode
 from maopd.envs.policy import Policy
 from maopd.envs.prompts import critic_message, judgement_text
+from maopd.envs.records import CallRecord, WorkflowRecord
 from maopd.envs.retrieval.base import Retriever
 from maopd.envs.synthwiki.judge_labels import JudgeExample
 from maopd.envs.synthwiki.knowledge import Knowledge, report_states_answer
@@ -28,28 +29,28 @@ def make_env(workflow: str, retriever: Retriever, questions: Sequence[Question])
     return env_module(workflow).env(retriever=retriever, questions=list(questions))
 
 
-def call_chat(call: dict[str, Any]) -> list[dict[str, str]]:
+def call_chat(call: CallRecord) -> list[dict[str, str]]:
     """The call's messages, ending with its last output (the Answerer's is not in its history;
     the solver's answer, like every Searcher output, is)."""
-    messages = list(call["messages"])
-    if call["outputs"] and (messages[-1]["role"] != "assistant" or messages[-1]["content"] != call["outputs"][-1]):
-        messages.append({"role": "assistant", "content": call["outputs"][-1]})
+    messages = list(call.messages)
+    if call.outputs and (messages[-1]["role"] != "assistant" or messages[-1]["content"] != call.outputs[-1]):
+        messages.append({"role": "assistant", "content": call.outputs[-1]})
     return messages
 
 
-def judgements(record: dict[str, Any], knowledge: Knowledge) -> Iterator[dict[str, Any]]:
+def judgements(record: WorkflowRecord, knowledge: Knowledge) -> Iterator[dict[str, Any]]:
     """The Prompted Critic's judge on each report of ``record``, as it should answer: yes exactly
     when the report states the answer to its sub-question (``knowledge`` holds the world's facts)."""
-    for report in record["reports"]:
-        useful = report_states_answer(report["task"], report["text"], knowledge)
+    for report in record.reports:
+        useful = report_states_answer(report.task, report.text, knowledge)
         yield {
-            "question_id": record["question_id"],
-            "workflow": record["workflow"],
+            "question_id": record.question_id,
+            "workflow": record.workflow,
             "role": "critic",
-            "call_id": f"critic@{report['agent']}@w{report['wave']}",
-            "em": max(record["candidate_scores"], default=0.0),
+            "call_id": f"critic@{report.agent}@w{report.wave}",
+            "em": max(record.candidate_scores, default=0.0),
             "messages": [
-                critic_message(record["question"], report["task"], report["text"]),
+                critic_message(record.question, report.task, report.text),
                 {"role": "assistant", "content": judgement_text(useful)},
             ],
         }
@@ -86,17 +87,17 @@ def demonstrations(
     env = make_env(workflow, retriever, questions)
     for index in range(len(questions)):
         record = run_episode(env, policy, seed=index, options={"question_index": index})
-        em = max(record["candidate_scores"], default=0.0)
+        em = max(record.candidate_scores, default=0.0)
         if judge_with is not None:
             yield from judgements(record, judge_with)
         if successful_only and em < 1.0:
             continue
-        for call in record["calls"]:
+        for call in record.calls:
             yield {
-                "question_id": record["question_id"],
+                "question_id": record.question_id,
                 "workflow": workflow,
-                "role": call["role"],
-                "call_id": call["call_id"],
+                "role": call.role,
+                "call_id": call.call_id,
                 "em": em,
                 "messages": call_chat(call),
             }

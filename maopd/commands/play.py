@@ -42,5 +42,5 @@ def _play(args) -> int:
     record = run_episode(env, team, seed=args.seed, options=options)
     print(env.render())
     if args.json:
-        print(json.dumps(record, indent=2, ensure_ascii=False))
+        print(json.dumps(record.to_json(), indent=2, ensure_ascii=False))
     return 0

@@ -8,8 +8,8 @@ carry a score that disagrees with the protocol.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,12 @@ from maopd.base.errors import UserError
 from maopd.base.json_files import iter_json_lines, json_text
 from maopd.envs.actions import strict_answer
 from maopd.envs.policy import MAX_TOKEN_COUNT
+from maopd.envs.records import RecordFormatError, WorkflowRecord
 from maopd.envs.rewards import exact_match
 from maopd.evaluation.extraction import failure_kind, flexible_answer
 
-# Workload counters, copied from the workflow record's ``counters`` (Appendix A).
+# Workload counters, copied from the workflow record's ``counters`` (Appendix A); each is a field of
+# ``maopd.envs.records.Counters``.
 COUNTER_FIELDS = (
     "search_actions",
     "searches_with_passages",
@@ -31,8 +33,6 @@ COUNTER_FIELDS = (
     "output_tokens",
 )
 COST_FIELDS = COUNTER_FIELDS + ("duration_s",)
-# What the trajectory viewer lists of a workflow record (envs/records.py), in order.
-TRAJECTORY_LISTS = ("subtasks", "searches", "reports", "format_errors", "calls")
 REQUIRED_FIELDS = ("method", "dataset", "question_id", "attempt", "golden_answers", "final_output")
 # The smallest record that loads, for harnesses and tests that break one field of it.
 MINIMAL_RECORD = {
@@ -66,7 +66,7 @@ class EvalRecord:
     failure: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
     seed: int | None = None
-    trajectory: dict[str, Any] | None = None
+    trajectory: WorkflowRecord | None = None
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -77,11 +77,12 @@ class EvalRecord:
         return (self.dataset, self.question_id)
 
     def to_dict(self) -> dict[str, Any]:
-        row = asdict(self)
-        counters = row.pop("counters")
-        row.update(counters)  # flat: the counters sit next to the scores
-        if row["trajectory"] is None:
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "counters"}
+        if self.trajectory is None:
             del row["trajectory"]
+        else:
+            row["trajectory"] = self.trajectory.to_json()
+        row.update(self.counters)  # flat: the counters sit next to the scores
         return row
 
 
@@ -98,7 +99,7 @@ def scored(record: EvalRecord) -> EvalRecord:
 
 
 def from_workflow(
-    workflow: Mapping[str, Any],
+    workflow: WorkflowRecord,
     method: str,
     dataset: str,
     attempt: int,
@@ -110,40 +111,30 @@ def from_workflow(
     The final output is the last Answerer candidate: evaluation asks for one candidate per
     answering request, and the paper scores the last output of the Answerer.
     """
-    candidates = workflow.get("candidates") or []
-    counters = workflow.get("counters") or {}
+    candidates = workflow.candidates
     record = EvalRecord(
         method=method,
         dataset=dataset,
-        question_id=str(workflow["question_id"]),
+        question_id=str(workflow.question_id),
         attempt=attempt,
-        golden_answers=list(workflow["golden_answers"]),
+        golden_answers=list(workflow.golden_answers),
         final_output=candidates[-1] if candidates else None,
-        question=workflow.get("question", ""),
-        counters={name: counters.get(name, 0) for name in COUNTER_FIELDS}
-        | {"duration_s": float(workflow.get("duration_s", 0.0))},
+        question=workflow.question,
+        counters={name: getattr(workflow.counters, name) for name in COUNTER_FIELDS}
+        | {"duration_s": float(workflow.duration_s)},
         seed=seed,
-        trajectory=dict(workflow) if keep_trajectory else None,
+        trajectory=workflow if keep_trajectory else None,
     )
     return scored(record)
 
 
-def check_trajectory(trajectory: Any, where: str) -> None:
-    """RecordError unless ``trajectory`` has the shape the viewer reads: an object whose
-    ``TRAJECTORY_LISTS`` are lists of objects, each search's ``passages`` and each call's ``outputs``
-    a list."""
-    if not isinstance(trajectory, dict):
-        raise RecordError(f"{where}: field 'trajectory' must be an object")
-    for name in TRAJECTORY_LISTS:
-        items = trajectory.get(name, [])
-        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-            raise RecordError(f"{where}: field 'trajectory.{name}' must be a list of objects")
-    for i, search in enumerate(trajectory.get("searches", [])):
-        if not isinstance(search.get("passages", []), list):
-            raise RecordError(f"{where}: field 'trajectory.searches[{i}].passages' must be a list")
-    for i, call in enumerate(trajectory.get("calls", [])):
-        if not isinstance(call.get("outputs", []), list):
-            raise RecordError(f"{where}: field 'trajectory.calls[{i}].outputs' must be a list")
+def read_trajectory(trajectory: Any, where: str) -> WorkflowRecord:
+    """The workflow record a record's ``trajectory`` holds; RecordError naming the field when one
+    has the wrong type. A trajectory written by another system may leave fields out."""
+    try:
+        return WorkflowRecord.from_json(trajectory, "trajectory")
+    except RecordFormatError as error:
+        raise RecordError(f"{where}: {error}") from None
 
 
 def record_from_dict(row: Any, where: str) -> EvalRecord:
@@ -175,7 +166,7 @@ def record_from_dict(row: Any, where: str) -> EvalRecord:
             counters[name] = value
     trajectory = row.get("trajectory")
     if trajectory is not None:
-        check_trajectory(trajectory, where)
+        trajectory = read_trajectory(trajectory, where)
     record = EvalRecord(
         method=row["method"],
         dataset=row["dataset"],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maopd.base.atomic import write_path_atomically, write_text_atomically
+from maopd.envs.records import WorkflowRecord
 from maopd.evaluation.extraction import FAILURE_KINDS
 from maopd.evaluation.records import COST_FIELDS, EvalRecord
 
@@ -265,31 +266,20 @@ def _attempt_html(record: EvalRecord) -> str:
         + (_html(", failure <i>{}</i>", record.failure) if record.failure else "")
         + "</p>"
     ]
-    trajectory = record.trajectory or {}
-    for subtask in trajectory.get("subtasks", []):  # records.check_trajectory: lists of objects
-        parts.append(
-            _html(
-                "<div class=sub>wave {} → {}: {}</div>", subtask.get("wave"), subtask.get("agent"), subtask.get("task")
-            )
-        )
-    for search in trajectory.get("searches", []):
+    trajectory = record.trajectory or WorkflowRecord()
+    for subtask in trajectory.subtasks:
+        parts.append(_html("<div class=sub>wave {} → {}: {}</div>", subtask.wave, subtask.agent, subtask.task))
+    for search in trajectory.searches:
         parts.append(
             _html(
                 "<div class=search>{} searched <code>{}</code> ({} passages)</div>",
-                search.get("agent"),
-                search.get("query"),
-                len(search.get("passages", [])),
+                search.agent,
+                search.query,
+                len(search.passages),
             )
         )
-    for report in trajectory.get("reports", []):
-        parts.append(
-            _html(
-                "<div class=report>report {} ({}): {}</div>",
-                report.get("number"),
-                report.get("agent"),
-                report.get("text"),
-            )
-        )
+    for report in trajectory.reports:
+        parts.append(_html("<div class=report>report {} ({}): {}</div>", report.number, report.agent, report.text))
     parts.append(_html("<pre>{}</pre>", _final_output_text(record.final_output)))
     if record.failure:
         parts.append(_failed_outputs_html(trajectory))
@@ -305,24 +295,26 @@ def _final_output_text(output: str | None) -> str:
 SHOWN_OUTPUT_CHARS = 2000  # of each failed call's last output: a runaway output would swamp the page
 
 
-def _failed_outputs_html(trajectory: dict) -> str:
+def _failed_outputs_html(trajectory: WorkflowRecord) -> str:
     """What the model wrote in a failed workflow: every format error (step, agent, what was wrong)
     and the last output of every call, which is where a workflow without a candidate stopped (the
     Leader's failed selection, a Searcher that never reported)."""
     parts = ["<div class=failed><b>failed outputs</b>"]
-    for error in trajectory.get("format_errors", []):
-        parts.append(_html("<div>step {}, {}: {}</div>", error.get("env_step"), error.get("agent"), error.get("error")))
-    for call in trajectory.get("calls", []):
-        outputs = call.get("outputs", [])
+    for error in trajectory.format_errors:
+        parts.append(_html("<div>step {}, {}: {}</div>", error.env_step, error.agent, error.error))
+    for call in trajectory.calls:
+        outputs = call.outputs
         if outputs:
-            last = str(outputs[-1])
+            last = outputs[-1]
+            # the length the model wrote: the record keeps an over-long output cut (output_chars)
+            written = call.output_chars[-1] if call.output_chars else len(last)
             shown = last[:SHOWN_OUTPUT_CHARS]
-            if len(last) > len(shown):
-                shown += f"… ({len(last) - len(shown)} more characters)"
+            if written > len(shown):
+                shown += f"… ({written - len(shown)} more characters)"
             parts.append(
                 _html(
                     "<div>{}'s last output ({} outputs):</div><pre>{}</pre>",
-                    call.get("call_id") or call.get("agent"),
+                    call.call_id or call.agent,
                     len(outputs),
                     shown if shown.strip() else f"(empty output: {last!r})",
                 )

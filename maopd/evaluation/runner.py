@@ -36,10 +36,11 @@ from maopd.base.limits import BATCH
 from maopd.base.lock import exclusive
 from maopd.base.secrets import redact_strings
 from maopd.envs.datasets import Question
+from maopd.envs.records import WorkflowRecord
 from maopd.evaluation.manifest import ManifestEntry
 from maopd.evaluation.records import RecordError, from_workflow, record_line
 
-Solve = Callable[[list[Question], list[int]], list[dict[str, Any]]]
+Solve = Callable[[list[Question], list[int]], list[WorkflowRecord]]
 # the ``made_with`` key of the input files: {name: {"file": path, "sha256": content fingerprint}}
 INPUTS = "inputs"
 
@@ -190,9 +191,14 @@ def _run_missing(
                 raise ValueError(f"solve returned {len(workflows)} workflow records for {len(batch)} questions")
             lines = []
             for (entry, attempt), seed, workflow in zip(batch, seeds, workflows):
-                if str(workflow.get("question_id")) != entry.question.id:
+                if not isinstance(workflow, WorkflowRecord):
                     raise ValueError(
-                        f"solve returned a record for question {workflow.get('question_id')!r} "
+                        f"solve returned a {type(workflow).__name__} where a WorkflowRecord (maopd.envs.records) "
+                        "was expected; WorkflowRecord.from_json reads a record's JSON form"
+                    )
+                if str(workflow.question_id) != entry.question.id:
+                    raise ValueError(
+                        f"solve returned a record for question {workflow.question_id!r} "
                         f"where {entry.question.id!r} was expected"
                     )
                 record = from_workflow(workflow, method, entry.dataset, attempt, seed, settings.keep_trajectory)

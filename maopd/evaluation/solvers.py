@@ -12,6 +12,7 @@ from typing import Any
 
 from maopd.envs.datasets import Question
 from maopd.envs.policy import Policy, SamplingSettings
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.retrieval.corpus import Corpus
 from maopd.envs.workflows import env_module
 from maopd.evaluation.runner import Solve
@@ -58,7 +59,7 @@ def team_solver(
 
     env = env_module(workflow).env(questions=list(questions), corpus=corpus, num_candidates=1, **env_options)
 
-    def solve(batch: list[Question], seeds: list[int]) -> list[dict[str, Any]]:
+    def solve(batch: list[Question], seeds: list[int]) -> list[WorkflowRecord]:
         return [run_episode(env, policy, seed=seed, options={"question": q}) for q, seed in zip(batch, seeds)]
 
     return solve
@@ -168,7 +169,7 @@ def checkpoint_solver(
         env_kwargs["corpus"] = corpus
     collector = TeamRolloutCollector(lambda: module.env(**env_kwargs), policy, forced)
 
-    def solve(batch: list[Question], seeds: list[int]) -> list[dict[str, Any]]:
+    def solve(batch: list[Question], seeds: list[int]) -> list[WorkflowRecord]:
         rollouts = collector.collect(batch, 1, seed=0, group_keys=seeds)
         return [row[0] for row in rollouts.records]
 

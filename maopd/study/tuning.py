@@ -199,7 +199,7 @@ def judge_figures(
     from maopd.training.critic import PromptedCritic, searcher_reports
     from maopd.training.trainer import world_report_gold
 
-    judged = [r for r in load_records([records_path]) if r.trajectory and r.trajectory.get("reports")]
+    judged = [r for r in load_records([records_path]) if r.trajectory and r.trajectory.reports]
     workflows = [r.trajectory for r in judged]
     if not workflows:
         raise ConfigError(
@@ -214,9 +214,7 @@ def judge_figures(
     critic.searcher_rewards([[workflow] for workflow in workflows])
     recorded = critic.last_metrics
 
-    reports = [
-        (w["question"], e["sub_query"], e["summary"]) for w in workflows for e in searcher_reports(w) if e["reported"]
-    ]
+    reports = [(w.question, e.sub_query, e.summary) for w in workflows for e in searcher_reports(w) if e.reported]
     gold = [report_gold(sub_query, summary) for _, sub_query, summary in reports]
     auc = roc_auc(gold, critic.yes_probabilities(reports))
 
@@ -403,8 +401,8 @@ def forced_search_figures(
         records = solve(batch, seeds)
         figures[arm] = {
             "start": start,
-            "em": sum(r["rewards"]["em"] for r in records) / len(records),
-            "searching_share": sum(r["counters"]["search_actions"] > 0 for r in records) / len(records),
+            "em": sum(r.rewards.em for r in records) / len(records),
+            "searching_share": sum(r.counters.search_actions > 0 for r in records) / len(records),
         }
     return figures
 
@@ -485,20 +483,20 @@ def collapse_figures(
             **env_options,
         )
         records = solve(batch, seeds)
-        well_formed = [r for r in records if r["counters"]["format_failures"] == 0]
+        well_formed = [r for r in records if r.counters.format_failures == 0]
         figures[arm] = {
             "start": start,
-            "em": sum(r["rewards"]["em"] for r in records) / len(records),
-            "no_search_share": sum(r["counters"]["search_actions"] == 0 for r in well_formed) / len(well_formed)
+            "em": sum(r.rewards.em for r in records) / len(records),
+            "no_search_share": sum(r.counters.search_actions == 0 for r in well_formed) / len(well_formed)
             if well_formed
             else None,
             "format_failure_share": 1 - len(well_formed) / len(records),
-            "no_answer_share": sum(r["counters"].get("no_answer", 0) for r in records) / len(records),
-            "searches_per_workflow": sum(r["counters"]["search_actions"] for r in records) / len(records),
+            "no_answer_share": sum((r.counters.no_answer or 0) for r in records) / len(records),
+            "searches_per_workflow": sum(r.counters.search_actions for r in records) / len(records),
         }
         ems: dict[str, list[float]] = {}
         for record in records:
-            ems.setdefault(record["question_id"], []).append(record["rewards"]["em"])
+            ems.setdefault(record.question_id, []).append(record.rewards.em)
         for question_id, scores in ems.items():
             per_question[question_id][arm] = sum(scores) / len(scores)
     figures["per_question"] = per_question

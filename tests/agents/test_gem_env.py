@@ -59,8 +59,8 @@ def test_an_episode_through_gem_is_the_pettingzoo_episode(workflow):
             reference.step(output)
     record = reference.record
     assert rewards == pytest.approx(reference.rewards) and set(rewards) == set(reference.possible_agents)
-    assert steps == record["counters"]["env_steps"] == env.record["counters"]["env_steps"]
-    assert env.record["candidates"] == record["candidates"] and env.record["rewards"] == record["rewards"]
+    assert steps == record.counters.env_steps == env.record.counters.env_steps
+    assert env.record.candidates == record.candidates and env.record.rewards == record.rewards
 
 
 def test_gems_step_refuses_missing_and_unscheduled_actions():

@@ -203,10 +203,10 @@ def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
     env = module.env(num_candidates=2, max_steps=5, force_finish=True)
     record = run_episode(env, policy(model, tokenizer, temperature=1.0, max_new_tokens=8), seed=0)
     json.dumps(record)
-    assert 0 < record["counters"]["env_steps"] <= env.max_steps
-    assert record["counters"]["input_tokens"] > 0 and record["counters"]["output_tokens"] > 0
-    answerer_calls = [call for call in record["calls"] if call["role"] == "answerer"]
-    assert answerer_calls and all(len(call["outputs"]) == 2 for call in answerer_calls)
+    assert 0 < record.counters.env_steps <= env.max_steps
+    assert record.counters.input_tokens > 0 and record.counters.output_tokens > 0
+    answerer_calls = [call for call in record.calls if call.role == "answerer"]
+    assert answerer_calls and all(len(call.outputs) == 2 for call in answerer_calls)
 
 
 def test_non_finite_logits_stop_sampling_with_a_clear_error():

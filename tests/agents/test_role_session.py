@@ -39,10 +39,10 @@ def test_the_learner_plays_one_call_and_gets_its_reward_from_the_record(role, wo
         answers.append(session.act(expert.act([session.turn])[0]))
     assert session.done and answers[-1] == ""  # the output that ends the call gets no answer
     record = session.record
-    call = next(c for c in record["calls"] if c["call_id"] == session.call_id)
-    assert len(call["outputs"]) == session.actions == len(answers)
+    call = next(c for c in record.calls if c.call_id == session.call_id)
+    assert len(call.outputs) == session.actions == len(answers)
     assert session.reward == call_reward(record, role, session.call_id)
-    assert session.reward > 0 and record["rewards"]["em"] == 1.0  # the expert team solves it
+    assert session.reward > 0 and record.rewards.em == 1.0  # the expert team solves it
 
 
 def test_an_answer_is_what_the_environment_added_to_the_call():
@@ -59,8 +59,8 @@ def test_a_call_left_open_ends_in_format_failures():
     session.act(tool_action("search", "Koduth Bloom"))
     record = session.finish()
     assert not session.call_open and session.reward == -1.0
-    call = next(c for c in record["calls"] if c["call_id"] == session.call_id)
-    assert call["outputs"][1:] == [""] * (len(call["outputs"]) - 1)
+    call = next(c for c in record.calls if c.call_id == session.call_id)
+    assert call.outputs[1:] == [""] * (len(call.outputs) - 1)
     with pytest.raises(RuntimeError, match="not acting"):
         session.act("<report>late</report>")
 
@@ -70,8 +70,8 @@ def test_the_hierarchy_searcher_is_the_first_assignment_and_the_others_play_the_
     session.reset()
     assert session.call_id == "searcher_0@w1"
     session.finish()
-    ids = [c["call_id"] for c in session.record["calls"] if c["role"] == "searcher"]
-    assert ids[0] == "searcher_0@w1" and session.reward == session.record["rewards"]["searcher_calls"][0]
+    ids = [c.call_id for c in session.record.calls if c.role == "searcher"]
+    assert ids[0] == "searcher_0@w1" and session.reward == session.record.rewards.searcher_calls[0]
 
 
 @pytest.mark.parametrize(

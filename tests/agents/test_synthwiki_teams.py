@@ -248,7 +248,7 @@ def test_memory_reports_state_what_the_closed_book_knows_and_need_a_closed_book(
     for index, question in enumerate(chains):
         team = NoisyTeam(NoiseConfig(searcher_memory_report=1.0), seed=0, closed_book=perfect)
         record = run_episode(env, team, options={"question_index": index})
-        assert record["counters"]["search_actions"] == 0 and record["rewards"]["em"] == 1.0
+        assert record.counters.search_actions == 0 and record.rewards.em == 1.0
 
 
 def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_question(small):
@@ -277,8 +277,4 @@ def test_judge_demonstrations_say_yes_exactly_when_the_report_answers_its_sub_qu
     record = run_episode(make_env("cascade", retriever, questions), expert_team(), options={"question_index": 0})
     (row,) = judgements(record, facts)
     answer = final_answer(parse_question(questions[0].question), facts)
-    assert (
-        parse_judgement(row["messages"][-1]["content"])
-        == report_has_gold(record["reports"][0]["text"], [answer])
-        == 1.0
-    )
+    assert parse_judgement(row["messages"][-1]["content"]) == report_has_gold(record.reports[0].text, [answer]) == 1.0

@@ -64,13 +64,13 @@ def test_a_rollout_through_the_tools_is_scored_by_the_record():
     session = environment.session
     assert environment.get_reward() == call_reward(session.record, "searcher", session.call_id) == 0.05
     assert [kind for kind, _ in environment.tool_calls] == ["search", "report"]
-    assert session.record["question"] == session.env.questions[1].question
+    assert session.record.question == session.env.questions[1].question
 
 
 def test_get_reward_ends_a_call_the_model_left_open():
     environment = trl_environment("answerer", "cascade", **OPTIONS)()
     environment.reset(question_index=0)
-    assert environment.get_reward() == -1.0 and environment.session.record["candidates"] == [""]
+    assert environment.get_reward() == -1.0 and environment.session.record.candidates == [""]
 
 
 def test_the_factory_checks_its_arguments_at_once():
@@ -201,11 +201,11 @@ def test_grpo_trainer_trains_two_steps_through_the_environment_factory(tmp_path,
     assert trainer.state.global_step == 2 and len(scored) == 4  # two steps of one question × two generations
     for reward, record, call_id, tool_calls in scored:
         assert reward == call_reward(record, "searcher", call_id)
-        outputs = next(call for call in record["calls"] if call["call_id"] == call_id)["outputs"]
+        outputs = next(call for call in record.calls if call.call_id == call_id).outputs
         assert [action for _, action in tool_calls] == outputs[: len(tool_calls)]
     calls = [call for *_, tool_calls in scored for call in tool_calls]
     assert ("search", "<search>river</search>") in calls, "no tool call from the model reached the environment"
-    searched = [record["counters"]["search_actions"] for _, record, _, _ in scored]
+    searched = [record.counters.search_actions for _, record, _, _ in scored]
     assert sum(searched) >= 1
     logged = {key for entry in trainer.state.log_history for key in entry}
     assert "rewards/Scored/mean" in logged and "tools/call_frequency" in logged

@@ -44,35 +44,36 @@ def test_force_finish_is_checked():
 def test_cascade_forcing_forces_a_report_and_an_answer():
     policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
     record = run_episode(cascade_search_v1.env(force_finish=True), policy, options=OPTIONS)
-    assert record["reports"][0]["forced"] and record["extracted_answers"] == ["Tarvel"]
-    assert "no_answer" not in record["counters"] and "unreported_calls" not in record["counters"]
+    assert record.reports[0].forced and record.extracted_answers == ["Tarvel"]
+    assert record.counters.no_answer is None and record.counters.unreported_calls is None
+    assert "no_answer" not in record.to_json()["counters"] and "unreported_calls" not in record.to_json()["counters"]
     assert [t for t in policy.turns if t.role == "searcher"][-1].allowed == ("report",)
 
 
 def test_cascade_exhausted_budget_leaves_no_answer():
     policy = Rules(searcher=always(SEARCH), answerer=always(ANSWER))
     record = run_episode(cascade_search_v1.env(force_finish=False), policy, options=OPTIONS)
-    c = record["counters"]
+    c = record.counters
     # the Searcher searches in steps 1..4 (its last step may search too) and never reports
-    assert c["search_actions"] == 4 and c["env_steps"] == 4
-    assert c["no_answer"] == 1 and c["unreported_calls"] == 1
-    assert c["forced_reports"] == 0 and c["format_failures"] == 0
-    assert record["reports"] == [] and record["candidates"] == [] and record["extracted_answers"] == []
-    assert record["candidate_scores"] == [] and record["rewards"]["em"] == 0.0
+    assert c.search_actions == 4 and c.env_steps == 4
+    assert c.no_answer == 1 and c.unreported_calls == 1
+    assert c.forced_reports == 0 and c.format_failures == 0
+    assert record.reports == [] and record.candidates == [] and record.extracted_answers == []
+    assert record.candidate_scores == [] and record.rewards.em == 0.0
     assert not any(t.role == "answerer" for t in policy.turns)
     # well-defined rewards: no Answerer entry, the unreported call gets 0.9·R_EM + 0.1·0 = 0
-    assert record["rewards"]["answerer"] == [] and record["rewards"]["search_bonus"] == [0.0]
-    assert record["rewards"]["searcher_calls"] == [0.0]
+    assert record.rewards.answerer == [] and record.rewards.search_bonus == [0.0]
+    assert record.rewards.searcher_calls == [0.0]
     last = [t for t in policy.turns if t.role == "searcher"][-1]
     assert "search" in last.allowed and "last turn" not in last.messages[-1]["content"]
-    assert [c["role"] for c in record["calls"]] == ["searcher"]
+    assert [call.role for call in record.calls] == ["searcher"]
 
 
 def test_cascade_format_failure_on_the_last_step_ends_unreported_with_the_penalty():
     policy = Rules(searcher=lambda t: SEARCH if n_searches(t) < 3 else "garbage", answerer=always(ANSWER))
     record = run_episode(cascade_search_v1.env(force_finish=False), policy, options=OPTIONS)
-    assert record["counters"]["no_answer"] == 1 and record["counters"]["format_failures"] == 1
-    assert record["rewards"]["searcher_calls"] == [-1.0]
+    assert record.counters.no_answer == 1 and record.counters.format_failures == 1
+    assert record.rewards.searcher_calls == [-1.0]
 
 
 def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
@@ -82,9 +83,10 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
     }
     forced = run_episode(cascade_search_v1.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(cascade_search_v1.env(force_finish=False), Rules(**rules), options=OPTIONS)
-    assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
+    assert free.counters.no_answer == 0 and free.counters.unreported_calls == 0
+    free.counters.no_answer = free.counters.unreported_calls = None
     for key in ("reports", "candidates", "rewards", "counters", "searches"):
-        assert free[key] == forced[key], key
+        assert getattr(free, key) == getattr(forced, key), key
 
 
 # ----- the single agent --------------------------------------------------------------------
@@ -93,11 +95,11 @@ def test_cascade_without_forcing_is_unchanged_when_the_searcher_reports():
 def test_single_agent_exhausted_budget_leaves_no_answer():
     policy = Rules(solver=always(SEARCH))
     record = run_episode(single_search_v1.env(force_finish=False), policy, options=OPTIONS)
-    c = record["counters"]
+    c = record.counters
     # the paper's rule: the solver may search in its last step (5) too, and ends without an answer
-    assert c["search_actions"] == 5 and c["env_steps"] == 5 and c["no_answer"] == 1
-    assert record["candidates"] == [] and record["extracted_answers"] == [] and record["candidate_scores"] == []
-    assert record["rewards"]["em"] == 0.0 and record["rewards"]["solver"] == 0.0
+    assert c.search_actions == 5 and c.env_steps == 5 and c.no_answer == 1
+    assert record.candidates == [] and record.extracted_answers == [] and record.candidate_scores == []
+    assert record.rewards.em == 0.0 and record.rewards.roles["solver"] == 0.0
     assert all(t.allowed == ("search", "answer") for t in policy.turns)
     assert "last turn" not in policy.turns[-1].messages[-1]["content"]
 
@@ -107,14 +109,14 @@ def test_single_agent_forcing_allows_only_an_answer_in_the_last_step():
     record = run_episode(single_search_v1.env(force_finish=True), policy, options=OPTIONS)
     last = policy.turns[-1]
     assert last.allowed == ("answer",) and last.messages[-1]["content"].endswith(LAST_TURN_NOTICE["solver"])
-    assert record["counters"]["search_actions"] == 4 and record["extracted_answers"] == ["Tarvel"]
-    assert "no_answer" not in record["counters"] and record["rewards"]["solver"] == 1.0
+    assert record.counters.search_actions == 4 and record.extracted_answers == ["Tarvel"]
+    assert record.counters.no_answer is None and record.rewards.roles["solver"] == 1.0
     # the history keeps the notice the solver saw (token-exact rollouts continue from it)
-    assert record["calls"][0]["messages"][-2]["content"] == last.messages[-1]["content"]
+    assert record.calls[0].messages[-2]["content"] == last.messages[-1]["content"]
     # a solver that searches anyway fails the format; its output is the (empty) candidate
     record = run_episode(single_search_v1.env(force_finish=True), Rules(solver=always(SEARCH)), options=OPTIONS)
-    assert record["candidates"] == [SEARCH] and record["extracted_answers"] == [None]
-    assert record["rewards"]["solver"] == -1.0 and record["counters"]["format_failures"] == 1
+    assert record.candidates == [SEARCH] and record.extracted_answers == [None]
+    assert record.rewards.roles["solver"] == -1.0 and record.counters.format_failures == 1
 
 
 # ----- the hierarchy -----------------------------------------------------------------------
@@ -127,8 +129,8 @@ def test_hierarchy_forcing_forces_a_finish():
         answerer=always(ANSWER),
     )
     record = run_episode(hierarchical_search_v1.env(force_finish=True), policy, options=OPTIONS)
-    assert record["selected_reports"] == [1] and record["extracted_answers"] == ["Tarvel"]
-    assert "no_answer" not in record["counters"]
+    assert record.selected_reports == [1] and record.extracted_answers == ["Tarvel"]
+    assert record.counters.no_answer is None
 
 
 def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
@@ -138,29 +140,29 @@ def test_hierarchy_leader_that_never_selects_ends_without_an_answer():
         answerer=always(ANSWER),
     )
     record = run_episode(hierarchical_search_v1.env(force_finish=False), policy, options=OPTIONS)
-    c = record["counters"]
+    c = record.counters
     # leader delegates at 1, the Searcher searches 2..10 (no report), the Leader fails at 11
-    assert c["env_steps"] == 11 and c["search_actions"] == 9
-    assert c["no_answer"] == 1 and c["unreported_calls"] == 1 and c["forced_reports"] == 0
-    assert record["reports"] == [] and record["selected_reports"] == []
-    assert record["candidates"] == [] and record["extracted_answers"] == [] and record["rewards"]["em"] == 0.0
+    assert c.env_steps == 11 and c.search_actions == 9
+    assert c.no_answer == 1 and c.unreported_calls == 1 and c.forced_reports == 0
+    assert record.reports == [] and record.selected_reports == []
+    assert record.candidates == [] and record.extracted_answers == [] and record.rewards.em == 0.0
     assert not any(t.role == "answerer" for t in policy.turns)
-    assert record["rewards"]["leader"] == -1.0  # its failed last step is a format failure
-    assert record["rewards"]["answerer"] == [] and record["rewards"]["searcher_calls"] == [0.0]
-    assert [c["role"] for c in record["calls"]] == ["searcher", "leader"]
+    assert record.rewards.leader == -1.0  # its failed last step is a format failure
+    assert record.rewards.answerer == [] and record.rewards.searcher_calls == [0.0]
+    assert [call.role for call in record.calls] == ["searcher", "leader"]
 
 
 def test_hierarchy_unreported_call_gives_no_report_but_the_leader_may_still_select():
     policy = Rules(leader=delegate_once, searcher=always(SEARCH), answerer=always(ANSWER))
     record = run_episode(hierarchical_search_v1.env(force_finish=False), policy, options=OPTIONS)
-    c = record["counters"]
-    assert c["no_answer"] == 0 and c["unreported_calls"] == 1 and record["reports"] == []
-    assert record["selected_reports"] == [] and record["extracted_answers"] == ["Tarvel"]
+    c = record.counters
+    assert c.no_answer == 0 and c.unreported_calls == 1 and record.reports == []
+    assert record.selected_reports == [] and record.extracted_answers == ["Tarvel"]
     leader_views = [t for t in policy.turns if t.role == "leader"]
     assert "Reports: none." in leader_views[-1].messages[-1]["content"]
     # R_L = 0.9·1 + 0.1·min(9, 6)/6; the unreported call: 0.9·R_EM + 0.1·b_S with b_S = 0
-    assert record["rewards"]["leader"] == pytest.approx(1.0)
-    assert record["rewards"]["searcher_calls"] == [pytest.approx(0.9)]
+    assert record.rewards.leader == pytest.approx(1.0)
+    assert record.rewards.searcher_calls == [pytest.approx(0.9)]
 
 
 def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
@@ -171,9 +173,10 @@ def test_hierarchy_without_forcing_is_unchanged_when_everyone_finishes():
     }
     forced = run_episode(hierarchical_search_v1.env(force_finish=True), Rules(**rules), options=OPTIONS)
     free = run_episode(hierarchical_search_v1.env(force_finish=False), Rules(**rules), options=OPTIONS)
-    assert free["counters"].pop("no_answer") == 0 and free["counters"].pop("unreported_calls") == 0
+    assert free.counters.no_answer == 0 and free.counters.unreported_calls == 0
+    free.counters.no_answer = free.counters.unreported_calls = None
     for key in ("reports", "selected_reports", "candidates", "rewards", "counters"):
-        assert free[key] == forced[key], key
+        assert getattr(free, key) == getattr(forced, key), key
 
 
 # ----- the trainer reads such records --------------------------------------------------------

@@ -39,7 +39,7 @@ def test_the_mask_in_infos_is_the_dict_observations_mask():
         action = None if done else int(np.flatnonzero(observation["action_mask"])[0])
         for env in (flat, nested):
             env.step(action)
-    assert flat.unwrapped.record["rewards"] == nested.unwrapped.record["rewards"]
+    assert flat.unwrapped.record.rewards == nested.unwrapped.record.rewards
 
 
 WRAPPERS = {
@@ -61,7 +61,7 @@ def test_supersuits_observation_wrappers_apply(name):
         assert env.observation_space(agent).contains(observation)
         assert info["action_mask"].shape == (MENU_SIZE,)
         env.step(None if terminated or truncated else env.action_space(agent).sample(info["action_mask"]))
-    assert env.unwrapped.record["counters"]["format_failures"] == 0  # the mask held only open options
+    assert env.unwrapped.record.counters.format_failures == 0  # the mask held only open options
     parallel = wrap(option_parallel_env("cascade", split="test", flat_observation=True))
     observations, infos = parallel.reset(seed=0)
     assert all(o.shape == shape for o in observations.values()) and "action_mask" in infos["searcher_0"]

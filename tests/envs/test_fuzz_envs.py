@@ -20,6 +20,7 @@ from maopd.envs.actions import ROLE_ACTION_KINDS, parse_action
 from maopd.envs.datasets import Question
 from maopd.envs.policy import AgentOutput
 from maopd.envs.prompts import LAST_TURN_NOTICE, ROLE_PROMPTS
+from maopd.envs.records import WorkflowRecord
 from maopd.envs.retrieval.bm25 import BM25Retriever
 from maopd.envs.search_env import MAX_OBSERVATION_CHARS
 from tests.adversarial import INJECTION_PAYLOADS, leaked_tags, poison_corpus
@@ -136,19 +137,26 @@ def play(env, policy, question):
 
 def check_invariants(env, policy, record):
     config = env.config
-    counters = record["counters"]
+    counters = record.counters
     # Budgets.
-    assert counters["env_steps"] <= env.max_steps
-    assert counters["delegation_rounds"] <= config.max_rounds
-    assert max(Counter(s["wave"] for s in record["subtasks"]).values(), default=0) <= config.num_searchers
-    assert all(len(search["passages"]) <= config.topk for search in record["searches"])
+    assert counters.env_steps <= env.max_steps
+    assert counters.delegation_rounds <= config.max_rounds
+    assert max(Counter(s.wave for s in record.subtasks).values(), default=0) <= config.num_searchers
+    assert all(len(search.passages) <= config.topk for search in record.searches)
     # the single agent's answer is one candidate; num_candidates is the Answerer's
-    assert len(record["candidates"]) in (0, 1 if record["workflow"] == "single" else config.num_candidates)
-    for call in record["calls"]:
-        assert all(len(m["content"]) <= MAX_OBSERVATION_CHARS for m in call["messages"])
-        assert all(len(m["content"]) <= config.max_action_chars for m in call["messages"] if m["role"] == "assistant")
+    assert len(record.candidates) in (0, 1 if record.workflow == "single" else config.num_candidates)
+    # Bounded: every output the record keeps is cut to max_action_chars, its length kept when cut.
+    assert all(len(c) <= config.max_action_chars for c in record.candidates)
+    for call in record.calls:
+        assert all(len(output) <= config.max_action_chars for output in call.outputs)
+        if call.output_chars is not None:
+            assert len(call.output_chars) == len(call.outputs)
+            assert all(n >= len(o) for n, o in zip(call.output_chars, call.outputs))
+            assert any(n > config.max_action_chars for n in call.output_chars)
+        assert all(len(m["content"]) <= MAX_OBSERVATION_CHARS for m in call.messages)
+        assert all(len(m["content"]) <= config.max_action_chars for m in call.messages if m["role"] == "assistant")
         # Injection: nothing the environment inserted carries a live tag.
-        assert not leaked_tags(call["messages"]), leaked_tags(call["messages"])
+        assert not leaked_tags(call.messages), leaked_tags(call.messages)
 
     # Every format failure is counted, and only those.
     failed_calls = set()
@@ -158,29 +166,31 @@ def check_invariants(env, policy, record):
             if not parse_action(text, turn.role, turn.allowed, config.max_action_chars).valid:
                 expected_failures += 1
                 failed_calls.add(turn.call_id)
-    assert counters["format_failures"] == len(record["format_errors"]) == expected_failures
+    assert counters.format_failures == len(record.format_errors) == expected_failures
 
     # Rewards stay in their documented ranges; a role with a format failure gets exactly -1.
-    rewards = record["rewards"]
-    assert rewards["em"] in (0.0, 1.0)
+    rewards = record.rewards
+    assert rewards.em in (0.0, 1.0)
     answerer_texts = next((texts for turn, texts in policy.acted if turn.role == "answerer"), [])
-    for text, reward in zip(answerer_texts, rewards["answerer"], strict=True):
+    for text, reward in zip(answerer_texts, rewards.answerer, strict=True):
         failed = not parse_action(text, "answerer", ("answer",), config.max_action_chars).valid
         assert (reward == -1.0) == failed and (failed or 0.0 <= reward <= 1.0)
-    searcher_ids = [call["call_id"] for call in record["calls"] if call["role"] == "searcher"]
-    for call_id, reward in zip(searcher_ids, rewards["searcher_calls"], strict=True):
+    searcher_ids = [call.call_id for call in record.calls if call.role == "searcher"]
+    for call_id, reward in zip(searcher_ids, rewards.searcher_calls, strict=True):
         assert (reward == -1.0) == (call_id in failed_calls) and -1.0 <= reward <= 1.0
-    if "solver" in rewards:
-        assert (rewards["solver"] == -1.0) == ("solver" in failed_calls) and -1.0 <= rewards["solver"] <= 1.0
-        assert rewards["solver"] in (-1.0, rewards["em"])
-    if rewards["leader"] is not None:
-        assert (rewards["leader"] == -1.0) == ("leader" in failed_calls) and -1.0 <= rewards["leader"] <= 1.0
+    if "solver" in rewards.roles:
+        assert (rewards.roles["solver"] == -1.0) == ("solver" in failed_calls) and -1.0 <= rewards.roles[
+            "solver"
+        ] <= 1.0
+        assert rewards.roles["solver"] in (-1.0, rewards.em)
+    if rewards.leader is not None:
+        assert (rewards.leader == -1.0) == ("leader" in failed_calls) and -1.0 <= rewards.leader <= 1.0
     assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in env._cumulative_rewards.values())
 
     # The record is valid JSON, writable as UTF-8, and survives a round trip unchanged.
-    text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    text = json.dumps(record.to_json(), ensure_ascii=False, allow_nan=False)
     text.encode("utf-8")
-    assert json.loads(text) == record
+    assert WorkflowRecord.from_json(json.loads(text)) == record
 
 
 @pytest.mark.slow
@@ -205,7 +215,5 @@ def test_lone_surrogates_are_replaced():
     env.step("<search>Orlen\ud800 Vask</search>")
     env.step("<report>Tarvel \udfff</report>")
     env.step(["<answer>Tarvel\ud83d</answer>"])
-    json.dumps(env.record, ensure_ascii=False).encode("utf-8")
-    assert (
-        env.record["reports"][0]["text"] == "Tarvel \ufffd" and env.record["searches"][0]["query"] == "Orlen\ufffd Vask"
-    )
+    json.dumps(env.record.to_json(), ensure_ascii=False).encode("utf-8")
+    assert env.record.reports[0].text == "Tarvel \ufffd" and env.record.searches[0].query == "Orlen\ufffd Vask"

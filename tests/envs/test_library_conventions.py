@@ -99,7 +99,7 @@ def test_sampling_with_the_observations_mask_draws_only_allowed_kinds(num_candid
                 assert kind in env.unwrapped.allowed_actions(agent)
                 kinds.add(kind)
             env.step(action)
-        assert env.unwrapped.record["counters"]["format_failures"] == 0
+        assert env.unwrapped.record.counters.format_failures == 0
     assert {"delegate", "select", "search", "report", "answer"} <= kinds
 
 
@@ -144,15 +144,15 @@ def test_final_rewards_are_read_the_pettingzoo_way_and_kept_after_the_episode(mo
         env.step(None if terminated or truncated else team.act([env.turn(agent)])[0])
     assert env.rewards == {} and env.agents == []
     assert env.unwrapped.final_rewards == returns and set(returns) == set(env.possible_agents)
-    parts = env.unwrapped.record["rewards"]
+    parts = env.unwrapped.record.rewards
     for agent, value in returns.items():
         role = env.unwrapped.role_of(agent)
         if role == "searcher":
-            assert value == parts["searchers"].get(agent, 0.0)
+            assert value == parts.searchers.get(agent, 0.0)
         elif role == "answerer":
-            assert value == (float(np.mean(parts["answerer"])) if parts["answerer"] else 0.0)
+            assert value == (float(np.mean(parts.answerer)) if parts.answerer else 0.0)
         else:
-            assert value == parts[role]
+            assert value == (parts.leader if role == "leader" else parts.roles[role])
     env.reset(seed=1)
     assert env.unwrapped.final_rewards == {}
 

@@ -15,6 +15,7 @@ from maopd.envs.option.fast import FastEpisode, FastVectorEnv, World
 from maopd.envs.option.menus import MENU_SIZE, Option, expert_choice
 from maopd.envs.option.scenarios import SCENARIOS, get_scenario
 from maopd.envs.option.wrapper import OptionWrapper
+from maopd.envs.records import WorkflowRecord
 from maopd.training.marl.policy import play_batch
 from maopd.training.marl.trainer import MarlConfig, train, vector_env
 
@@ -73,15 +74,18 @@ def replayed(env: OptionWrapper, question: int, actions: list[Any]) -> tuple[dic
     return env.unwrapped.record, steps
 
 
-def assert_same(fast_steps: list[Step], text_steps: list[Step], fast_record: dict, text_record: dict) -> None:
+def assert_same(
+    fast_steps: list[Step], text_steps: list[Step], fast_record: WorkflowRecord, text_record: WorkflowRecord
+) -> None:
     assert [step[0] for step in fast_steps] == [step[0] for step in text_steps]
     for fast, text in zip(fast_steps, text_steps):
         for fast_array, text_array in zip(fast[1:4], text[1:4]):
             assert fast_array.dtype == text_array.dtype and np.array_equal(fast_array, text_array)
-    assert fast_record.keys() == text_record.keys()
-    for field, value in fast_record.items():
+    fast_json, text_json = fast_record.to_json(), text_record.to_json()
+    assert fast_json.keys() == text_json.keys()
+    for field, value in fast_json.items():
         if field != "duration_s":
-            assert value == text_record[field], f"record field {field!r} differs"
+            assert value == text_json[field], f"record field {field!r} differs"
 
 
 # (scenario, make_env overrides, episodes per chooser). The scenarios force an answer at budget
@@ -112,13 +116,13 @@ def test_fast_episodes_replay_identically_through_the_text_environment(setting):
             text_record, text_steps = replayed(text, question, [step[4] for step in steps])
             assert_same(steps, text_steps, record, text_record)
             records.append(record)
-    counters = [record["counters"] for record in records]
-    assert any(c["format_failures"] for c in counters)
-    assert any(record["rewards"]["em"] == 1.0 for record in records)
+    counters = [record.counters for record in records]
+    assert any(c.format_failures for c in counters)
+    assert any(record.rewards.em == 1.0 for record in records)
     if world.config.force_finish:
-        assert any(c["forced_reports"] for c in counters)  # the budget ran out on a Searcher
+        assert any(c.forced_reports for c in counters)  # the budget ran out on a Searcher
     else:
-        assert any(c["no_answer"] for c in counters) and any(c["unreported_calls"] for c in counters)
+        assert any(c.no_answer for c in counters) and any(c.unreported_calls for c in counters)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

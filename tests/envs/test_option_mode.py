@@ -54,8 +54,8 @@ def test_expert_choices_reproduce_the_scripted_expert_team_exactly(workflow):
         record, _ = play(option, lambda env, agent: expert_choice(env.menu(agent)), i)
         reference = run_episode(text, team, options={"question_index": i})
         for name in SAME_FIELDS:
-            assert record[name] == reference[name], (i, name)
-        ems.append(record["rewards"]["em"])
+            assert getattr(record, name) == getattr(reference, name), (i, name)
+        ems.append(record.rewards.em)
     assert np.mean(ems) >= 0.95  # the expert team's accuracy on SynthWiki (docs/synthwiki.md)
 
 
@@ -91,8 +91,8 @@ def test_invalid_choices_are_recorded_format_failures_and_the_episode_still_ends
     env.reset(options={"question_index": 0})
     env.step(bad)
     record, _ = play_on(env)
-    assert record["counters"]["format_failures"] >= 1
-    assert record["format_errors"][0]["agent"] == "leader"
+    assert record.counters.format_failures >= 1
+    assert record.format_errors[0].agent == "leader"
 
 
 def play_on(env):
@@ -197,7 +197,7 @@ def test_the_state_tells_team_situations_apart():
 
     # the expert team finds every supporting passage, reports facts and hands them over
     record, _ = play(env, lambda env, agent: expert_choice(env.menu(agent)), 0)
-    assert record["rewards"]["em"] == 1.0
+    assert record.rewards.em == 1.0
     assert value("evidence") == 1.0 and value("reports_with_facts") > 0 and value("answering") == 1.0
     assert value("acting:answerer") == 0.0 and value("selected") > 0
 

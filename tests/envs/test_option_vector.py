@@ -67,8 +67,8 @@ def test_a_slot_that_moves_to_another_question_resets_its_text_environment():
     venv = OptionVectorEnv(lambda: scenario.make_env("train"), num_envs=1)
     policy = MenuPolicy(MENU_SIZE, hidden=16)
     first, second = play_batch(venv, policy, [5, 9])
-    assert first.record["question_id"] == venv.questions[5].id
-    assert second.record["question_id"] == venv.questions[9].id
+    assert first.record.question_id == venv.questions[5].id
+    assert second.record.question_id == venv.questions[9].id
 
 
 def test_closed_book_is_deterministic_and_recalls_each_band_at_its_rate():
@@ -117,5 +117,5 @@ def test_the_lazy_scenario_offers_a_report_from_memory_that_skips_search():
 
     episode = play(env, MenuPolicy(MENU_SIZE, hidden=16), {"question_index": 0}, memory_or_hint)
     assert any(d.role == "searcher" for d in episode.decisions)
-    assert episode.record["counters"]["search_actions"] == 0
+    assert episode.record.counters.search_actions == 0
     assert get_scenario("synthwiki_v1").card()["closed_book"] is None

@@ -73,7 +73,7 @@ def test_a_spec_names_a_class_or_a_ready_object_in_a_module_or_a_file(package, t
         record_of[spec] = run_episode(hierarchical_search_v1.env(), policy, seed=0)
     expected = run_episode(hierarchical_search_v1.env(), scripted_team(), seed=0)
     for record in record_of.values():
-        assert record["candidates"] == expected["candidates"] and record["rewards"] == expected["rewards"]
+        assert record.candidates == expected.candidates and record.rewards == expected.rewards
     assert is_policy_spec("a.b:C") and is_policy_spec("dir/f.py:C")
     assert not is_policy_spec("scripted") and not is_policy_spec(":C") and not is_policy_spec("a.b:")
 
@@ -128,7 +128,7 @@ def test_a_policy_returning_too_few_outputs_is_named_under_role_router_and_run_e
     with pytest.raises(PolicyOutputError, match=r"^policy _Silent returned 0 output\(s\) for 1 turn\(s\)"):
         run_episode(cascade_search_v1.env(), _Silent(), seed=0)
     team = RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": ScriptedAnswerer()})
-    assert run_episode(hierarchical_search_v1.env(), team, seed=0)["candidates"]  # a whole team is untouched
+    assert run_episode(hierarchical_search_v1.env(), team, seed=0).candidates  # a whole team is untouched
 
 
 def test_the_single_role_env_checks_the_other_roles_policy():

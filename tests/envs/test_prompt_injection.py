@@ -33,8 +33,8 @@ def context(turn):
 
 
 def assert_inert(record):
-    assert not [leak for call in record["calls"] for leak in leaked_tags(call["messages"])]
-    assert INJECTED_ANSWER not in " ".join(a or "" for a in record["extracted_answers"])
+    assert not [leak for call in record.calls for leak in leaked_tags(call.messages)]
+    assert INJECTED_ANSWER not in " ".join(a or "" for a in record.extracted_answers)
 
 
 def test_poison_corpus_twins_every_document_and_payloads_cover_every_action():
@@ -60,10 +60,10 @@ def test_adversarial_passages_neither_act_nor_shorten_episodes(module):
         record = run_episode(
             module.env(retriever=POISONED, questions=QUESTIONS), scripted_team(), options={"question": question}
         )
-        retrieved_adversarial += sum(is_adversarial(p["id"]) for s in record["searches"] for p in s["passages"])
-        assert record["counters"]["env_steps"] == clean["counters"]["env_steps"]
-        assert record["counters"]["reports"] == clean["counters"]["reports"]
-        assert record["counters"]["format_failures"] == 0
+        retrieved_adversarial += sum(is_adversarial(p.id) for s in record.searches for p in s.passages)
+        assert record.counters.env_steps == clean.counters.env_steps
+        assert record.counters.reports == clean.counters.reports
+        assert record.counters.format_failures == 0
         assert_inert(record)
     assert retrieved_adversarial >= len(QUESTIONS) // 2  # the twins really reached the models
 
@@ -76,9 +76,9 @@ def test_models_echoing_their_context_cannot_act(module):
     # forced finish, so that the Answerer is reached and shown the echoed reports too
     env = module.env(retriever=POISONED, questions=QUESTIONS, force_finish=True)
     record = run_episode(env, policy, options={"question": QUESTIONS[0]})
-    assert record["extracted_answers"] == [None] and record["rewards"]["em"] == 0.0
-    assert record["counters"]["format_failures"] == len(policy.turns) and record["counters"]["reports"] == 0
-    assert record["counters"]["env_steps"] == env.max_steps  # the episode ran its whole budget
+    assert record.extracted_answers == [None] and record.rewards.em == 0.0
+    assert record.counters.format_failures == len(policy.turns) and record.counters.reports == 0
+    assert record.counters.env_steps == env.max_steps  # the episode ran its whole budget
     assert_inert(record)
 
 
@@ -109,9 +109,9 @@ def test_adversarial_subtasks_and_reports_stay_data():
     policy = Rules(leader=leader, searcher=searcher, answerer=answerer)
     env = hierarchical_search_v1.env(retriever=POISONED, questions=QUESTIONS)
     record = run_episode(env, policy, options={"question": QUESTIONS[0]})
-    assert record["counters"]["delegation_rounds"] == 1 and len(record["subtasks"]) == 3
-    assert record["counters"]["format_failures"] == 0 and record["counters"]["reports"] == 3
-    assert record["extracted_answers"] == ["Tarvel"] and record["counters"]["env_steps"] == 5
+    assert record.counters.delegation_rounds == 1 and len(record.subtasks) == 3
+    assert record.counters.format_failures == 0 and record.counters.reports == 3
+    assert record.extracted_answers == ["Tarvel"] and record.counters.env_steps == 5
     assert_inert(record)
     # The payload text did reach the Answerer, as inert data.
     assert INJECTED_ANSWER in answers[0] and parse_action(answers[0], "answerer").kind is None

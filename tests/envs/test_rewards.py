@@ -43,7 +43,7 @@ class Answers:
 def test_a_candidate_is_scored_on_its_last_answer_tag(answer, score):
     question = Question("q1", "Where was Orlen Vask born?", ("Tarvel",))
     record = run_episode(cascade_search_v1.env(num_candidates=1), Answers(answer), options={"question": question})
-    assert record["candidate_scores"] == [score]
+    assert record.candidate_scores == [score]
 
 
 def test_search_bonus():

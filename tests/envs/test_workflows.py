@@ -48,24 +48,24 @@ WRONG = lambda t: "<answer>Paris</answer>"  # noqa: E731
 def test_cascade_searcher_reward(k, bonus):
     env = cascade_search_v1.env()
     record = run_episode(env, Rules(searcher=searcher_then_report(k), answerer=ANSWER), options=OPTIONS)
-    assert record["rewards"]["em"] == 1.0
-    assert record["rewards"]["search_bonus"] == [bonus]
-    assert record["rewards"]["searchers"]["searcher_0"] == pytest.approx(0.9 + 0.1 * bonus)
-    assert record["counters"]["search_actions"] == k
-    assert record["counters"]["env_steps"] == k + 2
+    assert record.rewards.em == 1.0
+    assert record.rewards.search_bonus == [bonus]
+    assert record.rewards.searchers["searcher_0"] == pytest.approx(0.9 + 0.1 * bonus)
+    assert record.counters.search_actions == k
+    assert record.counters.env_steps == k + 2
 
 
 def test_cascade_budget_with_forcing_forces_report_and_answer():
     env = cascade_search_v1.env(force_finish=True)
     policy = Rules(searcher=lambda t: "<search>Orlen Vask</search>", answerer=ANSWER)
     record = run_episode(env, policy, options=OPTIONS)
-    assert record["counters"]["env_steps"] == 5
-    assert record["counters"]["search_actions"] == 3
-    assert record["reports"][0]["forced"] and record["reports"][0]["text"] == "(no report)"
-    assert record["counters"]["format_failures"] == 1
+    assert record.counters.env_steps == 5
+    assert record.counters.search_actions == 3
+    assert record.reports[0].forced and record.reports[0].text == "(no report)"
+    assert record.counters.format_failures == 1
     # the invalid format gives the Searcher a total reward of -1, the team outcome is unaffected
-    assert record["rewards"]["searchers"]["searcher_0"] == -1.0
-    assert record["rewards"]["em"] == 1.0
+    assert record.rewards.searchers["searcher_0"] == -1.0
+    assert record.rewards.em == 1.0
     # the last searcher turn was told it must report, and search was masked
     last = [t for t in policy.turns if t.role == "searcher"][-1]
     assert last.allowed == ("report",) and "last turn" in last.messages[-1]["content"]
@@ -85,10 +85,10 @@ def test_answer_candidates_each_rewarded():
             ]
 
     record = run_episode(env, Mixed(), options=OPTIONS)
-    assert record["candidate_scores"] == [1.0, 0.0, 0.0]
-    assert record["extracted_answers"] == ["Tarvel", "Paris", None]
-    assert record["rewards"]["answerer"] == [1.0, 0.0, -1.0]
-    assert record["rewards"]["em"] == 1.0
+    assert record.candidate_scores == [1.0, 0.0, 0.0]
+    assert record.extracted_answers == ["Tarvel", "Paris", None]
+    assert record.rewards.answerer == [1.0, 0.0, -1.0]
+    assert record.rewards.em == 1.0
 
 
 def leader_waves(waves):
@@ -108,9 +108,9 @@ def test_hierarchy_rounds_capped_at_five():
     record = run_episode(
         env, Rules(leader=leader_waves(99), searcher=searcher_then_report(0), answerer=ANSWER), options=OPTIONS
     )
-    assert record["counters"]["delegation_rounds"] == 5
-    assert len(record["reports"]) == 5
-    assert record["counters"]["env_steps"] == 12  # 5 × (delegate + report) + select + answer
+    assert record.counters.delegation_rounds == 5
+    assert len(record.reports) == 5
+    assert record.counters.env_steps == 12  # 5 × (delegate + report) + select + answer
 
 
 def test_hierarchy_budget_is_twelve_steps():
@@ -121,14 +121,14 @@ def test_hierarchy_budget_is_twelve_steps():
         answerer=ANSWER,
     )
     record = run_episode(env, policy, options=OPTIONS)
-    c = record["counters"]
-    assert c["env_steps"] == 12
+    c = record.counters
+    assert c.env_steps == 12
     # leader delegates at 1, searcher searches 2..9 and is forced at 10, leader fails at 11 (delegate masked)
-    assert c["delegation_rounds"] == 1 and c["search_actions"] == 8 and c["tool_steps"] == 8
-    assert record["reports"][0]["forced"]
-    assert record["selected_reports"] == [1]  # forced finish hands every report over
-    assert record["rewards"]["leader"] == -1.0
-    assert c["format_failures"] == 2
+    assert c.delegation_rounds == 1 and c.search_actions == 8 and c.tool_steps == 8
+    assert record.reports[0].forced
+    assert record.selected_reports == [1]  # forced finish hands every report over
+    assert record.rewards.leader == -1.0
+    assert c.format_failures == 2
 
 
 def test_leader_reward_and_assign_cap():
@@ -136,14 +136,14 @@ def test_leader_reward_and_assign_cap():
     record = run_episode(
         env, Rules(leader=leader_waves(1), searcher=searcher_then_report(2), answerer=ANSWER), options=OPTIONS
     )
-    assert record["counters"]["tool_steps"] == 2
-    assert record["rewards"]["leader"] == pytest.approx(0.9 + 0.1 * 2 / 6)
+    assert record.counters.tool_steps == 2
+    assert record.rewards.leader == pytest.approx(0.9 + 0.1 * 2 / 6)
     env = hierarchical_search_v1.env(max_steps=30, max_rounds=5)
     record = run_episode(
         env, Rules(leader=leader_waves(4), searcher=searcher_then_report(2), answerer=WRONG), options=OPTIONS
     )
-    assert record["counters"]["tool_steps"] == 8
-    assert record["rewards"]["leader"] == pytest.approx(0.1)  # min(8, 6) / 6 = 1, R_EM = 0
+    assert record.counters.tool_steps == 8
+    assert record.rewards.leader == pytest.approx(0.1)  # min(8, 6) / 6 = 1, R_EM = 0
 
 
 def test_wave_runs_searchers_concurrently_and_drops_extra_subtasks():
@@ -158,11 +158,11 @@ def test_wave_runs_searchers_concurrently_and_drops_extra_subtasks():
         answerer=ANSWER,
     )
     record = run_episode(env, policy, options=OPTIONS)
-    assert [s["agent"] for s in record["subtasks"]] == ["searcher_0", "searcher_1"]
-    assert record["dropped_subtasks"] == ["What is the capital of Anbria?"]
-    assert record["counters"]["task_assignments"] == 2
-    assert record["counters"]["tool_steps"] == 1 and record["counters"]["search_actions"] == 2
-    assert record["selected_reports"] == [2]
+    assert [s.agent for s in record.subtasks] == ["searcher_0", "searcher_1"]
+    assert record.dropped_subtasks == ["What is the capital of Anbria?"]
+    assert record.counters.task_assignments == 2
+    assert record.counters.tool_steps == 1 and record.counters.search_actions == 2
+    assert record.selected_reports == [2]
     answerer_turn = [t for t in policy.turns if t.role == "answerer"][0]
     assert (
         "[Report 2]" in answerer_turn.messages[-1]["content"]
@@ -179,15 +179,15 @@ def test_misbehaving_policy_never_crashes(module):
     failures = []
     for seed in range(40):
         record = run_episode(env, MisbehavingPolicy(seed=seed), seed=seed)
-        assert record["counters"]["env_steps"] <= budget
-        assert record["counters"]["delegation_rounds"] <= 5
-        assert record["counters"]["format_failures"] == len(record["format_errors"])
-        failures.append(record["counters"]["format_failures"])
-        json.loads(json.dumps(record))
-        rewards = record["rewards"]
-        assert all(-1.0 <= r <= 1.0 for r in rewards["answerer"] + rewards["searcher_calls"])
-        assert rewards["leader"] is None or -1.0 <= rewards["leader"] <= 1.0
-        assert rewards.get("solver", 0.0) in (-1.0, 0.0, 1.0)
+        assert record.counters.env_steps <= budget
+        assert record.counters.delegation_rounds <= 5
+        assert record.counters.format_failures == len(record.format_errors)
+        failures.append(record.counters.format_failures)
+        json.loads(json.dumps(record.to_json()))
+        rewards = record.rewards
+        assert all(-1.0 <= r <= 1.0 for r in rewards.answerer + rewards.searcher_calls)
+        assert rewards.leader is None or -1.0 <= rewards.leader <= 1.0
+        assert rewards.roles.get("solver", 0.0) in (-1.0, 0.0, 1.0)
     assert sum(failures) > 0  # it misbehaves (a lone solver can answer well-formed at once)
 
 
@@ -202,19 +202,19 @@ def solver_searches_then(k, answer="<answer>Tarvel</answer>"):
 def test_single_agent_searches_then_answers(k):
     policy = Rules(solver=solver_searches_then(k))
     record = run_episode(single_search_v1.env(), policy, options=OPTIONS)
-    assert record["workflow"] == "single" and record["counters"]["env_steps"] == k + 1
-    assert record["counters"]["search_actions"] == record["counters"]["tool_steps"] == k
-    assert record["candidates"] == ["<answer>Tarvel</answer>"] and record["extracted_answers"] == ["Tarvel"]
-    assert record["candidate_scores"] == [1.0] and record["rewards"]["em"] == 1.0
-    assert record["rewards"]["solver"] == 1.0  # R_solver = c: no search bonus, the outcome alone
-    assert record["rewards"]["answerer"] == [] and record["rewards"]["leader"] is None
-    assert record["rewards"]["searcher_calls"] == [] and record["reports"] == []
-    [call] = record["calls"]
-    assert (call["call_id"], call["role"]) == ("solver", "solver") and len(call["outputs"]) == k + 1
-    assert call["messages"][0]["content"].startswith("Answer the question.")
-    assert call["messages"][1]["content"] == "Question: Where was Orlen Vask born?"
+    assert record.workflow == "single" and record.counters.env_steps == k + 1
+    assert record.counters.search_actions == record.counters.tool_steps == k
+    assert record.candidates == ["<answer>Tarvel</answer>"] and record.extracted_answers == ["Tarvel"]
+    assert record.candidate_scores == [1.0] and record.rewards.em == 1.0
+    assert record.rewards.roles["solver"] == 1.0  # R_solver = c: no search bonus, the outcome alone
+    assert record.rewards.answerer == [] and record.rewards.leader is None
+    assert record.rewards.searcher_calls == [] and record.reports == []
+    [call] = record.calls
+    assert (call.call_id, call.role) == ("solver", "solver") and len(call.outputs) == k + 1
+    assert call.messages[0]["content"].startswith("Answer the question.")
+    assert call.messages[1]["content"] == "Question: Where was Orlen Vask born?"
     # passages come back exactly as a Searcher's, one <information> message per search
-    assert sum(m["content"].startswith("<information>") for m in call["messages"]) == k
+    assert sum(m["content"].startswith("<information>") for m in call.messages) == k
     assert policy.turns[0].allowed == ("search", "answer") and policy.turns[0].call_id == "solver"
 
 
@@ -222,14 +222,14 @@ def test_single_agent_wrong_answer_and_format_failure():
     record = run_episode(
         single_search_v1.env(), Rules(solver=solver_searches_then(1, "<answer>Paris</answer>")), options=OPTIONS
     )
-    assert record["rewards"]["solver"] == 0.0 and record["rewards"]["em"] == 0.0
+    assert record.rewards.roles["solver"] == 0.0 and record.rewards.em == 0.0
     outputs = iter(["garbage", "<answer>Tarvel</answer>"])
     policy = Rules(solver=lambda t: next(outputs))
     record = run_episode(single_search_v1.env(), policy, options=OPTIONS)
     # a format failure gets feedback and the episode goes on; the call's reward is -1, R_EM is not
     assert "Invalid action" in policy.turns[1].messages[-1]["content"]
-    assert record["counters"]["format_failures"] == 1 and record["rewards"]["em"] == 1.0
-    assert record["rewards"]["solver"] == -1.0
+    assert record.counters.format_failures == 1 and record.rewards.em == 1.0
+    assert record.rewards.roles["solver"] == -1.0
 
 
 def test_single_agent_pettingzoo_reward_is_r_solver():
@@ -237,7 +237,7 @@ def test_single_agent_pettingzoo_reward_is_r_solver():
     env.reset(options=OPTIONS)
     env.step("<answer>Tarvel</answer>")
     assert env.rewards["solver"] == 1.0 and env.terminations["solver"]
-    assert env.infos["solver"]["reward_parts"]["solver"] == 1.0
+    assert env.infos["solver"]["reward_parts"].roles["solver"] == 1.0
 
 
 def test_role_router_demands_the_roles_it_plays():
@@ -280,7 +280,7 @@ def test_passage_injection_cannot_act():
     record = run_episode(env, policy, options=OPTIONS)
     info = [m["content"] for t in policy.turns for m in t.messages if m["content"].startswith("<information>")]
     assert info and "<answer>" not in info[0] and info[0].count("</information>") == 1
-    assert record["counters"]["env_steps"] == 3 and record["extracted_answers"] == ["Tarvel"]
+    assert record.counters.env_steps == 3 and record.extracted_answers == ["Tarvel"]
 
 
 def test_scripted_team_accuracy_on_fixture():
@@ -288,7 +288,7 @@ def test_scripted_team_accuracy_on_fixture():
     corpus, questions = load_fixture()
     for module in (cascade_search_v1, hierarchical_search_v1):
         env = module.env(corpus=corpus, questions=questions)
-        em = {q.id: run_episode(env, scripted_team(), options={"question": q})["rewards"]["em"] for q in questions}
+        em = {q.id: run_episode(env, scripted_team(), options={"question": q}).rewards.em for q in questions}
         one_hop = [em[q.id] for q in questions if q.metadata["hops"] == 1]
         assert sum(one_hop) == len(one_hop) == 8
 

@@ -13,9 +13,9 @@ def test_checkpoint_solver_is_seeded_per_question(tmp_path):
     solve = checkpoint_solver("cascade", str(tmp_path / "model"), None, questions, max_new_tokens=8)
     together = solve(questions, [11, 12, 13])
     alone = solve(questions[2:], [13])
-    assert [r["question_id"] for r in together] == [q.id for q in questions]
-    assert together[2]["candidates"] == alone[0]["candidates"]
-    assert all(r["counters"]["input_tokens"] > 0 and r["counters"]["output_tokens"] > 0 for r in together)
+    assert [r.question_id for r in together] == [q.id for q in questions]
+    assert together[2].candidates == alone[0].candidates
+    assert all(r.counters.input_tokens > 0 and r.counters.output_tokens > 0 for r in together)
 
 
 def test_the_single_workflow_is_evaluated_like_the_teams(tmp_path):
@@ -35,7 +35,7 @@ def test_the_single_workflow_is_evaluated_like_the_teams(tmp_path):
         team_solver("single", debugging_policy("scripted"), None, questions),
     ):
         for question, record in zip(questions, solve(questions, [1, 2])):
-            assert record["workflow"] == "single" and {c["role"] for c in record["calls"]} == {"solver"}
+            assert record.workflow == "single" and {c.role for c in record.calls} == {"solver"}
             scored = from_workflow(record, "solo", "synthwiki", 0, 1)
-            assert scored.question_id == question.id and len(record["candidates"]) <= 1
+            assert scored.question_id == question.id and len(record.candidates) <= 1
             assert "search_actions" in scored.counters

@@ -1,11 +1,13 @@
 """Converters for the raw real-data formats, the manifest builder, and the record format."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from maopd.envs.datasets import DatasetError, Question
+from maopd.envs.records import WorkflowRecord
 from maopd.evaluation.converters import CONVERTERS, convert, pool_corpus
 from maopd.evaluation.manifest import (
     build_manifest,
@@ -115,25 +117,28 @@ def test_manifest_too_small_pool_names_the_dataset():
         build_manifest({"nq": pool("nq", 3)}, {"nq": 5})
 
 
-WORKFLOW = {
-    "workflow": "hierarchical",
-    "question_id": "q1",
-    "question": "Who?",
-    "golden_answers": ["Ann"],
-    "subtasks": [{"wave": 0, "agent": "searcher_0", "task": "Who?"}],
-    "reports": [],
-    "candidates": ["<answer>Bob</answer>", "Final answer: Ann"],
-    "counters": {
-        "search_actions": 2,
-        "searches_with_passages": 1,
-        "reports": 1,
-        "task_assignments": 1,
-        "input_tokens": 100,
-        "output_tokens": 20,
-        "env_steps": 5,
-    },
-    "duration_s": 0.5,
-}
+# a partial JSON form, as another system may write it: the fields left out take their defaults
+WORKFLOW = WorkflowRecord.from_json(
+    {
+        "workflow": "hierarchical",
+        "question_id": "q1",
+        "question": "Who?",
+        "golden_answers": ["Ann"],
+        "subtasks": [{"wave": 0, "agent": "searcher_0", "task": "Who?"}],
+        "reports": [],
+        "candidates": ["<answer>Bob</answer>", "Final answer: Ann"],
+        "counters": {
+            "search_actions": 2,
+            "searches_with_passages": 1,
+            "reports": 1,
+            "task_assignments": 1,
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "env_steps": 5,
+        },
+        "duration_s": 0.5,
+    }
+)
 
 
 def test_workflow_record_to_eval_record_and_back(tmp_path):
@@ -148,7 +153,7 @@ def test_workflow_record_to_eval_record_and_back(tmp_path):
     path.write_text(record_line(record))
     [loaded] = list(iter_records(path))
     assert loaded == record
-    assert from_workflow(dict(WORKFLOW, candidates=[]), "opd", "nq", 0).failure == "no_candidate"
+    assert from_workflow(replace(WORKFLOW, candidates=[]), "opd", "nq", 0).failure == "no_candidate"
 
 
 def test_record_errors_name_file_line_and_field(tmp_path):

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 import pytest
 
 from maopd.evaluation.records import record_from_dict
-from maopd.evaluation.report import build_tables, write_tables, write_viewer
+from maopd.evaluation.report import SHOWN_OUTPUT_CHARS, build_tables, write_tables, write_viewer
 from maopd.evaluation.scoring import score_records
 from maopd.evaluation.summary import summarize
 from tests.evaluation.test_eval_metrics import make_records
@@ -67,10 +67,13 @@ class _Tags(HTMLParser):
 
 def _hostile_records() -> list:
     """Records whose every text field, trajectory entries included, holds markup."""
+    passage = {"id": PAYLOAD, "title": PAYLOAD, "text": PAYLOAD, "score": 1.0}
     trajectory = {
-        "subtasks": [{"wave": PAYLOAD, "agent": PAYLOAD, "task": PAYLOAD}],
-        "searches": [{"agent": PAYLOAD, "query": PAYLOAD, "passages": [PAYLOAD]}],
-        "reports": [{"number": PAYLOAD, "agent": PAYLOAD, "text": PAYLOAD}],
+        "subtasks": [{"wave": 1, "agent": PAYLOAD, "task": PAYLOAD}],
+        "searches": [{"wave": 1, "agent": PAYLOAD, "query": PAYLOAD, "passages": [passage]}],
+        "reports": [{"number": 1, "agent": PAYLOAD, "task": PAYLOAD, "text": PAYLOAD}],
+        "format_errors": [{"env_step": 1, "agent": PAYLOAD, "error": PAYLOAD}],
+        "calls": [{"call_id": PAYLOAD, "agent": PAYLOAD, "outputs": [PAYLOAD]}],
     }
     rows = [
         {
@@ -149,7 +152,23 @@ def test_the_viewer_shows_what_a_failed_workflow_wrote(tmp_path, leader, answere
     page = write_viewer([loaded], tmp_path / "viewer.html").read_text(encoding="utf-8")
     assert "<pre>None</pre>" not in page
     assert "failed outputs" in page and shown in page
-    for error in workflow["format_errors"]:
-        assert json.dumps(error["agent"])[1:-1] in page
+    for error in workflow.format_errors:
+        assert json.dumps(error.agent)[1:-1] in page
     if failure == "no_candidate":
         assert "(no Answerer candidate" in page and "step 1, leader: bad &lt;select&gt;" in page
+
+
+def test_the_viewer_counts_the_characters_a_cut_output_had(tmp_path):
+    """An output the record keeps cut (``output_chars``) shows how much the model wrote."""
+    from maopd.agents.scripted import ScriptedLeader, ScriptedSearcher
+    from maopd.envs import hierarchical_search_v1
+    from maopd.envs.episode import run_episode
+    from maopd.envs.policy import RoleRouter
+    from maopd.evaluation.records import from_workflow
+
+    team = RoleRouter({"leader": ScriptedLeader(), "searcher": ScriptedSearcher(), "answerer": _Says("y" * 100_000)})
+    workflow = run_episode(hierarchical_search_v1.env(), team, seed=0)
+    assert workflow.calls[-1].output_chars == [100_000]
+    loaded = record_from_dict(json.loads(json.dumps(from_workflow(workflow, "m", "d", 0).to_dict())), "line 1")
+    page = write_viewer([loaded], tmp_path / "viewer.html").read_text(encoding="utf-8")
+    assert f"… ({100_000 - SHOWN_OUTPUT_CHARS} more characters)" in page

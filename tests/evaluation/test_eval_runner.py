@@ -8,6 +8,7 @@ import pytest
 
 from maopd.cli import main
 from maopd.envs.datasets import Question
+from maopd.envs.records import Counters, WorkflowRecord
 from maopd.evaluation.manifest import ManifestEntry, question_hash
 from maopd.evaluation.records import RecordError, load_records
 from maopd.evaluation.runner import EvalSettings, attempt_seed, run_attempts, settings_file
@@ -33,14 +34,14 @@ class EchoSolver:
         self.calls += 1
         self.solved += [(q.id, s) for q, s in zip(questions, seeds)]
         return [
-            {
-                "question_id": q.id,
-                "question": q.question,
-                "golden_answers": list(q.golden_answers),
-                "candidates": [f"<answer>{q.golden_answers[0] if s % 2 == 0 else 'x'}</answer>"],
-                "counters": {"search_actions": 1},
-                "duration_s": 0.1,
-            }
+            WorkflowRecord(
+                question_id=q.id,
+                question=q.question,
+                golden_answers=list(q.golden_answers),
+                candidates=[f"<answer>{q.golden_answers[0] if s % 2 == 0 else 'x'}</answer>"],
+                counters=Counters(search_actions=1),
+                duration_s=0.1,
+            )
             for q, s in zip(questions, seeds)
         ]
 
@@ -72,10 +73,16 @@ def test_resume_never_reruns_or_loses_records(tmp_path):
 
 def test_solve_must_answer_the_questions_it_was_given(tmp_path):
     def wrong(questions, seeds):
-        return [{"question_id": "nope", "golden_answers": ["a"], "candidates": []} for _ in questions]
+        return [WorkflowRecord(question_id="nope", golden_answers=["a"]) for _ in questions]
 
     with pytest.raises(ValueError, match="'nope' where 'q0' was expected"):
         run_attempts(wrong, manifest(2), tmp_path / "r.jsonl", "m")
+
+    def untyped(questions, seeds):
+        return [{"question_id": q.id, "golden_answers": ["a"], "candidates": []} for q in questions]
+
+    with pytest.raises(ValueError, match="solve returned a dict where a WorkflowRecord"):
+        run_attempts(untyped, manifest(2), tmp_path / "r.jsonl", "m")
 
 
 @pytest.mark.slow

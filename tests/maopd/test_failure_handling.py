@@ -298,7 +298,7 @@ def test_invalid_token_counts_never_reach_a_record(counts):
             "output_tokens": n_out,
         },
     )
-    text = json.dumps(record, allow_nan=False)
+    text = json.dumps(record.to_json(), allow_nan=False)
     assert json.loads(text)["counters"]["input_tokens"] >= 0
 
 

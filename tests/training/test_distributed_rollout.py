@@ -44,8 +44,8 @@ def test_two_workers_match_one_process_and_survive_a_worker_death(model_dir, tmp
         assert [(s.group, s.trajectory, s.call_id, s.candidate) for s in got.sequences] == [
             (s.group, s.trajectory, s.call_id, s.candidate) for s in expected.sequences
         ]
-        assert [[r["candidates"] for r in row] for row in got.records] == [
-            [r["candidates"] for r in row] for row in expected.records
+        assert [[r.candidates for r in row] for row in got.records] == [
+            [r.candidates for r in row] for row in expected.records
         ]
 
         ray.kill(collector.workers[0])

@@ -13,6 +13,7 @@ import torch
 from maopd.agents.sampling import Candidate
 from maopd.base.config import ConfigError
 from maopd.envs.actions import SEARCHER
+from maopd.envs.records import CallRecord, Report, RewardParts, WorkflowRecord
 from maopd.envs.rewards import report_has_gold
 from maopd.training.advantages import AdvantageConfig, team_token_advantages
 from maopd.training.config import CriticConfig
@@ -196,18 +197,18 @@ class ScriptedJudge:
 
 
 def _record(reports, golden=("Tarvel",), em=1.0):
-    calls = [{"role": "searcher", "agent": f"searcher_{k}", "wave": 1} for k in range(len(reports))]
-    return {
-        "question": "Where was Orlen Vask born?",
-        "golden_answers": list(golden),
-        "reports": [
-            {"agent": f"searcher_{k}", "wave": 1, "task": f"task {k}", "text": text}
+    calls = [CallRecord(role="searcher", agent=f"searcher_{k}", wave=1) for k in range(len(reports))]
+    return WorkflowRecord(
+        question="Where was Orlen Vask born?",
+        golden_answers=list(golden),
+        reports=[
+            Report(agent=f"searcher_{k}", wave=1, task=f"task {k}", text=text)
             for k, text in enumerate(reports)
             if text is not None
         ],
-        "calls": calls,
-        "rewards": {"em": em, "searcher_calls": [0.9] * len(reports), "search_bonus": [1.0] * len(reports)},
-    }
+        calls=calls,
+        rewards=RewardParts(em=em, searcher_calls=[0.9] * len(reports), search_bonus=[1.0] * len(reports)),
+    )
 
 
 def test_report_has_gold_matches_whole_normalized_words():
@@ -272,8 +273,8 @@ def test_judge_agreement_on_the_world_counts_a_bridge_report_as_correct(monkeypa
 
     monkeypatch.setattr("maopd.training.critic.prompt_ids", lambda tokenizer, messages: [0])
     record = _record([f"The answer is {bridge}.", "nothing"], golden=question.golden_answers)
-    for report in record["reports"]:
-        report["task"] = bridge_task
+    for report in record.reports:
+        report.task = bridge_task
     critic = PromptedCritic(ScriptedJudge(["<judge>yes</judge>", "<judge>no</judge>"]), CriticConfig(), gold)
     critic.searcher_rewards([[record]])
     assert critic.last_metrics["critic/gold_rate"] == 0.5 and critic.last_metrics["critic/agreement"] == 1.0
@@ -306,7 +307,7 @@ def test_tune_judge_gives_the_judges_figures_on_recorded_reports(models, tmp_pat
     assert main([*command, "--out", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert figures["workflows"] == 3 and figures["methods"] == ["expert"]
-    assert figures["critic/judged"] == sum(len(w["reports"]) for w in workflows)
+    assert figures["critic/judged"] == sum(len(w.reports) for w in workflows)
     assert figures["critic/gold_rate"] == 1.0  # the expert's reports state their sub-questions' answers
     assert 0.0 <= figures["critic/format_rate"] <= 1.0 and figures["command"].startswith("maopd tune judge")
     assert figures["p_yes_auc_vs_gold"] is None  # every report is gold-correct: no AUC

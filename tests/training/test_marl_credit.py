@@ -52,8 +52,8 @@ def test_role_rewards_are_the_environment_reward_parts(batch):
     _, _, episodes = batch
     for ep in episodes:
         for d in ep.decisions:
-            expected = {"leader": ep.parts["leader"], "answerer": np.mean(ep.parts["answerer"])}.get(
-                d.role, ep.parts["searcher_calls"][d.call] if d.call is not None else None
+            expected = {"leader": ep.parts.leader, "answerer": np.mean(ep.parts.answerer)}.get(
+                d.role, ep.parts.searcher_calls[d.call] if d.call is not None else None
             )
             assert role_reward(d, ep.parts) == pytest.approx(expected)
 
@@ -95,10 +95,10 @@ def test_counterfactual_replay_keeps_the_past_and_replaces_the_assignment_by_an_
         return first_report(decision) if number == deviation else None
 
     replay = play_batch(env, policy, [ep.question_index], greedy_play=True, override=deviate)[0]
-    assert replay.parts["em"] == em
+    assert replay.parts.em == em
     assert [d.action for d in replay.decisions[:deviation]] == [d.action for d in ep.decisions[:deviation]]
-    # record["calls"] lists Searcher assignments first, in order: the replaced one reported at once.
-    outputs = replay.record["calls"][call]["outputs"]
+    # record.calls lists Searcher assignments first, in order: the replaced one reported at once.
+    outputs = replay.record.calls[call].outputs
     assert len(outputs) == 1 and outputs[0].startswith("<report>")
 
 
@@ -230,7 +230,7 @@ def test_mappo_value_loss_falls_on_a_fixed_batch(batch):
     decisions = [d for ep in episodes for d in ep.decisions]
     inputs = StateValue.inputs(decisions)
     assert inputs.shape == (len(decisions), decisions[0].state.size + 3)
-    targets = torch.tensor([float(ep.parts["em"]) for ep in episodes for _ in ep.decisions])
+    targets = torch.tensor([float(ep.parts.em) for ep in episodes for _ in ep.decisions])
     value = StateValue(decisions[0].state.size, hidden=16)
     losses = fit_value(value, torch.optim.Adam(value.parameters(), lr=VALUE_LR), inputs, targets, epochs=40)
     # below the best constant's loss (the targets' variance): the state explains part of the outcome

@@ -78,7 +78,7 @@ def test_same_seed_same_records_whatever_the_batch(world, tokenizer, model, samp
         a = [s.input_ids for s in alone.sequences if s.trajectory == g]
         b = [s.input_ids for s in sampled.sequences if s.group == 1 and s.trajectory == g]
         assert a == b
-        assert alone.record(0, g)["candidates"] == sampled.record(1, g)["candidates"]
+        assert alone.record(0, g).candidates == sampled.record(1, g).candidates
 
 
 class ScriptedGenerator:
@@ -119,24 +119,22 @@ def test_ids_and_masks_are_exactly_the_chat_and_the_generated_tokens(world, toke
     collector.policy = ScriptedGenerator(tokenizer, collector)
     questions = [q for q in world.splits["dev"] if q.metadata["hops"] == 2][:2]
     batch = collector.collect(questions, 1, seed=0)
-    assert all(batch.record(b, 0)["rewards"]["em"] == 1.0 for b in range(2))
+    assert all(batch.record(b, 0).rewards.em == 1.0 for b in range(2))
     roles = {s.role for s in batch.sequences}
     assert roles == (
         {"searcher", "answerer", "leader"} if module is hierarchical_search_v1 else {"searcher", "answerer"}
     )
     end = tokenizer.eos_token_id
     for s in batch.sequences:
-        calls = [c for c in batch.record(s.group, s.trajectory)["calls"] if c["call_id"] == s.call_id]
+        calls = [c for c in batch.record(s.group, s.trajectory).calls if c.call_id == s.call_id]
         call = calls[0]
-        outputs = call["outputs"] if s.role != "answerer" else [call["outputs"][s.candidate]]
+        outputs = call.outputs if s.role != "answerer" else [call.outputs[s.candidate]]
         # the masked tokens are exactly the role's own outputs, turn by turn
         generated = [t for t, m in zip(s.input_ids, s.response_mask) if m]
         assert generated == [i for text in outputs for i in encode_text(tokenizer, text)]
         # everything else is the chat template: role prompt, task, passages, turn boundaries
         messages = (
-            call["messages"]
-            if s.role != "answerer"
-            else [*call["messages"], {"role": "assistant", "content": outputs[0]}]
+            call.messages if s.role != "answerer" else [*call.messages, {"role": "assistant", "content": outputs[0]}]
         )
         expected = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=False))
         # our sequence stops after the last action tag: the template's closing <|im_end|>\n is not sampled
@@ -157,4 +155,4 @@ def test_fixed_policy_roles_produce_no_sequences(world, tokenizer, model):
     )
     batch = collector.collect(world.splits["dev"][:1], 2, seed=0)
     assert {s.role for s in batch.sequences} <= {"searcher", "answerer"}
-    assert all(batch.record(0, g)["counters"]["delegation_rounds"] >= 1 for g in range(2))
+    assert all(batch.record(0, g).counters.delegation_rounds >= 1 for g in range(2))

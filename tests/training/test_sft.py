@@ -324,8 +324,8 @@ def test_smoke_model_loads_with_auto_classes_and_plays_an_episode(smoke_model):
     )
     policy = HFPolicy(model, tokenizer, SamplingConfig(max_new_tokens=32), seed=0)
     record = run_episode(env, policy, seed=0, options={"question_index": 0})
-    assert {"leader", "answerer"} <= {call["role"] for call in record["calls"]}
-    assert len(record["candidate_scores"]) == 1
+    assert {"leader", "answerer"} <= {call.role for call in record.calls}
+    assert len(record.candidate_scores) == 1
 
 
 def test_knowledge_states_each_fact_by_popularity_and_asks_only_other_worlds_questions():

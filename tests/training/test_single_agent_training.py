@@ -92,7 +92,7 @@ def test_solver_tokens_get_advantages_when_the_groups_rewards_differ(tmp_path):
     # a random model's outcomes are all alike; make each question's first trajectory succeed
     for row in batch.records:
         for g, record in enumerate(row):
-            record["rewards"]["solver"] = 1.0 if g == 0 else 0.0
+            record.rewards.roles["solver"] = 1.0 if g == 0 else 0.0
     ppo_batch, metrics = trainer.prepare(batch)
     solver = (ppo_batch.role_ids == SOLVER)[:, None] & ppo_batch.tokens.response_mask.bool()
     assert bool(solver.any()) and bool((ppo_batch.role_ids == SOLVER).all())

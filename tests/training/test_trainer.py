@@ -67,11 +67,11 @@ def _vary_rewards(batch):
     for b, row in enumerate(batch.records):
         for g, record in enumerate(row):
             em = float((b + g) % 2)
-            rewards = record["rewards"]
-            rewards["em"] = em
-            rewards["leader"] = 0.9 * em + 0.1 * g / GROUP
-            rewards["answerer"] = [float((g + j) % 2) for j in range(len(rewards["answerer"]))]
-            rewards["searcher_calls"] = [0.9 * em + 0.05 * (g + k) for k in range(len(rewards["searcher_calls"]))]
+            rewards = record.rewards
+            rewards.em = em
+            rewards.leader = 0.9 * em + 0.1 * g / GROUP
+            rewards.answerer = [float((g + j) % 2) for j in range(len(rewards.answerer))]
+            rewards.searcher_calls = [0.9 * em + 0.05 * (g + k) for k in range(len(rewards.searcher_calls))]
 
 
 @pytest.fixture(scope="module")
@@ -290,8 +290,8 @@ def test_variants_change_only_the_searcher_path(models, tmp_path, scripted_batch
     expected_rewards = torch.zeros(2, GROUP)
     for b, row in enumerate(scripted_batch.records):
         for g, record in enumerate(row):
-            bonuses = record["rewards"]["search_bonus"]
-            per_call = [0.3 * record["rewards"]["em"] + 0.5 * next(verdicts) + 0.2 * bonus for bonus in bonuses]
+            bonuses = record.rewards.search_bonus
+            per_call = [0.3 * record.rewards.em + 0.5 * next(verdicts) + 0.2 * bonus for bonus in bonuses]
             expected_rewards[b, g] = sum(per_call) / len(per_call)
     torch.testing.assert_close(critic.advantages.shaped_rewards["searcher"], expected_rewards)
 
@@ -329,7 +329,7 @@ def _with_em(batch, em_rows):
     batch = copy.deepcopy(batch)
     for row, ems in zip(batch.records, em_rows):
         for record, em in zip(row, ems):
-            record["rewards"]["em"] = em
+            record.rewards.em = em
     return batch
 
 
@@ -343,7 +343,7 @@ def test_dynamic_sampling_keeps_drawing_until_b_questions_disagree(models, tmp_p
     # B = 2: round 0 has no informative question, rounds 1 and 2 have one each; round 3 is not drawn
     assert stats["rollout/rounds"] == 3
     assert stats["rollout/informative_fraction"] == pytest.approx(2 / 6)
-    assert [[r["rewards"]["em"] for r in row] for row in batch.records] == [[0.0, 1.0], [0.0, 1.0]]
+    assert [[r.rewards.em for r in row] for row in batch.records] == [[0.0, 1.0], [0.0, 1.0]]
     question_1 = [s.input_ids for s in scripted_batch.sequences if s.group == 1]
     for group in (0, 1):
         assert [s.input_ids for s in batch.sequences if s.group == group] == question_1
@@ -388,7 +388,7 @@ def test_first_question_skips_the_start_of_the_split(models, tmp_path):
 def test_nan_reward_stops_the_step_with_a_clear_error(models, tmp_path, scripted_batch):
     trainer = Trainer(stage2_config(models, tmp_path))
     batch = copy.deepcopy(scripted_batch)
-    batch.records[0][1]["rewards"]["leader"] = float("nan")
+    batch.records[0][1].rewards.leader = float("nan")
     with pytest.raises(NonFiniteError, match="leader rewards .* leader"):
         trainer.prepare(batch)
 

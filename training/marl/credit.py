@@ -44,6 +44,7 @@ from maopd.base.errors import failed_in
 from maopd.envs.option.menus import FINISHES_FEATURE, ITEM_FEATURES
 from maopd.envs.option.vector import OptionVectorEnv
 from maopd.envs.option.wrapper import GLOBAL_FEATURES
+from maopd.envs.records import RewardParts
 from maopd.envs.roles import TEAM_ROLES
 from maopd.training.losses import PluginOutputError, check_plugin_output, lookup
 from maopd.training.marl.policy import Decision, Episode, MenuPolicy, MenuScorer, play_batch
@@ -111,13 +112,13 @@ def get_credit_method(name: str) -> CreditMethod:
     return checked_method
 
 
-def role_reward(decision: Decision, parts: dict) -> float:
+def role_reward(decision: Decision, parts: RewardParts) -> float:
     """The paper's reward of the role that made ``decision``."""
     if decision.role == "leader":
-        return float(parts["leader"])
+        return float(parts.leader)
     if decision.role == "answerer":
-        return float(np.mean(parts["answerer"]))
-    return float(parts["searcher_calls"][decision.call])
+        return float(np.mean(parts.answerer))
+    return float(parts.searcher_calls[decision.call])
 
 
 def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles: set[str]) -> list[np.ndarray]:
@@ -139,7 +140,7 @@ def normalize_per_role(episodes: list[Episode], rewards: list[np.ndarray], roles
 
 @register("team")
 def team_reward(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
-    rewards = [np.full(len(ep.decisions), float(ep.parts["em"])) for ep in episodes]
+    rewards = [np.full(len(ep.decisions), float(ep.parts.em)) for ep in episodes]
     return normalize_per_role(episodes, rewards, set(TEAM_ROLES))
 
 
@@ -168,7 +169,7 @@ def counterfactual_ems(episodes: list[Episode], calls: list[tuple[int, int]], ct
 
     questions = [episodes[e].question_index for e, _ in calls]
     replays = play_batch(ctx.venv, ctx.policy, questions, greedy_play=True, override=choose)
-    return [float(replay.parts["em"]) for replay in replays]
+    return [float(replay.parts.em) for replay in replays]
 
 
 @register("difference")
@@ -177,7 +178,7 @@ def difference_rewards(episodes: list[Episode], ctx: CreditContext) -> list[np.n
     counterfactual = dict(zip(calls, counterfactual_ems(episodes, calls, ctx)))
     rewards = []
     for e, ep in enumerate(episodes):
-        em = float(ep.parts["em"])
+        em = float(ep.parts.em)
         rewards.append(
             np.array(
                 [
@@ -205,7 +206,7 @@ def counterfactual_critic(episodes: list[Episode], ctx: CreditContext) -> list[n
     observations = torch.as_tensor(np.stack([d.observation for d in decisions]))
     masks = torch.as_tensor(np.stack([d.mask for d in decisions]))
     actions = torch.tensor([d.action for d in decisions])
-    returns = torch.tensor([float(ep.parts["em"]) for ep in episodes for _ in ep.decisions])
+    returns = torch.tensor([float(ep.parts.em) for ep in episodes for _ in ep.decisions])
     for _ in range(COMA_EPOCHS):
         taken = critic.slot_values(observations).gather(1, actions[:, None]).squeeze(1)
         loss = torch.nn.functional.mse_loss(taken, returns)
@@ -326,7 +327,7 @@ def mappo(episodes: list[Episode], ctx: CreditContext) -> list[np.ndarray]:
     for ep in episodes:
         count = len(ep.decisions)
         rewards = np.zeros(count)
-        rewards[-1] = float(ep.parts["em"])
+        rewards[-1] = float(ep.parts.em)
         advantages.append(gae(rewards, values[start : start + count], MAPPO_GAMMA, MAPPO_LAMBDA))
         start += count
     returns = torch.as_tensor(np.concatenate(advantages) + values, dtype=torch.float32)

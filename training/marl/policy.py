@@ -21,6 +21,7 @@ from torch import nn
 from maopd.envs.option.menus import ITEM_FEATURES
 from maopd.envs.option.vector import OptionVectorEnv
 from maopd.envs.option.wrapper import GLOBAL_FEATURES, OptionWrapper, play_options
+from maopd.envs.records import RewardParts, WorkflowRecord
 
 
 class MenuScorer(nn.Module):
@@ -73,11 +74,11 @@ class Episode:
     question: Any
     question_index: int | None = None
     decisions: list[Decision] = field(default_factory=list)
-    record: dict[str, Any] = field(default_factory=dict)
+    record: WorkflowRecord = field(default_factory=WorkflowRecord)  # set when the episode ends
 
     @property
-    def parts(self) -> dict[str, Any]:
-        return self.record["rewards"]
+    def parts(self) -> RewardParts:
+        return self.record.rewards
 
 
 Chooser = Callable[[Decision, torch.distributions.Categorical], int]

@@ -99,16 +99,16 @@ def vector_env(config: MarlConfig, split: str) -> FastVectorEnv | OptionVectorEn
 def behaviour(episodes: list[Episode]) -> dict[str, float]:
     """Accuracy, searches per workflow and collapse indicators of finished episodes."""
     records = [ep.record for ep in episodes]
-    calls = [c for r in records for c in r["calls"] if c["role"] == "searcher"]
+    calls = [c for r in records for c in r.searcher_calls()]
     return {
-        "em": float(np.mean([r["rewards"]["em"] for r in records])),
-        "searches_per_workflow": float(np.mean([r["counters"]["search_actions"] for r in records])),
-        "no_search_workflows": float(np.mean([r["counters"]["search_actions"] == 0 for r in records])),
-        "searcher_calls_without_search": float(np.mean([not any("<search>" in o for o in c["outputs"]) for c in calls]))
+        "em": float(np.mean([r.rewards.em for r in records])),
+        "searches_per_workflow": float(np.mean([r.counters.search_actions for r in records])),
+        "no_search_workflows": float(np.mean([r.counters.search_actions == 0 for r in records])),
+        "searcher_calls_without_search": float(np.mean([not any("<search>" in o for o in c.outputs) for c in calls]))
         if calls
         else 0.0,
-        "unknown_answers": float(np.mean([(r["extracted_answers"] or [None])[0] == "unknown" for r in records])),
-        "format_failures": float(np.mean([r["counters"]["format_failures"] for r in records])),
+        "unknown_answers": float(np.mean([(r.extracted_answers or [None])[0] == "unknown" for r in records])),
+        "format_failures": float(np.mean([r.counters.format_failures for r in records])),
     }
 
 

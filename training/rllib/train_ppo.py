@@ -117,8 +117,8 @@ def greedy_accuracy(module, workflow: str, num_questions: int) -> dict[str, floa
 
     for index in range(num_questions):
         record = play_options(env, act, {"question_index": index})
-        ems.append(record["rewards"]["em"])
-        searches.append(record["counters"]["search_actions"])
+        ems.append(record.rewards.em)
+        searches.append(record.counters.search_actions)
     return {"em": float(np.mean(ems)), "searches": float(np.mean(searches))}
 
 
