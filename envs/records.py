@@ -121,7 +121,7 @@ class RewardParts(JsonRecord):
     Searcher slot's mean over its calls; ``searcher_calls`` and ``search_bonus`` (b_S) one entry per
     Searcher call, in the order of the record's Searcher calls; ``assign_bonus`` R_assign; ``roles``
     the reward of each role only some workflows have, by the role's name (the single agent's
-    ``solver``, the orchestra's ``verifier``), each a key of its own in the JSON form."""
+    ``solver``), each a key of its own in the JSON form."""
 
     em: float = 0.0
     leader: float | None = None

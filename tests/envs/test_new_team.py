@@ -159,11 +159,11 @@ def test_the_team_plays_an_episode_with_a_policy_per_role(num_candidates):
     policy = RoleRouter({role: team for role in workflow_roles("relay")}, workflow_roles("relay"))
     game = raw_env(split="dev", num_candidates=num_candidates)
     record = run_episode(game, policy, seed=0)
-    assert [call["role"] for call in record["calls"]] == ["searcher", "summarizer", "answerer"]
-    assert [r["agent"] for r in record["reports"]] == ["searcher_0", "summarizer"]
-    assert record["selected_reports"] == [2] and len(record["candidates"]) == num_candidates
-    assert record["rewards"]["summarizer"] == record["rewards"]["em"] == game.final_rewards["summarizer"]
-    assert record["counters"]["format_failures"] == 0 and record["counters"]["search_actions"] == 1
+    assert [call.role for call in record.calls] == ["searcher", "summarizer", "answerer"]
+    assert [r.agent for r in record.reports] == ["searcher_0", "summarizer"]
+    assert record.selected_reports == [2] and len(record.candidates) == num_candidates
+    assert record.rewards.roles["summarizer"] == record.rewards.em == game.final_rewards["summarizer"]
+    assert record.counters.format_failures == 0 and record.counters.search_actions == 1
 
 
 def test_a_format_failure_of_the_new_role_costs_it_the_penalty():
@@ -173,4 +173,4 @@ def test_a_format_failure_of_the_new_role_costs_it_the_penalty():
     while game.acting_agents():
         game.step(next(outputs))
     assert game.final_rewards["summarizer"] == R.FORMAT_PENALTY
-    assert game.record["selected_reports"] == [1]  # the Searcher's report goes on unrewritten
+    assert game.record.selected_reports == [1]  # the Searcher's report goes on unrewritten

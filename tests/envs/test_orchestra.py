@@ -53,8 +53,8 @@ def test_a_no_starts_another_round_and_a_yes_hands_every_report_to_the_answerer(
     env = play(outputs)
     assert acting_roles(outputs) == ["searcher", "searcher", "verifier", "searcher", "verifier", "answerer"]
     record = env.record
-    assert [r["text"] for r in record["reports"]] == ["first", "second"] and record["selected_reports"] == [1, 2]
-    assert [c["call_id"] for c in record["calls"]] == [
+    assert [r.text for r in record.reports] == ["first", "second"] and record.selected_reports == [1, 2]
+    assert [c.call_id for c in record.calls] == [
         "searcher_0@w1",
         "searcher_0@w2",
         "verifier@r1",
@@ -62,13 +62,13 @@ def test_a_no_starts_another_round_and_a_yes_hands_every_report_to_the_answerer(
         "answerer",
     ]
     # each round's verdict is asked as π_0's judge is: no system message, the round's report
-    verdicts = [c["messages"] for c in record["calls"] if c["role"] == "verifier"]
+    verdicts = [c.messages for c in record.calls if c.role == "verifier"]
     assert [m["role"] for m in verdicts[1]] == ["user", "assistant"] and "Report: second" in verdicts[1][0]["content"]
 
 
 def test_a_malformed_verdict_goes_to_the_answerer_and_costs_the_verifier_the_penalty():
     env = play(["<report>fact</report>", "maybe", "<answer>x</answer>"])
-    assert env.record["candidates"] == ["<answer>x</answer>"] and env.record["counters"]["format_failures"] == 1
+    assert env.record.candidates == ["<answer>x</answer>"] and env.record.counters.format_failures == 1
     assert env.final_rewards["verifier"] == R.FORMAT_PENALTY
 
 
@@ -77,16 +77,16 @@ def test_a_no_with_no_round_left_ends_without_an_answer_unless_forced(force_fini
     outputs = ["<report>a</report>", NO] * 3 + ["<answer>x</answer>"]
     env = play(outputs, force_finish=force_finish)
     assert env.rounds == 3 and env.env_step <= env.max_steps
-    assert bool(env.record["candidates"]) is force_finish
+    assert bool(env.record.candidates) is force_finish
     if not force_finish:
-        assert env.record["counters"]["no_answer"] == 1 and env.final_rewards["verifier"] == 0.0
+        assert env.record.counters.no_answer == 1 and env.final_rewards["verifier"] == 0.0
 
 
 def test_the_budget_ends_a_round_and_the_workflow_in_time():
     """Searcher calls that only search: each ends unreported after CALL_STEPS steps; no verdict
     follows, and the rounds stop where the budget leaves no room for a report, a verdict, an answer."""
     env = play(["<search>q</search>"] * 20)
-    assert env.record["reports"] == [] and env.record["counters"]["unreported_calls"] == 3
+    assert env.record.reports == [] and env.record.counters.unreported_calls == 3
     assert env.env_step == 3 * orchestra_search_v1.CALL_STEPS and not env.verdicts
     forced = play(["<search>q</search>"] * 2 + [NO] + ["<search>q</search>"] * 20, max_steps=5)
     assert forced.env_step <= 5
@@ -95,12 +95,10 @@ def test_the_budget_ends_a_round_and_the_workflow_in_time():
 def test_the_verifier_earns_the_outcome_and_the_others_their_cascade_rewards():
     env = orchestra_search_v1.raw_env(split="dev")
     record = run_episode(env, scripted_team(), seed=3)
-    em = record["rewards"]["em"]
-    assert record["rewards"]["verifier"] == em == env.final_rewards["verifier"]
-    assert env.final_rewards["answerer"] == record["rewards"]["answerer"][0]
-    assert record["rewards"]["searcher_calls"] == [
-        R.searcher_reward(em, b, False) for b in record["rewards"]["search_bonus"]
-    ]
+    em = record.rewards.em
+    assert record.rewards.roles["verifier"] == em == env.final_rewards["verifier"]
+    assert env.final_rewards["answerer"] == record.rewards.answerer[0]
+    assert record.rewards.searcher_calls == [R.searcher_reward(em, b, False) for b in record.rewards.search_bonus]
 
 
 @pytest.mark.parametrize(
@@ -110,8 +108,8 @@ def test_the_scripted_and_noisy_teams_play_it(team):
     env = orchestra_search_v1.raw_env(split="dev")
     for seed in range(8):
         record = run_episode(env, team, seed=seed)
-        assert {c["role"] for c in record["calls"]} <= {"verifier", "searcher", "answerer"}
-        assert record["counters"]["env_steps"] <= env.max_steps
+        assert {c.role for c in record.calls} <= {"verifier", "searcher", "answerer"}
+        assert record.counters.env_steps <= env.max_steps
 
 
 def test_adding_the_orchestra_touched_its_module_and_one_registration_line():

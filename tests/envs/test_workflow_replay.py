@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from maopd.agents.noisy_team import NoiseConfig, NoisyTeam
+from maopd.envs.records import JsonRecord
 from maopd.envs.workflows import env_module
 
 DIGESTS = Path(__file__).with_name("workflow_replay.json")
@@ -37,6 +38,8 @@ EPISODES = 6
 
 
 def _plain(value):
+    if isinstance(value, JsonRecord):  # the record and its parts in infos: as their JSON form
+        return _plain(value.to_json())
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -65,7 +68,7 @@ def replay_digest(workflow: str, options: dict, noise: float) -> str:
                 continue
             (output,) = team.act([turn])
             env.step(output)
-        record = dict(env.unwrapped.record)
+        record = env.unwrapped.record.to_json()
         record.pop("duration_s")
         seen.append([_plain(record), _plain(env.unwrapped.final_rewards), env.unwrapped.state_counters()["env_step"]])
     text = json.dumps(seen, sort_keys=True, default=repr)
