@@ -202,7 +202,7 @@ def test_plays_whole_episodes_in_the_environments(model, tokenizer, module):
     # a random model never finishes in time: force the finish, so that the Answerer plays too
     env = module.env(num_candidates=2, max_steps=5, force_finish=True)
     record = run_episode(env, policy(model, tokenizer, temperature=1.0, max_new_tokens=8), seed=0)
-    json.dumps(record)
+    json.dumps(record.to_json())
     assert 0 < record.counters.env_steps <= env.max_steps
     assert record.counters.input_tokens > 0 and record.counters.output_tokens > 0
     answerer_calls = [call for call in record.calls if call.role == "answerer"]
