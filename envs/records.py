@@ -238,7 +238,7 @@ class WorkflowRecord(JsonRecord):
         return [call for call in self.calls if call.role == "searcher"]
 
     def __getitem__(self, key: str) -> Any:
-        # env.record was a dict until records were typed: say how to read it now
+        # code that reads the record as a dict (env.record["rewards"]) is told how to read it
         shown = f"record.{key}" if isinstance(key, str) and key.isidentifier() else "the record's attributes"
         raise TypeError(
             f"a WorkflowRecord is read through attributes: {shown} (docs/environments.md); "

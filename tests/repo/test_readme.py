@@ -65,4 +65,4 @@ def test_the_stepping_snippet_runs_outside_the_clone(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "Question:" in done.stdout and "'em'" in done.stdout
+    assert "Question:" in done.stdout and "RewardParts(em=" in done.stdout
