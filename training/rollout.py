@@ -32,7 +32,7 @@ import torch
 
 from maopd.agents.chat_tokens import prompt_ids, turn_continuation_ids
 from maopd.agents.token_policy import TokenPolicy
-from maopd.envs.actions import ROLE_IDS
+from maopd.envs import team
 from maopd.envs.datasets import Question
 from maopd.envs.policy import AgentOutput, Policy
 from maopd.envs.records import WorkflowRecord
@@ -79,7 +79,7 @@ class TeamBatch:
         return self.records[group][trajectory]
 
     def role_ids(self) -> torch.Tensor:
-        return torch.tensor([ROLE_IDS[s.role] for s in self.sequences], dtype=torch.long)
+        return torch.tensor([team.role_id(s.role) for s in self.sequences], dtype=torch.long)
 
     def token_batch(self, pad_id: int) -> TokenBatch:
         """Right-padded ids, attention mask and response mask of every sequence, in order."""

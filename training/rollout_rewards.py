@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from maopd.envs.actions import ROLES
+from maopd.envs import team
+from maopd.envs.roles import ROLES
 from maopd.training.rollout import TeamBatch
 
 
 def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
-    """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer."""
+    """Group reward tensors from the workflow records: [B, G], and [B, G, n] for the Answerer;
+    ``roles`` holds those of the roles a workflow registers beyond the built-in four."""
     records = batch.records
     rewards = [[r.rewards for r in row] for row in records]
     # at least 1: a batch where no workflow reached the Answerer (env.force_finish off) keeps
@@ -35,6 +37,11 @@ def record_rewards(batch: TeamBatch) -> dict[str, torch.Tensor | None]:
             [[float(np.mean(r.searcher_calls)) if r.searcher_calls else 0.0 for r in row] for row in rewards]
         ),
         "solver": torch.tensor([[r.roles["solver"] for r in row] for row in rewards]) if has_solver else None,
+        "roles": {
+            role: torch.tensor([[r.roles[role] for r in row] for row in rewards])
+            for role in rewards[0][0].roles
+            if role not in ROLES and all(role in r.roles for row in rewards for r in row)
+        },
     }
 
 
@@ -53,6 +60,8 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         metrics["reward/leader"] = float(rewards["leader"].mean())
     if rewards.get("solver") is not None:
         metrics["reward/solver"] = float(rewards["solver"].mean())
+    for role, values in rewards.get("roles", {}).items():
+        metrics[f"reward/{role}"] = float(values.mean())
     for counter in (
         "search_actions",
         "searches_with_passages",
@@ -66,7 +75,7 @@ def rollout_metrics(batch: TeamBatch, rewards: dict[str, torch.Tensor | None]) -
         metrics[f"workflow/{counter}"] = float(np.mean([getattr(r.counters, counter) for r in records]))
     # the share of workflows that never searched: where search collapse shows first
     metrics["workflow/no_search"] = float(np.mean([r.counters.search_actions == 0 for r in records]))
-    for role in ROLES:
+    for role in team.role_names():
         sequences = [s for s in batch.sequences if s.role == role]
         if sequences:
             metrics[f"{role}/sequences"] = float(len(sequences))

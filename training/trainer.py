@@ -393,6 +393,7 @@ class Trainer:
             searcher_rewards=rewards["searcher"],
             final_em=rewards["em"],
             solver_rewards=rewards["solver"],
+            role_rewards=rewards["roles"],
             candidate_mask=rewards["candidate_mask"],
             config=self.config.advantage,
         )
