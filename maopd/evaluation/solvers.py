@@ -21,10 +21,10 @@ from maopd.evaluation.runner import Solve
 def debugging_policy(name: str, seed: int = 0) -> Policy:
     """The rule-based teams that need no model: ``scripted``, or ``scripted-noisy-answerer``
     (the scripted Leader and Searchers with a misbehaving Answerer, which exercises the failure
-    taxonomy and the flexible extractor)."""
+    taxonomy and the flexible extractor). A role a workflow registers plays by its declared rule."""
     from maopd.agents.misbehaving import MisbehavingPolicy
     from maopd.agents.scripted import ScriptedAnswerer, ScriptedLeader, ScriptedSearcher, ScriptedSolver
-    from maopd.envs.policy import RoleRouter
+    from maopd.envs.policy import RoleRouter, RolesByRule
 
     answerers = {"scripted": ScriptedAnswerer(), "scripted-noisy-answerer": MisbehavingPolicy(seed, valid_rate=0.5)}
     if name not in answerers:
@@ -35,7 +35,8 @@ def debugging_policy(name: str, seed: int = 0) -> Policy:
             "searcher": ScriptedSearcher(),
             "answerer": answerers[name],
             "solver": ScriptedSolver(),
-        }
+        },
+        others=RolesByRule(),
     )
 
 

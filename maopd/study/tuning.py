@@ -76,7 +76,8 @@ def search_figures(records) -> dict[str, Any]:
         "workflows": len(records),
         "searching_share": sum(s > 0 for s in searches) / count,
         "searches_per_workflow": sum(searches) / count,
-        "no_answer_share": sum(r.counters.get("no_answer", 0) > 0 for r in records) / count,
+        # the evaluation record's counters are its costs; whether an answer came is the workflow's
+        "no_answer_share": sum(bool(r.trajectory and r.trajectory.counters.no_answer) for r in records) / count,
         "em_by_search": {
             dataset: {
                 kind: {"workflows": len(scores), "em": sum(scores) / len(scores) if scores else None}

@@ -121,7 +121,7 @@ def test_cli_end_to_end_on_real_data(tmp_path, capsys):
         )
         == 0
     )
-    for workflow in ("hierarchical", "cascade"):
+    for workflow in ("hierarchical", "cascade", "orchestra"):
         assert (
             main(
                 [
@@ -141,7 +141,7 @@ def test_cli_end_to_end_on_real_data(tmp_path, capsys):
             )
             == 0
         )
-    assert len(records.read_text().splitlines()) == 2 * 7 * 2
+    assert len(records.read_text().splitlines()) == 3 * 7 * 2
     out = tmp_path / "report"
     assert (
         main(
@@ -177,6 +177,7 @@ def test_cli_end_to_end_on_real_data(tmp_path, capsys):
     ):
         assert (out / name).stat().st_size > 0, name
     assert "scripted-hierarchical" in (out / "viewer.html").read_text()
+    assert summary["methods"]["scripted-orchestra"]["num_questions"] == {"hotpotqa": 4, "musique": 3}
 
 
 def test_cli_reports_bad_records_without_a_traceback(tmp_path, capsys):
@@ -286,3 +287,22 @@ def test_settings_hold_no_secret(tmp_path, world_manifest, capsys):
     assert "SECRETSECRET" not in text and "user:" not in text and "http://***@127.0.0.1:18801" in text
     # the same settings typed again (with the secret) resume
     assert run_attempts(EchoSolver(), manifest(1), out, "m", EvalSettings(attempts=2), made_with) == 1
+
+
+def test_the_dev_figures_count_workflows_that_ended_without_an_answer():
+    """``no_answer`` is the workflow's counter (its trajectory's), not one of the record's costs."""
+    from maopd.envs import orchestra_search_v1
+    from maopd.evaluation.records import EvalRecord
+    from maopd.study.tuning import search_figures
+
+    env = orchestra_search_v1.raw_env(split="dev")
+    env.reset(seed=0)
+    for output in ["<report>a</report>", "<judge>no</judge>"] * 3:
+        env.step(output)
+    unanswered = env.record
+    assert unanswered.counters.no_answer == 1
+    rows = [
+        EvalRecord("m", "d", "q", attempt, ["a"], None, counters={"search_actions": 0}, trajectory=trajectory)
+        for attempt, trajectory in enumerate([unanswered, None])
+    ]
+    assert search_figures(rows)["no_answer_share"] == 0.5
