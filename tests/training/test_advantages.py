@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from maopd.base.config import ConfigError, from_dict
+from maopd.envs import team
 from maopd.envs.actions import ANSWERER, LEADER, SEARCHER
 from maopd.training.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -213,8 +214,9 @@ def test_an_estimator_that_declares_the_teacher_refuses_a_batch_without_its_log_
 def test_assign_token_advantages_rejects_bad_input():
     with pytest.raises(ValueError, match=r"the searcher advantages must have shape \[3, 3\]"):
         assign_token_advantages(ROLES, RESPONSE, {"searcher": torch.zeros(2, 3)})
-    with pytest.raises(ValueError, match="role_ids must be in"):  # 3 is the solver; 4 is no role
-        assign_token_advantages(torch.tensor([0, 4, 1]), RESPONSE, {"searcher": torch.zeros(3, 3)})
+    unregistered = len(team.role_names())  # one past the last registered role's id
+    with pytest.raises(ValueError, match="role_ids must be in"):
+        assign_token_advantages(torch.tensor([0, unregistered, 1]), RESPONSE, {"searcher": torch.zeros(3, 3)})
 
 
 def _team_batch():
