@@ -409,36 +409,25 @@ def test_agentwise_normalisation_pools_a_roles_calls_on_each_question():
 
     leader = role_id("leader")
     # question 0: workflow 0 (EM 1) made three Leader calls, workflow 1 (EM 0) one; question 1: one call
-    traj_index = torch.tensor([0, 0, 0, 1, 2])
-    role_ids = torch.full((5,), leader)
-    mask = torch.ones(5, 2, dtype=torch.bool)
-    result = team_token_advantages(
-        role_ids=role_ids,
-        traj_index=traj_index,
+    batch = dict(
+        role_ids=torch.full((5,), leader),
+        traj_index=torch.tensor([0, 0, 0, 1, 2]),
         candidate_index=torch.zeros(5, dtype=torch.long),
-        response_mask=mask,
+        response_mask=torch.ones(5, 2, dtype=torch.bool),
         old_logprobs=torch.zeros(5, 2),
         teacher_logprobs=None,
         leader_rewards=torch.tensor([[1.0, 0.0], [0.5, 0.5]]),
         answerer_rewards=None,
-        config=AdvantageConfig(leader_signal="grpo_agentwise", kl_in_reward_coef=0.0),
+    )
+    result = team_token_advantages(
+        **batch, config=AdvantageConfig(leader_signal="grpo_agentwise", kl_in_reward_coef=0.0)
     )
     scores = torch.tensor([1.0, 1.0, 1.0, 0.0])
     expected = (scores - scores.mean()) / (scores.std() + GRPO_EPS)
     torch.testing.assert_close(result.token_advantages[:4, 0], expected)
     assert float(result.token_advantages[4, 0]) == 0.5  # a group of one call: its raw score
     # plain GRPO on the same rewards weighs each workflow once
-    plain = team_token_advantages(
-        role_ids=role_ids,
-        traj_index=traj_index,
-        candidate_index=torch.zeros(5, dtype=torch.long),
-        response_mask=mask,
-        old_logprobs=torch.zeros(5, 2),
-        teacher_logprobs=None,
-        leader_rewards=torch.tensor([[1.0, 0.0], [0.5, 0.5]]),
-        answerer_rewards=None,
-        config=AdvantageConfig(kl_in_reward_coef=0.0),
-    )
+    plain = team_token_advantages(**batch, config=AdvantageConfig(kl_in_reward_coef=0.0))
     assert float(plain.token_advantages[0, 0]) != float(result.token_advantages[0, 0])
 
 

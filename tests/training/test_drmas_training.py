@@ -39,3 +39,26 @@ def test_a_tiny_drmas_run_writes_its_metrics_per_role(tmp_path):
         assert f"{role}/sequences" in rows[0] and f"{role}/generated_tokens" in rows[0], role
     assert "reward/verifier" in rows[0] and "loss/total" in rows[0]
     assert "leader/sequences" not in rows[0]
+
+
+def test_the_full_config_trains_at_the_main_jobs_stage_ii_compute_from_its_pi0():
+    """configs/drmas_orchestra.yaml: the default preset's π_0, and Stage II's length, batch,
+    learning rate and loss aggregation, so Dr. MAS's row costs what MultiAgent-OPD's does."""
+    from maopd.pipeline.config import load_preset, stage_config
+    from maopd.training.base_model import base_model_dir
+
+    preset = load_preset("default")
+    pi0 = base_model_dir(preset.base_model)
+    stage2 = stage_config(preset, "stage2", "full", pi0, pi0)
+    drmas = load_config("configs/drmas_orchestra.yaml", [])
+    assert drmas.trained_workflow == "orchestra" and drmas.model.path == f"models/{pi0.name}"
+    for section, names in {
+        "": ("steps",),
+        "rollout": ("batch_size", "group_size", "max_new_tokens"),
+        "optim": ("lr", "minibatches"),
+        "ppo": ("loss_agg_mode",),
+    }.items():
+        for name in names:
+            ours = getattr(getattr(drmas, section) if section else drmas, name)
+            theirs = getattr(getattr(stage2, section) if section else stage2, name)
+            assert ours == theirs, f"{section}.{name}"
