@@ -350,7 +350,8 @@ class AdvantageConfig:
     )
 
     def __post_init__(self) -> None:
-        for role, name in self.roles.items():
+        named = {**{role: getattr(self, f"{role}_signal") for role in ROLES}, **self.role_signals}
+        for role, name in named.items():
             field = f"{role}_signal" if role in ROLES else f"role_signals.{role}"
             if name not in ADVANTAGE_ESTIMATORS:
                 raise ConfigError(f"{field}: {name!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}")
@@ -367,7 +368,7 @@ class AdvantageConfig:
         roles beyond the built-in four, ``grpo`` where it names none)."""
         built_in = {role: getattr(self, f"{role}_signal") for role in ROLES}
         registered = {role: self.role_signals.get(role, "grpo") for role in team.role_names() if role not in ROLES}
-        return {**built_in, **registered, **{r: n for r, n in self.role_signals.items() if r not in built_in}}
+        return {**built_in, **registered}
 
     def needs(self, role: str) -> Needs:
         """What ``role``'s estimator declared it needs."""

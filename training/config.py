@@ -409,7 +409,14 @@ class TrainConfig:
                 check_workflow(self.workflow)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-        min_steps = env_module(self.trained_workflow).raw_env.min_steps
+        min_steps = env_module(self.trained_workflow).raw_env.min_steps  # its roles are registered now
+        roles = workflow_roles(self.trained_workflow)
+        unknown = sorted(set(self.advantage.role_signals) - set(roles))
+        if unknown:
+            raise ConfigError(
+                f"advantage.role_signals.{unknown[0]}: the {self.trained_workflow} workflow has no such role; its "
+                f"roles are {', '.join(roles)}"
+            )
         if self.env.max_steps is not None and self.env.max_steps < min_steps:
             raise ConfigError(
                 f"env.max_steps: must be at least {min_steps} for the {self.trained_workflow} workflow, "

@@ -24,9 +24,11 @@ def test_the_config_trains_the_orchestra_with_agentwise_signals():
     assert config.teacher_roles == ()
 
 
-def test_an_unknown_workflow_is_one_line_naming_the_registered_ones():
+def test_an_unknown_workflow_or_role_is_one_line_naming_the_registered_ones():
     with pytest.raises(ValueError, match="^workflow: unknown workflow 'orchestr'; expected one of"):
         load_config(TINY, ["workflow=orchestr"])
+    with pytest.raises(ValueError, match="^advantage.role_signals.verifer: the orchestra workflow has no such role"):
+        load_config(TINY, ["advantage.role_signals={verifer: grpo}"])
 
 
 @pytest.mark.slow
