@@ -61,7 +61,9 @@ def step_tensors(
         return {}
     tensors.update(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask, response_mask=tokens.response_mask)
     for name, values in (rewards or {}).items():
-        tensors[f"rewards/{name}"] = values
+        # ``roles``: the rewards of roles a workflow registers, one tensor per role
+        for part, tensor in values.items() if isinstance(values, dict) else [(None, values)]:
+            tensors[f"rewards/{name}" if part is None else f"rewards/{name}/{part}"] = tensor
     return {name: values.detach().cpu() for name, values in tensors.items() if values is not None}
 
 
