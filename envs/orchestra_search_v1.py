@@ -71,9 +71,8 @@ from typing import Any
 from maopd.envs import prompts
 from maopd.envs import rewards as R
 from maopd.envs.policy import AgentTurn
-from maopd.envs.records import CallRecord
 from maopd.envs.roles import ANSWERER_ROLE, SEARCHER_ROLE
-from maopd.envs.search_env import SearchEnv, Turn, call_record, short_text
+from maopd.envs.search_env import SearchEnv, Turn, short_text
 from maopd.envs.team import Role, Workflow, register_role
 from maopd.envs.workflows import pettingzoo_api
 
@@ -145,10 +144,9 @@ class raw_env(SearchEnv):
             return ["verifier"]
         call = self.searcher_calls[-1]
         if call.done:
-            question = self.question.question
-            self.verdicts.append(
-                Turn("verifier", "verifier", [prompts.critic_message(question, question, call.report)])
-            )
+            question, asked = self.question.question, len(self.verdicts) + 1
+            messages = [prompts.critic_message(question, question, call.report)]
+            self.verdicts.append(Turn("verifier", "verifier", messages, call_id=f"verifier@r{asked}", wave=asked))
             return ["verifier"]
         # the call ended unreported (force_finish off): no verdict this round
         if self._round_possible():
@@ -172,7 +170,7 @@ class raw_env(SearchEnv):
 
     def _call_id(self, agent: str) -> str:
         if agent == "verifier" and self.verdicts:
-            return f"verifier@r{len(self.verdicts)}"
+            return self.verdicts[-1].call_id
         return super()._call_id(agent)
 
     def _resolve(self, actions: dict[str, Any]) -> None:
@@ -205,11 +203,8 @@ class raw_env(SearchEnv):
         failed = any(verdict.format_failed for verdict in self.verdicts)
         return {"verifier": R.FORMAT_PENALTY if failed else R.team_outcome(candidate_scores)}
 
-    def _calls(self) -> list[CallRecord]:
-        searches = [call_record(call.call_id, call.agent, "searcher", call.wave, call) for call in self.searcher_calls]
-        verdicts = [call_record(f"verifier@r{k}", "verifier", "verifier", k, v) for k, v in enumerate(self.verdicts, 1)]
-        answers = [call_record(turn.agent, turn.agent, turn.role, None, turn) for turn in self._turns()]
-        return [*searches, *verdicts, *answers]
+    def _turns(self) -> list[Turn]:
+        return [*self.verdicts, *super()._turns()]
 
 
 env, parallel_env = pettingzoo_api(raw_env)

@@ -273,6 +273,9 @@ class Turn:
     output_chars: list[int] = field(default_factory=list)  # each output's length before keep_output cut it
     input_tokens: int = 0
     output_tokens: int = 0
+    # a role called more than once per workflow names each call (``verifier@r2``) and its round
+    call_id: str | None = None
+    wave: int | None = None
 
 
 @functools.lru_cache(maxsize=4)
@@ -892,7 +895,7 @@ class SearchEnv(AECEnv):
         for call in self.searcher_calls:
             calls.append(call_record(call.call_id, call.agent, "searcher", call.wave, call))
         for turn in self._turns():
-            calls.append(call_record(turn.agent, turn.agent, turn.role, None, turn))
+            calls.append(call_record(turn.call_id or turn.agent, turn.agent, turn.role, turn.wave, turn))
         return calls
 
     def _turns(self) -> list[Turn]:
