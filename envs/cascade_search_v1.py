@@ -67,6 +67,7 @@ WORKFLOW = Workflow(
     max_steps=5,
     min_steps=2,
     description="One Searcher answers the question ReAct-style, then the Answerer answers from its report (C-MAS).",
+    system="C-MAS",
 )
 
 

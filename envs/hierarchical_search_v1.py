@@ -74,6 +74,7 @@ WORKFLOW = Workflow(
     max_steps=12,
     min_steps=5,
     description="The Leader delegates subtasks to waves of Searchers and selects reports for the Answerer (H-MAS).",
+    system="H-MAS",
 )
 
 

@@ -101,6 +101,7 @@ WORKFLOW = Workflow(
     max_steps=MAX_ROUNDS * (CALL_STEPS + 1) + 1,
     min_steps=3,  # a report, a verdict, an answer
     description="Dr. MAS's search orchestra: a Verifier routes between another Searcher call and the Answerer.",
+    system="Dr. MAS",
 )
 
 

@@ -75,6 +75,7 @@ WORKFLOW = Workflow(
     max_steps=5,
     min_steps=1,  # an answer in the first step
     description="One agent searches and answers, Search-R1-style: the baseline outside the paper's method.",
+    system="Single agent",
 )
 
 

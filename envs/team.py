@@ -77,6 +77,13 @@ class Workflow:
     max_steps: int  # the default budget in environment steps
     min_steps: int  # the least budget the program can finish in
     description: str = ""
+    # The team's name in result tables, where its untrained form is "<system> base" and its trained
+    # form "<system> + RL"; empty: the workflow's name.
+    system: str = ""
+
+    @property
+    def system_name(self) -> str:
+        return self.system or self.name
 
     @property
     def role_names(self) -> tuple[str, ...]:

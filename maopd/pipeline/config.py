@@ -39,7 +39,9 @@ VARIANT_METHODS = {
     "prompted_critic": "Prompted Critic",
 }
 STAGES = ("stage1", "stage2", "single")
-SINGLE_AGENT_BASE, SINGLE_AGENT_RL = "Single agent base", "Search-R1 (single agent + RL)"
+# A run of one of ``teams``: Stage I's layer (outcome GRPO, no Teacher) on the team's workflow.
+TEAM = "team"
+SINGLE_AGENT_RL = "Search-R1 (single agent + RL)"
 # Keys of a stage's TrainConfig that the pipeline sets itself, so a stage section may not set them.
 _PI0 = (
     "π_0 comes from base_model (set base_model.* to change it); to train one stage from a model of "
@@ -55,6 +57,7 @@ PIPELINE_KEYS = {
     "model.tiny": _PI0,
     "model.tiny_vocab_size": _PI0,
     "teacher.path": "Stage II's Teacher is Stage I's last checkpoint (<run_dir>/stage1)",
+    "workflow": "each stage trains its own workflow; another team is trained as an entry of the top-level `teams`",
 }
 
 
@@ -128,6 +131,14 @@ class PipelineConfig:
         help="The Stage II variants trained and evaluated: full, outcome_searcher_rl, base_model_teacher, "
         "no_searcher_supervision, prompted_critic.",
     )
+    teams: dict[str, dict[str, Any]] = checked(
+        default_factory=dict,
+        record_default=False,
+        help="Other registered teams (maopd.envs.workflows) trained from π_0 on their outcome (Stage I's layer, no "
+        "Teacher) and evaluated beside the paper's systems, untrained and trained: workflow name → a partial "
+        "TrainConfig laid over stages, e.g. {orchestra: {advantage: {role_signals: {verifier: grpo}}}}. Each "
+        "trains in <run_dir>/team_<workflow>.",
+    )
     eval: EvalConfig = checked(default_factory=EvalConfig, help="How every system is evaluated on held-out questions.")
     ptx_source: str = checked(
         "demonstrations",
@@ -147,8 +158,6 @@ class PipelineConfig:
         return f"; a stage setting: stages.{key}.… for every stage, or stage1/stage2/single.{key}.… for one"
 
     def __post_init__(self) -> None:
-        from maopd.training.config import TrainConfig
-
         if not self.run_dir.strip():
             raise ConfigError("run_dir: is empty; name the directory the pipeline writes to (--run-dir DIR)")
         check_fields(self)
@@ -171,12 +180,15 @@ class PipelineConfig:
                 "set base_model.critic_demos: true"
             )
         for stage in ("stages", *STAGES):
-            section = check_partial(TrainConfig, getattr(self, stage), stage)
-            for key, why in PIPELINE_KEYS.items():
-                if _has_key(section, key):
-                    raise ConfigError(f"{stage}.{key}: set by the pipeline, not by a stage section: {why}")
-            setattr(self, stage, section)
-        on_vllm = [stage for stage in STAGES if stage_settings(self, stage).get("rollout", {}).get("engine") == "vllm"]
+            setattr(self, stage, _stage_section(getattr(self, stage), stage))
+        for workflow in self.teams:
+            _check_team(workflow)
+            self.teams[workflow] = _stage_section(self.teams[workflow], f"teams.{workflow}")
+        on_vllm = [
+            stage_dir(self, stage, variant).name
+            for stage, variant in self.stage_runs()
+            if stage_settings(self, stage, variant).get("rollout", {}).get("engine") == "vllm"
+        ]
         if on_vllm and self.base_model.head_dim not in VLLM_HEAD_SIZES:
             raise ConfigError(
                 f"base_model.head_dim: π_0 is served by vLLM (rollout.engine of {', '.join(on_vllm)}), whose "
@@ -190,7 +202,9 @@ class PipelineConfig:
             except ConfigError as exc:
                 where = f" (variant {variant})" if stage == "stage2" else ""
                 key = str(exc).partition(":")[0]
-                section = "stages" if _has_key(self.stages, key) and not _has_key(getattr(self, stage), key) else stage
+                name = f"teams.{variant}" if stage == TEAM else stage
+                own = self.teams[variant] if stage == TEAM else getattr(self, stage)
+                section = "stages" if _has_key(self.stages, key) and not _has_key(own, key) else name
                 raise ConfigError(f"{section}.{exc}{where}") from None
 
     def pi0_for_seed(self, seed: int) -> SFTConfig:
@@ -207,8 +221,39 @@ class PipelineConfig:
         return dataclasses.replace(self.base_model, finetune_seed=seed)
 
     def stage_runs(self) -> list[tuple[str, str]]:
-        """(stage, variant) of every stage run, in the order the pipeline trains them."""
-        return [("stage1", "full"), *(("stage2", variant) for variant in self.variants), ("single", "full")]
+        """(stage, variant) of every stage run, in the order the pipeline trains them; a team's run
+        is (``TEAM``, its workflow)."""
+        return [
+            ("stage1", "full"),
+            *(("stage2", variant) for variant in self.variants),
+            ("single", "full"),
+            *((TEAM, workflow) for workflow in self.teams),
+        ]
+
+
+def _stage_section(section: dict[str, Any], name: str) -> dict[str, Any]:
+    """A stage section checked as a partial ``TrainConfig`` that sets none of ``PIPELINE_KEYS``."""
+    from maopd.training.config import TrainConfig
+
+    section = check_partial(TrainConfig, section, name)
+    for key, why in PIPELINE_KEYS.items():
+        if _has_key(section, key):
+            raise ConfigError(f"{name}.{key}: set by the pipeline, not by a stage section: {why}")
+    return section
+
+
+def _check_team(workflow: str) -> None:
+    """A ``teams`` entry names a registered workflow that no stage of the job trains already."""
+    from maopd.envs.workflows import workflow_names
+    from maopd.training.config import STAGE_WORKFLOWS
+
+    if workflow not in workflow_names():
+        raise ConfigError(f"teams.{workflow}: not a registered workflow; choose from {list(workflow_names())}")
+    stages = [stage for stage, trained in STAGE_WORKFLOWS.items() if trained == workflow]
+    if stages:
+        raise ConfigError(
+            f"teams.{workflow}: the job trains {workflow} already, as its {stages[0]} stage; set {stages[0]}.… instead"
+        )
 
 
 def _has_key(data: dict[str, Any], dotted: str) -> bool:
@@ -273,21 +318,48 @@ def stage_setting(override: str) -> str:
 
 def stage_dir(config: PipelineConfig, stage: str, variant: str) -> Path:
     """Where one stage run of the pipeline writes."""
-    return Path(config.run_dir) / (f"stage2_{variant}" if stage == "stage2" else stage)
+    return Path(config.run_dir) / (f"{stage}_{variant}" if stage in ("stage2", TEAM) else stage)
 
 
-def stage_settings(config: PipelineConfig, stage: str) -> dict[str, Any]:
-    """The partial ``TrainConfig`` of one stage: its section laid over the shared ``stages`` section."""
+def stage_settings(config: PipelineConfig, stage: str, variant: str = "full") -> dict[str, Any]:
+    """The partial ``TrainConfig`` of one stage run: its section (a team's: ``teams[variant]``) laid
+    over the shared ``stages`` section."""
     from maopd.training.config import deep_merge
 
-    return deep_merge(config.stages, getattr(config, stage))
+    return deep_merge(config.stages, config.teams[variant] if stage == TEAM else getattr(config, stage))
+
+
+@dataclass(frozen=True)
+class SystemNames:
+    """A team's rows in the result tables: untrained (π_0), and trained from π_0."""
+
+    base: str
+    trained: str
+
+
+def system_names(workflow: str) -> SystemNames:
+    """The rows of a registered workflow's team, named by its declaration's ``system_name``."""
+    from maopd.envs.workflows import declaration
+
+    name = declaration(workflow).system_name
+    return SystemNames(f"{name} base", f"{name} + RL")
+
+
+def run_labels(config: PipelineConfig) -> dict[str, str]:
+    """What each stage run's directory name stands for in a seed report."""
+    return {
+        "stage1": f"Stage I: {system_names('cascade').trained}",
+        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
+        "single": SINGLE_AGENT_RL,
+        **{stage_dir(config, TEAM, w).name: system_names(w).trained for w in config.teams},
+    }
 
 
 def stage_config(config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None):
     """The ``TrainConfig`` of one stage run of the pipeline."""
     from maopd.training.config import build_config
 
-    settings = stage_settings(config, stage)
+    settings = stage_settings(config, stage, variant)
     for key, value in pipeline_settings(config, stage, variant, base_model, teacher).items():
         set_dotted(settings, key, value)
     return build_config(settings)
@@ -297,16 +369,16 @@ def pipeline_settings(
     config: PipelineConfig, stage: str, variant: str, base_model: Path, teacher: Path | None
 ) -> dict[str, Any]:
     """The dotted settings of one stage run that the pipeline sets itself (``PIPELINE_KEYS``)."""
+    team = {"stage": "stage1", "variant": "full", "workflow": variant}
     pipeline = {
-        "stage": stage,
-        "variant": variant,
+        **(team if stage == TEAM else {"stage": stage, "variant": variant}),
         "seed": config.seed,
         "run_dir": str(stage_dir(config, stage, variant)),
         "model.path": str(base_model),
     }
     if teacher is not None:
         pipeline["teacher.path"] = str(teacher)
-    if needs_ptx_data(stage_settings(config, stage)):
+    if needs_ptx_data(stage_settings(config, stage, variant)):
         pipeline["ptx.data"] = str(ptx_data_path(config))
     return pipeline
 

@@ -7,12 +7,14 @@
 3. Stage II from π_0 on the hierarchy with OPD from that Teacher (and, for the ablation study,
    each Table 3 variant), and the single-agent Search-R1-style baseline from π_0 (GRPO on its
    outcome);
-4. evaluate C-MAS base, H-MAS base, C-MAS + RL, MultiAgent-OPD (plus the variants) and the single
-   agent before and after RL on the
-   held-out test split of the world: ``attempts`` independent workflows per question, one answer
+4. train each of ``teams`` (another registered team, e.g. Dr. MAS's orchestra) from π_0 on its
+   outcome;
+5. evaluate C-MAS base, H-MAS base, C-MAS + RL, MultiAgent-OPD (plus the variants), the single
+   agent and each of ``teams`` before and after RL on the held-out test split of the world:
+   ``attempts`` independent workflows per question, one answer
    candidate, temperature 0.6, top-p 0.95; the question types of the world (1-hop, 2-hop, 3-hop,
    comparison) are the "datasets" of the macro average;
-5. score with question-bootstrap CIs and paired differences, print the tables, write the plots.
+6. score with question-bootstrap CIs and paired differences, print the tables, write the plots.
 
 Every step resumes: π_0 is cached, stages resume from their checkpoints, evaluation skips finished
 records; what the run directory holds is checked against the config first
@@ -34,9 +36,8 @@ from maopd.base.json_files import write_json
 from maopd.base.machine import machine
 from maopd.base.run_dir import owning, start_over, write_record
 from maopd.pipeline.config import (
-    SINGLE_AGENT_BASE,
     SINGLE_AGENT_RL,
-    STAGES,
+    TEAM,
     VARIANT_METHODS,
     PipelineConfig,
     needs_ptx_data,
@@ -44,6 +45,7 @@ from maopd.pipeline.config import (
     stage_config,
     stage_dir,
     stage_settings,
+    system_names,
 )
 from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
 
@@ -104,14 +106,18 @@ def format_timings(timings: dict[str, float], machine: dict) -> str:
 def pipeline_comparisons(config: PipelineConfig) -> list[tuple[str, str]]:
     """The paired differences the job reports: the paper's directions, then the full method against
     each Table 3 variant."""
+    cascade, hierarchy, single = (system_names(w) for w in ("cascade", "hierarchical", "single"))
     comparisons = [
-        ("C-MAS + RL", "C-MAS base"),
-        ("MultiAgent-OPD", "H-MAS base"),
-        ("MultiAgent-OPD", "C-MAS + RL"),
+        (cascade.trained, cascade.base),
+        ("MultiAgent-OPD", hierarchy.base),
+        ("MultiAgent-OPD", cascade.trained),
         ("MultiAgent-OPD", SINGLE_AGENT_RL),
-        (SINGLE_AGENT_RL, SINGLE_AGENT_BASE),
+        (SINGLE_AGENT_RL, single.base),
     ]
-    return comparisons + [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
+    comparisons += [("MultiAgent-OPD", VARIANT_METHODS[v]) for v in config.variants if v != "full"]
+    for team in (system_names(workflow) for workflow in config.teams):
+        comparisons += [(team.trained, team.base), ("MultiAgent-OPD", team.trained)]
+    return comparisons
 
 
 def run_pipeline(config: PipelineConfig, fresh: bool = False) -> dict:
@@ -145,7 +151,10 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
 
     base_model = timed("base_model", load_or_build_base_model, config.base_model)
     # PPO-ptx without its own data trains on π_0's training data (see stage_config)
-    if any(needs_ptx_data(stage_settings(config, stage)) for stage in STAGES) and not ptx_data_path(config).is_file():
+    if (
+        any(needs_ptx_data(stage_settings(config, stage, variant)) for stage, variant in config.stage_runs())
+        and not ptx_data_path(config).is_file()
+    ):
         write_rows(timed("ptx_data", ptx_rows, config), ptx_data_path(config))
     # each stage's config was checked against what its directory holds (check_run_dir)
     stage1_run = timed("stage1", train_stage, stage_config(config, "stage1", "full", base_model, None), None, False)
@@ -161,22 +170,30 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
         for variant in config.variants
     }
     single_run = timed("single", train_stage, stage_config(config, "single", "full", base_model, None), None, False)
+    team_runs = {}
+    for workflow in config.teams:
+        team_config = stage_config(config, TEAM, workflow, base_model, None)
+        team_runs[workflow] = timed(f"team_{workflow}", train_stage, team_config, None, False)
 
     manifest = held_out_manifest(config)
     records = run_dir / "eval" / "records.jsonl"
+    cascade, hierarchy, single = (system_names(w) for w in ("cascade", "hierarchical", "single"))
     systems = [
-        ("C-MAS base", "cascade", base_model),
-        ("H-MAS base", "hierarchical", base_model),
-        ("C-MAS + RL", "cascade", teacher),
+        (cascade.base, "cascade", base_model),
+        (hierarchy.base, "hierarchical", base_model),
+        (cascade.trained, "cascade", teacher),
     ]
     systems += [(VARIANT_METHODS[v], "hierarchical", resolve_model_dir(r)) for v, r in stage2_runs.items()]
-    systems += [(SINGLE_AGENT_BASE, "single", base_model), (SINGLE_AGENT_RL, "single", resolve_model_dir(single_run))]
+    systems += [(single.base, "single", base_model), (SINGLE_AGENT_RL, "single", resolve_model_dir(single_run))]
+    for workflow, team_run in team_runs.items():
+        team = system_names(workflow)
+        systems += [(team.base, workflow, base_model), (team.trained, workflow, resolve_model_dir(team_run))]
     for method, workflow, model_dir in systems:
         timed("evaluation", evaluate, config, method, workflow, model_dir, manifest, records)
 
     comparisons = [pair for pair in pipeline_comparisons(config) if all(m in {s[0] for s in systems} for m in pair)]
     summary = score_records(load_records([records]), comparisons, run_dir / "eval")
-    for stage_run in (stage1_run, *stage2_runs.values(), single_run):
+    for stage_run in (stage1_run, *stage2_runs.values(), single_run, *team_runs.values()):
         plot_run(stage_run)
     timings["total"] = time.perf_counter() - started
     report = {
@@ -187,6 +204,7 @@ def _run_held(config: PipelineConfig, fresh: bool) -> dict:
         "stage1_run": str(stage1_run),
         "stage2_runs": {v: str(r) for v, r in stage2_runs.items()},
         "single_run": str(single_run),
+        "team_runs": {workflow: str(r) for workflow, r in team_runs.items()},
         "eval": str(run_dir / "eval"),
     }
     write_json(run_dir / "pipeline.json", report, indent=2)

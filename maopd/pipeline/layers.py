@@ -39,6 +39,7 @@ from maopd.pipeline.config import (
     DEFAULT_PRESET,
     EXPERIMENTS,
     STAGES,
+    TEAM,
     PipelineConfig,
     load_experiment,
     pipeline_settings,
@@ -50,7 +51,8 @@ from maopd.pipeline.config import (
 from maopd.training.base_model import base_model_dir
 from maopd.training.config import TrainConfig, config_layers
 
-STAGE_SECTIONS = ("stages", *STAGES)  # PipelineConfig's partial TrainConfigs, shown resolved per stage run
+# PipelineConfig's partial TrainConfigs (``teams``: one per team), shown resolved per stage run
+STAGE_SECTIONS = ("stages", *STAGES, "teams")
 DERIVED = "derived from other settings by the config's checks"
 
 
@@ -124,15 +126,22 @@ def resolve(preset: str = DEFAULT_PRESET, overrides: list[str] | None = None) ->
         for key, value in pipeline.items():
             set_dotted(own, key, value)
         layers = config_layers(own)[:3]  # the defaults, the stage's and the variant's settings
-        for section in ("stages", stage):
+        own_section = f"teams.{variant}" if stage == TEAM else stage
+        for section in ("stages", own_section):
             layers += [
-                ConfigLayer(f"{name}: {section}", current_names(TrainConfig, values.get(section) or {}))
+                ConfigLayer(f"{name}: {section}", current_names(TrainConfig, _section(values, section)))
                 for name, values in sources
             ]
         layers.append(ConfigLayer("the pipeline", own))
         resolved = to_dict(stage_config(config, stage, variant, pi0, teacher))
         settings += _settings(TrainConfig, layers, resolved, f"{stage_dir(config, stage, variant).name}.")
     return settings
+
+
+def _section(values: dict[str, Any], dotted: str) -> dict[str, Any]:
+    for part in dotted.split("."):
+        values = values.get(part) or {}
+    return values
 
 
 def matching(settings: list[Setting], key: str) -> list[Setting]:
@@ -144,5 +153,8 @@ def matching(settings: list[Setting], key: str) -> list[Setting]:
     section, _, rest = key.partition(".")
     if section not in STAGE_SECTIONS or not rest:
         return []
+    if section == "teams":  # teams.<workflow>.K is K of that team's run
+        workflow, _, rest = rest.partition(".")
+        return [s for s in settings if s.key == f"{TEAM}_{workflow}.{rest}"]
     runs = "" if section == "stages" else section
     return [s for s in settings if s.key.partition(".")[2] == rest and s.key.partition(".")[0].startswith(runs)]

@@ -9,7 +9,7 @@ from maopd.base.atomic import open_for_append
 from maopd.base.config import ConfigError, save_yaml
 from maopd.base.lock import handed_down_fds
 from maopd.base.run_dir import owning, write_record
-from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, PipelineConfig
+from maopd.pipeline.config import PipelineConfig, run_labels
 from maopd.pipeline.job import pipeline_comparisons
 from maopd.pipeline.resume import PIPELINE_RECORD, check_run_dir
 
@@ -87,13 +87,7 @@ def _run_held(config: PipelineConfig, seeds: list[int], fresh: bool) -> dict:
         log.close()
     if failed:
         raise RuntimeError(f"seed(s) {failed} failed; see {', '.join(str(logs[s]) for s in failed)}")
-    labels = {
-        "stage1": "Stage I: C-MAS + RL",
-        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
-        "single": SINGLE_AGENT_RL,
-    }
-    report = write_report(
-        [Path(c.run_dir) for c in configs.values()], pipeline_comparisons(config), run_dir / "report", labels
-    )
+    runs = [Path(c.run_dir) for c in configs.values()]
+    report = write_report(runs, pipeline_comparisons(config), run_dir / "report", run_labels(config))
     print(f"report over seeds {seeds} in {run_dir / 'report'}")
     return report

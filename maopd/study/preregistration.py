@@ -231,7 +231,8 @@ def report_configs(plan: Plan = PLAN) -> dict[str, Any]:
 
     configs = {}
     for name, variants in plan.parts:
-        resolved = to_dict(load_experiment("table3", plan.part_overrides(variants)))
+        # as a run records it: a field added since, at its default, is no change of testbed
+        resolved = to_dict(load_experiment("table3", plan.part_overrides(variants)), record=True)
         resolved.pop("run_dir", None)
         configs[name] = resolved
     return configs

@@ -407,7 +407,7 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
     """The report from saved runs (module docstring); returns ``claims.json``'s content."""
     from maopd.evaluation.score_matrix import read_matrix
     from maopd.evaluation.seed_report import seed_records, write_report
-    from maopd.pipeline.config import SINGLE_AGENT_RL, VARIANT_METHODS, load_experiment
+    from maopd.pipeline.config import load_experiment, run_labels
     from maopd.pipeline.job import pipeline_comparisons
     from maopd.study.preregistration import named_bands, testbed_components, testbed_hash
 
@@ -421,13 +421,9 @@ def build_report(runs: Path, preregistration: Path, out: Path) -> dict[str, Any]
     parts = check_saved_configs(runs, record)
     seed_dirs = [runs / f"seed_{seed}" for seed in sorted(parts)]
     every_variant = load_experiment("table3")
-    labels = {
-        "stage1": "Stage I: C-MAS + RL",
-        **{f"stage2_{v}": f"Stage II: {VARIANT_METHODS[v]}" for v in VARIANT_METHODS},
-        "single": SINGLE_AGENT_RL,
-    }
     # the seed report's pairs carry no verdict: the claims' verdicts follow their own gates (claims.md)
-    write_report(seed_dirs, pipeline_comparisons(every_variant), out, labels, window=record["plan"]["searches_window"])
+    comparisons, labels = pipeline_comparisons(every_variant), run_labels(every_variant)
+    write_report(seed_dirs, comparisons, out, labels, window=record["plan"]["searches_window"])
     matrix = read_matrix(out / "score_matrix.json")
     claims = claim_verdicts(record, matrix, searches_by_stage(seed_dirs))
     bands = named_bands("test")

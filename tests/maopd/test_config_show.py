@@ -69,7 +69,12 @@ def test_the_command_prints_the_config_and_explains_a_key(capsys):
     assert shown["run_dir"] == "runs/smoke" and shown["stage2_full"]["env"]["num_searchers"] == 2
     assert main(["config", "show", "--preset", "smoke", "--explain", "stages.steps"]) == 0
     out = capsys.readouterr().out
-    assert out.count("[set by: preset smoke (pipeline_smoke.yaml): stages]") == 3 and "help: " in out
+    assert out.count("[set by: preset smoke (pipeline_smoke.yaml): stages]") == 4 and "help: " in out  # 4 runs
+    assert shown["team_orchestra"]["workflow"] == "orchestra" and shown["team_orchestra"]["env"]["max_steps"] == 16
+    assert main(["config", "show", "--preset", "smoke", "--explain", "teams.orchestra.env.max_steps"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "team_orchestra.env.max_steps: 16    [set by: preset smoke (pipeline_smoke.yaml): teams.orchestra]"
+    )
     assert main(["config", "show", "--explain", "no.such.key"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no such setting" in err

@@ -1,6 +1,7 @@
 """The main job at smoke size: every stage runs, every output is written, and a rerun resumes."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,8 +10,16 @@ import pytest
 from maopd.base.config import ConfigError, save_yaml
 from maopd.cli import main
 from maopd.envs.synthwiki import load_default_world
-from maopd.pipeline.config import load_experiment, load_preset, ptx_data_path, stage_config, stage_settings
-from maopd.pipeline.job import held_out_manifest, ptx_rows
+from maopd.pipeline.config import (
+    TEAM,
+    load_experiment,
+    load_preset,
+    ptx_data_path,
+    run_labels,
+    stage_config,
+    stage_settings,
+)
+from maopd.pipeline.job import held_out_manifest, pipeline_comparisons, ptx_rows
 from maopd.pipeline.seeds import seed_config
 
 
@@ -93,6 +102,37 @@ def test_the_job_refuses_a_pi0_that_cannot_play_a_baseline_it_runs():
     )
 
 
+ORCHESTRA = "teams.orchestra.env={max_steps: 16, num_candidates: 1}"
+
+
+def test_a_team_of_another_paper_trains_from_pi0_on_its_outcome_beside_the_papers_teams(tmp_path):
+    config = load_preset("default", [f"run_dir={tmp_path}", ORCHESTRA, "stages.steps=7"])
+    assert config.stage_runs()[-1] == (TEAM, "orchestra")
+    team = stage_config(config, TEAM, "orchestra", Path("<π_0>"), None)
+    assert (team.trained_workflow, team.stage, team.teacher.path) == ("orchestra", "stage1", None)
+    assert (team.steps, team.env.max_steps, team.model.path) == (7, 16, "<π_0>")
+    assert team.run_dir == str(tmp_path / "team_orchestra")
+    # its rows are named by its declaration: untrained and trained, each compared as the paper's teams are
+    assert ("Dr. MAS + RL", "Dr. MAS base") in pipeline_comparisons(config)
+    assert ("MultiAgent-OPD", "Dr. MAS + RL") in pipeline_comparisons(config)
+    assert run_labels(config)["team_orchestra"] == "Dr. MAS + RL"
+    assert not any("Dr. MAS" in name for pair in pipeline_comparisons(load_preset("default")) for name in pair)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("teams.relay.steps=3", "teams.relay: not a registered workflow; choose from"),
+        ("teams.hierarchical.steps=3", "teams.hierarchical: the job trains hierarchical already, as its stage2 stage"),
+        ("teams.orchestra.workflow=cascade", "teams.orchestra.workflow: set by the pipeline"),
+        ("teams.orchestra.rollout.group_size=0", "teams.orchestra.rollout.group_size"),
+    ],
+)
+def test_a_team_entry_is_checked_with_the_job(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_preset("default", [override])
+
+
 def test_unknown_preset_is_named():
     with pytest.raises(ValueError, match="known presets"):
         load_preset("no-such-preset")
@@ -103,7 +143,7 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     assert main(["train", "--preset", "smoke", "--run-dir", str(run_dir)]) == 0
     report = json.loads((run_dir / "pipeline.json").read_text())
-    assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "single", "evaluation", "total"}
+    assert set(report["seconds"]) >= {"base_model", "stage1", "stage2_full", "single", "team_orchestra", "evaluation"}
     summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     assert set(summary["methods"]) == {
         "C-MAS base",
@@ -112,8 +152,11 @@ def test_smoke_pipeline_end_to_end(tmp_path):
         "MultiAgent-OPD",
         "Single agent base",
         "Search-R1 (single agent + RL)",
+        "Dr. MAS base",
+        "Dr. MAS + RL",
     }
     assert (run_dir / "single" / "plots" / "learning_curves.png").is_file()
+    assert (run_dir / "team_orchestra" / "plots" / "learning_curves.png").is_file()
     for name in ("tables.md", "cost_accuracy.png", "viewer.html", "records.jsonl"):
         assert (run_dir / "eval" / name).is_file()
     assert (run_dir / "stage1" / "plots" / "learning_curves.png").is_file()
