@@ -63,7 +63,6 @@ WORKFLOW = Workflow(
     name="cascade",
     env_name="cascade_search_v1",
     roles=(SEARCHER_ROLE, ANSWERER_ROLE),
-    paper_team=True,
     max_steps=5,
     min_steps=2,
     description="One Searcher answers the question ReAct-style, then the Answerer answers from its report (C-MAS).",

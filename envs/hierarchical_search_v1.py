@@ -70,7 +70,6 @@ WORKFLOW = Workflow(
     name="hierarchical",
     env_name="hierarchical_search_v1",
     roles=(LEADER_ROLE, SEARCHER_ROLE, ANSWERER_ROLE),
-    paper_team=True,
     max_steps=12,
     min_steps=5,
     description="The Leader delegates subtasks to waves of Searchers and selects reports for the Answerer (H-MAS).",

@@ -70,6 +70,7 @@ from typing import Any
 
 from maopd.envs import prompts
 from maopd.envs import rewards as R
+from maopd.envs.option.menus import MenuContext, Option
 from maopd.envs.policy import AgentTurn
 from maopd.envs.roles import ANSWERER_ROLE, SEARCHER_ROLE
 from maopd.envs.search_env import SearchEnv, Turn, short_text
@@ -92,12 +93,28 @@ def verify_by_rule(turn: AgentTurn) -> str:
     return prompts.judgement_text(bool(report) and report != prompts.NO_FACTS)
 
 
-VERIFIER_ROLE = register_role(Role(name="verifier", prompt=None, actions=("judge",), rule=verify_by_rule))
+def verifier_menu(turn: AgentTurn, context: MenuContext) -> list[Option]:
+    """The option mode's two verdicts; the hinted one is the scripted Verifier's."""
+    expert = verify_by_rule(turn)
+    return [
+        Option("judge", text, verdict, hint=text == expert)
+        for verdict, text in (("yes", prompts.judgement_text(True)), ("no", prompts.judgement_text(False)))
+    ]
+
+
+VERIFIER_ROLE = register_role(
+    Role(
+        name="verifier",
+        prompt=None,
+        actions=("judge",),
+        rule=verify_by_rule,
+        menu="maopd.envs.orchestra_search_v1:verifier_menu",
+    )
+)
 WORKFLOW = Workflow(
     name="orchestra",
     env_name="orchestra_search_v1",
     roles=(VERIFIER_ROLE, SEARCHER_ROLE, ANSWERER_ROLE),
-    paper_team=False,
     max_steps=MAX_ROUNDS * (CALL_STEPS + 1) + 1,
     min_steps=3,  # a report, a verdict, an answer
     description="Dr. MAS's search orchestra: a Verifier routes between another Searcher call and the Answerer.",

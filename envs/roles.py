@@ -20,6 +20,7 @@ LEADER_ROLE = register_role(
         "the tag.",
         actions=("delegate", "select"),
         last_turn_notice="This is your last turn: <select> the reports for the Answerer now.",
+        menu="maopd.envs.option.menus:leader_menu",
     )
 )
 SEARCHER_ROLE = register_role(
@@ -30,6 +31,7 @@ SEARCHER_ROLE = register_role(
         "facts, write a short report of them inside a <report> tag and close the tag.",
         actions=("search", "report"),
         last_turn_notice="This is your last turn: write your <report> now.",
+        menu="maopd.envs.option.menus:searcher_menu",
     )
 )
 ANSWERER_ROLE = register_role(
@@ -39,6 +41,7 @@ ANSWERER_ROLE = register_role(
         "phrase, inside an <answer> tag and close the tag.",
         actions=("answer",),
         candidates=True,
+        menu="maopd.envs.option.menus:answerer_menu",
     )
 )
 # Search-R1's instruction, in our tags.
@@ -52,8 +55,8 @@ SOLVER_ROLE = register_role(
         last_turn_notice="This is your last turn: write your <answer> now.",
     )
 )
-# The roles of the paper's teams (cascade and hierarchy). The option mode's features and the
-# credit-assignment benchmark are about these three only.
+# The roles of the paper's teams (cascade and hierarchy). The option mode's observation names these
+# three (another role's one-hot is all zeros) and the credit-assignment benchmark is about them only.
 TEAM_ROLES = (LEADER_ROLE.name, SEARCHER_ROLE.name, ANSWERER_ROLE.name)
 # Every built-in role, in registration order; roles a user registers come after them.
 ROLES = (*TEAM_ROLES, SOLVER_ROLE.name)

@@ -71,7 +71,6 @@ WORKFLOW = Workflow(
     name="single",
     env_name="single_search_v1",
     roles=(SOLVER_ROLE,),
-    paper_team=False,
     max_steps=5,
     min_steps=1,  # an answer in the first step
     description="One agent searches and answers, Search-R1-style: the baseline outside the paper's method.",

@@ -54,6 +54,10 @@ class Role:
     # policy module builds on this one): how the scripted, expert and noisy teams (``maopd.agents``)
     # play a role they were not written for. None: they cannot.
     rule: Callable[[Any], str] | None = field(default=None, compare=False)
+    # Its option-mode menu (``maopd.envs.option``), as "module:function", imported when first asked
+    # for (the option mode builds on this module): function(turn, MenuContext) -> list[Option].
+    # None: the role has no menu, and a workflow with it has no option mode.
+    menu: str | None = None
 
     def __post_init__(self) -> None:
         # an agent's role is the part of its name before the first "_" (``searcher_2``)
@@ -71,9 +75,6 @@ class Workflow:
     name: str
     env_name: str  # the PettingZoo environment's name, ``<name>_v<version>``
     roles: tuple[Role, ...]
-    # One of the paper's teams (the cascade, the hierarchy): the option mode and the credit
-    # benchmark play only these; a baseline (the single agent, another paper's team) is not one.
-    paper_team: bool
     max_steps: int  # the default budget in environment steps
     min_steps: int  # the least budget the program can finish in
     description: str = ""

@@ -58,9 +58,9 @@ def workflow_names() -> tuple[str, ...]:
     return tuple(_REGISTERED)
 
 
-def paper_team_workflows() -> tuple[str, ...]:
-    """The registered workflows that are the paper's teams (``Workflow.paper_team``), not baselines."""
-    return tuple(name for name in _REGISTERED if declaration(name).paper_team)
+def option_workflows() -> tuple[str, ...]:
+    """The registered workflows with an option mode: every role of theirs declares a menu (``Role.menu``)."""
+    return tuple(name for name in _REGISTERED if all(role.menu for role in declaration(name).roles))
 
 
 def check_workflow(workflow: str) -> str:

@@ -25,10 +25,11 @@ menus still work (entity mentions, whole-question delegation) but carry no hints
 from __future__ import annotations
 
 import functools
+import importlib
 import random
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from maopd.envs.actions import action_contents, parse_subtasks
@@ -47,6 +48,7 @@ from maopd.envs.synthwiki.grammar import (
 )
 from maopd.envs.synthwiki.knowledge import Knowledge, Step, final_answer, resolve
 from maopd.envs.synthwiki.schema import ALIAS_FACT, ATTRIBUTES, INTRO, RELATED, RELATIONS
+from maopd.envs.team import role
 
 MENU_SIZE = 8
 ITEM_FEATURES = 8
@@ -153,8 +155,18 @@ def _information_mentions(information: str) -> tuple[str, ...]:
     return _mentions(information.replace("<information>", ""))
 
 
-# ----- menus, one function per role, each reading only the role's text turn ------------------------
-def leader_menu(turn: AgentTurn, num_searchers: int) -> list[Option]:
+@dataclass(frozen=True)
+class MenuContext:
+    """What a menu may read besides the role's text turn: the team's Searcher slots, and the closed
+    book whose recalls a Searcher's menu offers as reports."""
+
+    num_searchers: int
+    book: ClosedBook | None = None
+
+
+# ----- menus, one function per role (its ``Role.menu``), each reading only the role's text turn ----
+def leader_menu(turn: AgentTurn, context: MenuContext) -> list[Option]:
+    num_searchers = context.num_searchers
     question = turn.task
     plan = parse_question(question)
     report_lines = [r for message in user_texts(turn, "Reports:") for r in parse_reports(message)]
@@ -276,10 +288,10 @@ def search_option(query: str, task: str, hint: bool, repeated: bool, from_eviden
     )
 
 
-def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Option]:
+def searcher_menu(turn: AgentTurn, context: MenuContext) -> list[Option]:
     task = turn.task
     searched = set(action_contents(turn.messages, "search"))
-    reading = searcher_reading(task, tuple(user_texts(turn, "<information>")), book)
+    reading = searcher_reading(task, tuple(user_texts(turn, "<information>")), context.book)
     expert_query = next((q for q in reading.wanted if q not in searched), None)
     menu: list[Option] = []
     if "search" in turn.allowed:
@@ -303,7 +315,7 @@ def searcher_menu(turn: AgentTurn, book: ClosedBook | None = None) -> list[Optio
     return menu + list(reading.more_reports)
 
 
-def answerer_menu(turn: AgentTurn) -> list[Option]:
+def answerer_menu(turn: AgentTurn, context: MenuContext) -> list[Option]:
     body = turn.messages[-1]["content"]
     question = turn.task
     plan = parse_question(question)
@@ -334,13 +346,9 @@ def answerer_menu(turn: AgentTurn) -> list[Option]:
 def build_menu(
     turn: AgentTurn, num_searchers: int, size: int = MENU_SIZE, salt: str = "", book: ClosedBook | None = None
 ) -> list[Option]:
-    """The role's menu, cut to ``size`` (keeping the expert's option), shuffled by a hash of the turn."""
-    if turn.role == "leader":
-        menu = leader_menu(turn, num_searchers)
-    elif turn.role == "searcher":
-        menu = searcher_menu(turn, book)
-    else:
-        menu = answerer_menu(turn)
+    """The role's menu (its ``Role.menu``), cut to ``size`` (keeping the expert's option), shuffled
+    by a hash of the turn."""
+    menu = role_menu(turn.role)(turn, MenuContext(num_searchers, book))
     unique: dict[str, Option] = {}
     for option in sorted(menu, key=lambda o: not o.hint):
         unique.setdefault(option.text, option)
@@ -348,6 +356,16 @@ def build_menu(
     key = f"{salt}|{turn.call_id}|{len(turn.messages)}|{turn.messages[-1]['content'] if turn.messages else ''}"
     random.Random(zlib.crc32(key.encode())).shuffle(menu)
     return menu
+
+
+@functools.cache
+def role_menu(name: str) -> Callable[[AgentTurn, MenuContext], list[Option]]:
+    """The menu function a registered role declares (``Role.menu``, "module:function")."""
+    declared = role(name).menu
+    if declared is None:
+        raise ValueError(f"role {name!r} has no option mode: its declaration names no menu (Role.menu)")
+    module, _, function = declared.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def expert_choice(menu: Sequence[Option]) -> int:

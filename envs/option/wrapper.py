@@ -1,7 +1,8 @@
 """Option-level action mode: each role chooses from a finite, masked menu instead of writing text.
 
 Classic MARL libraries (RLlib, small-policy credit-assignment experiments) cannot emit free text.
-``OptionWrapper`` turns either search environment into one with a ``Discrete(MENU_SIZE)`` action
+``OptionWrapper`` turns a search environment whose every role declares a menu (``Role.menu``;
+``option_workflows()``) into one with a ``Discrete(MENU_SIZE)`` action
 and a fixed-size numeric observation::
 
     {"observations": Box(OBSERVATION_SIZE), "action_mask": Box(MENU_SIZE, int8)}
@@ -72,7 +73,8 @@ from maopd.envs.roles import TEAM_ROLES
 from maopd.envs.search_env import SearchEnv
 from maopd.envs.synthwiki.closed_book import ClosedBook
 from maopd.envs.synthwiki.questions import KINDS, question_kind
-from maopd.envs.workflows import env_module, paper_team_workflows
+from maopd.envs.team import role
+from maopd.envs.workflows import env_module, option_workflows
 
 GLOBAL_FEATURES = len(TEAM_ROLES) + 5 + len(ACTION_KINDS)
 OBSERVATION_SIZE = GLOBAL_FEATURES + MENU_SIZE * ITEM_FEATURES
@@ -182,7 +184,8 @@ class OptionWrapper(BaseWrapper):
         menu = self.menu(agent)
         valid = isinstance(action, (int, np.integer)) and not isinstance(action, bool) and 0 <= action < len(menu)
         text = menu[int(action)].text if valid else ""
-        candidates = self.env.unwrapped.config.num_candidates if agent == "answerer" else 1
+        raw = self.env.unwrapped
+        candidates = raw.config.num_candidates if role(raw.role_of(agent)).candidates else 1
         return text if candidates == 1 else [text] * candidates
 
     def step(self, action: Any) -> None:
@@ -317,7 +320,7 @@ def option_env(
     flat_observation: bool = False,
     **kwargs: Any,
 ) -> OptionWrapper:
-    """An option-mode AEC environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``;
+    """An option-mode AEC environment; ``workflow`` is one of ``option_workflows()``;
     ``flat_observation``: a Box observation, the mask in ``infos`` (see the module docstring)."""
     return OptionWrapper(_raw_env(workflow, **kwargs), menu_size, hints, closed_book, flat_observation)
 
@@ -329,12 +332,15 @@ def option_parallel_env(
     flat_observation: bool = False,
     **kwargs: Any,
 ) -> OptionParallelEnv:
-    """An option-mode parallel environment; ``workflow`` is ``"cascade"`` or ``"hierarchical"``."""
+    """An option-mode parallel environment; ``workflow`` is one of ``option_workflows()``."""
     return OptionParallelEnv(_raw_env(workflow, **kwargs), menu_size, hints, flat_observation)
 
 
 def _raw_env(workflow: str, **kwargs: Any) -> SearchEnv:
-    # the option mode's menus and features are the team roles'; the single agent has none
-    if workflow not in paper_team_workflows():
-        raise ValueError(f"workflow={workflow!r} is invalid; expected one of {sorted(paper_team_workflows())}")
+    # a workflow has an option mode when each of its roles declares a menu (Role.menu)
+    if workflow not in option_workflows():
+        raise ValueError(
+            f"workflow={workflow!r} has no option mode; workflows whose every role declares a menu "
+            f"(Role.menu): {sorted(option_workflows())}"
+        )
     return env_module(workflow).env(**kwargs)

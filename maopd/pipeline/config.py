@@ -136,7 +136,7 @@ class PipelineConfig:
         record_default=False,
         help="Other registered teams (maopd.envs.workflows) trained from π_0 on their outcome (Stage I's layer, no "
         "Teacher) and evaluated beside the paper's systems, untrained and trained: workflow name → a partial "
-        "TrainConfig laid over stages, e.g. {orchestra: {advantage: {role_signals: {verifier: grpo}}}}. Each "
+        "TrainConfig laid over stages, e.g. the signals of its own roles (advantage.role_signals). Each "
         "trains in <run_dir>/team_<workflow>.",
     )
     eval: EvalConfig = checked(default_factory=EvalConfig, help="How every system is evaluated on held-out questions.")

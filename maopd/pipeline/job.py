@@ -7,7 +7,7 @@
 3. Stage II from π_0 on the hierarchy with OPD from that Teacher (and, for the ablation study,
    each Table 3 variant), and the single-agent Search-R1-style baseline from π_0 (GRPO on its
    outcome);
-4. train each of ``teams`` (another registered team, e.g. Dr. MAS's orchestra) from π_0 on its
+4. train each of ``teams`` (another registered team, e.g. another paper's) from π_0 on its
    outcome;
 5. evaluate C-MAS base, H-MAS base, C-MAS + RL, MultiAgent-OPD (plus the variants), the single
    agent and each of ``teams`` before and after RL on the held-out test split of the world:

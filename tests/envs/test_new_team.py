@@ -36,7 +36,6 @@ WORKFLOW = Workflow(
     name="relay",
     env_name="relay_search_v1",
     roles=(SEARCHER_ROLE, SUMMARIZER, ANSWERER_ROLE),
-    paper_team=False,
     max_steps=6,
     min_steps=3,
     description="A Searcher reports, a Summarizer rewrites the report, the Answerer answers from it.",

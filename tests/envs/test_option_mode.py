@@ -7,7 +7,7 @@ import pytest
 from pettingzoo.test import api_test, parallel_api_test, state_test
 
 from maopd.agents.expert_team import expert_team
-from maopd.envs import cascade_search_v1, hierarchical_search_v1
+from maopd.envs import cascade_search_v1, hierarchical_search_v1, orchestra_search_v1
 from maopd.envs.episode import run_episode
 from maopd.envs.option.menus import MENU_SIZE, expert_choice, mentions
 from maopd.envs.option.scenarios import get_scenario
@@ -19,6 +19,7 @@ from maopd.envs.option.wrapper import (
     state_names,
 )
 from maopd.envs.synthwiki.questions import KINDS, question_kind
+from maopd.envs.workflows import option_workflows
 
 TEXT_ENVS = {"cascade": cascade_search_v1, "hierarchical": hierarchical_search_v1}
 SAME_FIELDS = (
@@ -131,6 +132,22 @@ def test_menus_without_the_world_grammar_still_offer_generic_options():
 def test_pettingzoo_api(workflow):
     api_test(option_env(workflow, split="test"), num_cycles=30)
     parallel_api_test(option_parallel_env(workflow, split="test"), num_cycles=30)
+
+
+def test_a_workflow_has_an_option_mode_when_every_role_of_its_declaration_names_a_menu():
+    assert set(option_workflows()) >= {"cascade", "hierarchical", "orchestra"} and "single" not in option_workflows()
+    with pytest.raises(ValueError, match=r"workflow='single' has no option mode; workflows whose every role"):
+        option_env("single")
+    # another paper's team, its Verifier's two verdicts declared as its role's menu
+    option, text, team = option_env("orchestra", split="test"), orchestra_search_v1.env(split="test"), expert_team()
+    api_test(option, num_cycles=30)
+    parallel_api_test(option_parallel_env("orchestra", split="test"), num_cycles=30)
+    for i in range(10):
+        record, seen = play(option, lambda env, agent: expert_choice(env.menu(agent)), i)
+        reference = run_episode(text, team, options={"question_index": i})
+        assert all(getattr(record, name) == getattr(reference, name) for name in SAME_FIELDS), i
+        verdicts = [sorted(o.label for o in menu) for agent, menu, _ in seen if agent == "verifier"]
+        assert verdicts and all(labels == ["no", "yes"] for labels in verdicts)
 
 
 # ----- the global state ----------------------------------------------------------------------------

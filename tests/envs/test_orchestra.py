@@ -14,6 +14,9 @@ from maopd.base.paths import CLONE_DIR
 from maopd.envs import orchestra_search_v1
 from maopd.envs import rewards as R
 from maopd.envs.episode import run_episode
+from maopd.envs.retrieval.bm25 import BM25Retriever
+from maopd.envs.synthwiki import load_default_world
+from maopd.envs.synthwiki.demos import demonstrations
 from maopd.envs.workflows import declaration, workflow_roles
 
 NO, YES = "<judge>no</judge>", "<judge>yes</judge>"
@@ -41,7 +44,7 @@ def acting_roles(outputs: list[str], **options) -> list[str]:
 
 def test_it_is_declared_with_its_roles_and_the_judges_tag_in_its_mask():
     workflow = declaration("orchestra")
-    assert workflow_roles("orchestra") == ("verifier", "searcher", "answerer") and not workflow.paper_team
+    assert workflow_roles("orchestra") == ("verifier", "searcher", "answerer")
     assert workflow.action_kinds[-1] == "judge" and workflow.max_steps == 16
     observation = orchestra_search_v1.raw_env(split="dev")
     observation.reset(seed=0)
@@ -110,6 +113,15 @@ def test_the_scripted_and_noisy_teams_play_it(team):
         record = run_episode(env, team, seed=seed)
         assert {c.role for c in record.calls} <= {"verifier", "searcher", "answerer"}
         assert record.counters.env_steps <= env.max_steps
+
+
+def test_pi0_can_be_shown_it_every_role_included_by_the_noisy_team():
+    world = load_default_world()
+    questions = world.splits["train"][:6]
+    team = NoisyTeam(NoiseConfig(), seed=0)
+    rows = list(demonstrations("orchestra", team, BM25Retriever(world.corpus), questions, successful_only=False))
+    assert {row["role"] for row in rows} == {"verifier", "searcher", "answerer"}
+    assert all(row["workflow"] == "orchestra" and row["messages"][-1]["role"] == "assistant" for row in rows)
 
 
 def test_adding_the_orchestra_touched_its_module_and_one_registration_line():
