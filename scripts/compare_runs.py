@@ -8,8 +8,9 @@ that hold wall-clock times (``time/*``, ``*_s``, ``duration*``, ``wall*``, ``sec
 JSONL files and CSV columns, ``pipeline.json`` (the job's timings), ``eval/tables.md`` (rendered from
 the CSVs, durations included), plots, TensorBoard event files and the HTML viewer. Each run
 directory's own path is replaced by a placeholder in YAML files, so the two runs may live in
-different folders. Prints every file that differs or is missing from one side, then ``identical``
-or the count; exits 1 when anything differs, 2 when a JSON or JSONL file is damaged.
+different folders; ``.pt`` files are compared by the tensors and values they hold. Prints every
+file that differs or is missing from one side, then ``identical`` or the count; exits 1 when
+anything differs, 2 when a JSON or JSONL file is damaged.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import io
 import sys
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from maopd.base.json_files import iter_json_lines, parse_json
 
@@ -52,7 +55,20 @@ def comparable(path: Path, run_dir: Path) -> Any:
         return [[row[i] for i in keep] for row in rows]
     if path.suffix == ".yaml":
         return text.replace(str(run_dir), "<run_dir>")
+    if path.suffix == ".pt":  # by content: the archive's inner name is the writer's, not the run's
+        return plain_tensors(torch.load(path, map_location="cpu", weights_only=True))
     return path.read_bytes()
+
+
+def plain_tensors(data: Any) -> Any:
+    """``data`` with every tensor as its dtype, shape and bytes, so that ``==`` compares values."""
+    if isinstance(data, torch.Tensor):
+        return (str(data.dtype), tuple(data.shape), data.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    if isinstance(data, dict):
+        return {key: plain_tensors(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [plain_tensors(value) for value in data]
+    return data
 
 
 def compared_files(run_dir: Path) -> set[str]:

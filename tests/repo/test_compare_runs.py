@@ -66,3 +66,21 @@ def test_a_file_on_one_side_only_is_named(tmp_path):
 def test_bad_arguments_are_one_usage_line(tmp_path, capsys):
     assert compare_runs.main([str(tmp_path / "absent"), str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_torch_file_is_compared_by_what_it_holds_not_by_its_archive_name(tmp_path):
+    import io
+
+    import torch
+
+    state = {"step": 2, "moments": [torch.arange(4.0), torch.zeros(2, dtype=torch.int64)]}
+    a, b = make_run(tmp_path / "a", 1.5), make_run(tmp_path / "b", 1.5)
+    saved = "stage1/checkpoints/step_1/trainer_state.pt"
+    torch.save(state, a / saved)  # a file's archive is named after the file
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # a buffer's is "archive", as the atomic writer's are
+    (b / saved).write_bytes(buffer.getvalue())
+    assert (a / saved).read_bytes() != (b / saved).read_bytes()
+    assert compare_runs.differences(a, b) == []
+    torch.save({**state, "step": 3}, b / saved)
+    assert compare_runs.differences(a, b) == [f"differs: {saved}"]
