@@ -68,6 +68,7 @@ from maopd.training.ptx import PtxData
 from maopd.training.rollout import TeamBatch, TeamRolloutCollector, concat_batches
 from maopd.training.rollout_engine import EngineSyncError, VLLMRollout
 from maopd.training.rollout_rewards import record_rewards, rollout_metrics
+from maopd.training.run_inputs import checked_inputs, record_inputs
 from maopd.training.run_logging import MetricsLogger, truncate_metrics
 from maopd.training.sft import sft_batch
 from maopd.training.teacher import FrozenScores
@@ -602,12 +603,14 @@ class StageRun:
     """One stage run in its run directory, with everything ``maopd train`` writes there.
 
     Opening it holds the run directory (rank 0; ``maopd.base.run_dir.owning``), checks that this
-    config may run there (``check_resume``), records the config and builds the ``Trainer`` from the
-    newest checkpoint, or from ``checkpoint`` when given. Each ``step()`` trains one step and writes
-    its outputs at the config's settings: a ``metrics.jsonl`` row and TensorBoard scalars every
-    ``logging.every`` steps, sample trajectories every ``logging.sample_every``, a checkpoint every
-    ``checkpoint.every`` and at ``steps``. ``close()`` (or leaving a ``with`` block) flushes the
-    loggers and lets the directory go. ``train_stage`` and ``OPDAlgorithm`` both run a stage this way.
+    config may run there (``check_resume``) and that a resume's input files hold the content they
+    held (``maopd.training.run_inputs``), records the config and the inputs' fingerprints and builds
+    the ``Trainer`` from the newest checkpoint, or from ``checkpoint`` when given. Each ``step()``
+    trains one step and writes its outputs at the config's settings: a ``metrics.jsonl`` row and
+    TensorBoard scalars every ``logging.every`` steps, sample trajectories every
+    ``logging.sample_every``, a checkpoint every ``checkpoint.every`` and at ``steps``. ``close()``
+    (or leaving a ``with`` block) flushes the loggers and lets the directory go. ``train_stage`` and
+    ``OPDAlgorithm`` both run a stage this way.
     """
 
     def __init__(
@@ -628,8 +631,10 @@ class StageRun:
                 self._held.enter_context(owning(self.run_dir))
             checkpoint = checkpoint or latest_checkpoint(self.run_dir)
             check_resume(config, checkpoint, resume, check_config)
+            inputs = checked_inputs(config, resuming=checkpoint is not None)
             if self.main:
                 write_record(config, self.run_dir)
+                record_inputs(self.run_dir, inputs)
             self.trainer = Trainer(config, checkpoint)
             if self.main:
                 # rows after the restored step (all of them when no checkpoint survived) are logged again

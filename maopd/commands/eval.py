@@ -400,7 +400,7 @@ def _roles(args) -> dict[str, str]:
 def _made_with(args, roles: dict[str, str], sources: dict[str, str | None]) -> dict:
     """What makes ``eval run``'s records what they are, besides the seed: a resume must give the same
     (your own policies by their spec and ``sources``, the hash of the file that defines each)."""
-    from maopd.base.fingerprint import content_fingerprint
+    from maopd.base.fingerprint import input_fingerprints
     from maopd.evaluation.runner import INPUTS
 
     made_with = {
@@ -433,11 +433,7 @@ def _made_with(args, roles: dict[str, str], sources: dict[str, str | None]) -> d
         "manifest": args.manifest,
         **{name: made_with.get(name) for name in ("corpus", "retriever_config", "model")},
     }
-    made_with[INPUTS] = {
-        name: {"file": str(file), "sha256": content_fingerprint(file)}
-        for name, file in files.items()
-        if file is not None and Path(file).exists()
-    }
+    made_with[INPUTS] = input_fingerprints(files)
     return made_with
 
 

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from maopd.base.atomic import open_for_append, write_text_atomically, writing
 from maopd.base.config import checked
+from maopd.base.fingerprint import changed_input
 from maopd.base.json_files import drop_torn_last_line, iter_json_lines, json_text, parse_json, read_json_file
 from maopd.base.limits import BATCH
 from maopd.base.lock import exclusive
@@ -125,16 +126,13 @@ def check_settings(out_path: Path, method: str, made_with: Mapping[str, Any], ha
 def _refuse_changed_inputs(out_path: Path, method: str, saved: Any, wanted: dict[str, Any]) -> None:
     """``RecordError`` naming the first input whose content differs from the one recorded (a file
     rewritten in place, or moved and changed); inputs are compared by content, not by path."""
-    saved = saved if isinstance(saved, dict) else {}
-    for name, now in wanted.items():
-        before = saved.get(name) if isinstance(saved.get(name), dict) else {}
-        if before.get("sha256") != now["sha256"]:
-            was = before.get("sha256") or "no fingerprint recorded"
-            raise RecordError(
-                f"{now['file']}: the {name.replace('_', ' ')} holds other content than the one the records of "
-                f"method {method!r} in {out_path} were made with ({was} -> {now['sha256']}); restore it, or write "
-                "to another --out or --method"
-            )
+    changed = changed_input(saved, wanted)
+    if changed is not None:
+        raise RecordError(
+            f"{changed.file}: the {changed.label} holds other content than the one the records of method "
+            f"{method!r} in {out_path} were made with ({changed.was} -> {changed.now}); restore it, or write "
+            "to another --out or --method"
+        )
 
 
 def _append(path: Path, lines: Sequence[str]) -> None:
