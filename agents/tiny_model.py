@@ -24,8 +24,9 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.utils import cached_file
 
-from maopd.agents.model_files import ModelFileError, check_loaded, check_model_dir
+from maopd.agents.model_files import ModelFileError, check_cached_model, check_loaded, check_model_dir
 from maopd.agents.tokenizer import train_tokenizer
 from maopd.base.atomic import write_files_atomically
 from maopd.base.config import ConfigError, check_fields, checked, seed_field
@@ -131,8 +132,9 @@ def load_model(
     hub id (``Qwen/Qwen3-0.6B``) goes through ``from_pretrained`` and its cache: downloaded when a
     hub is reachable, read from the cache alone when the user sets the standard
     ``HF_HUB_OFFLINE=1`` or when the hub's endpoint does not answer within ``HUB_PROBE_SECONDS``.
-    A failure to get it says so in one line; a damaged local directory
-    raises ``ModelFileError`` naming the file.
+    A failure to get it says so in one line. A local directory, and a hub id's files in the cache,
+    are checked before anything is allocated (``maopd.agents.model_files``): a damaged or oversized
+    one raises ``ModelFileError`` naming the file.
     """
     path = Path(source)
     if path.exists():
@@ -153,6 +155,11 @@ def load_model(
     # an unreachable hub is found in seconds: the cache alone is read then, instead of the hub
     # client retrying a connection that cannot open
     cache_only = hub_offline() or not hub_reachable()
+    try:
+        config = cached_file(name, "config.json", local_files_only=cache_only)
+    except OSError as exc:
+        raise FileNotFoundError(hub_failure(name, exc)) from None
+    check_cached_model(name, Path(config))  # sizes within bounds, and cached weights whole, before any allocation
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=cache_only)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=cache_only)

@@ -126,6 +126,81 @@ def test_eval_run_refuses_a_model_of_200000_layers_in_one_line(saved, tmp_path):
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
 
 
+def _as_bin(model_dir: Path, edit=lambda tensors: None, shards: int = 1) -> Path:
+    """``model_dir`` with its weights as ``pytorch_model.bin`` (torch.save of the state dict, as
+    transformers wrote them before safetensors), changed by ``edit``; with ``shards`` > 1, as the
+    shards of a ``pytorch_model.bin.index.json``."""
+    tensors = load_file(model_dir / "model.safetensors")
+    edit(tensors)
+    (model_dir / "model.safetensors").unlink()
+    if shards == 1:
+        torch.save(tensors, model_dir / "pytorch_model.bin")
+        return model_dir
+    names, weight_map = sorted(tensors), {}
+    for shard in range(shards):
+        file = f"pytorch_model-{shard + 1:05d}-of-{shards:05d}.bin"
+        part = names[shard::shards]
+        torch.save({name: tensors[name] for name in part}, model_dir / file)
+        weight_map |= dict.fromkeys(part, file)
+    (model_dir / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return model_dir
+
+
+def test_bin_weights_pass_and_load(saved, tmp_path):
+    model_dir = _as_bin(_copy(saved, tmp_path))
+    check_model_dir(model_dir)
+    model, _ = load_model(model_dir)
+    assert torch.equal(model.model.norm.weight, load_file(saved / "model.safetensors")["model.norm.weight"])
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda t: t.pop("model.embed_tokens.weight"), "model.embed_tokens.weight is missing"),
+        (lambda t: t.update({k: v.to(torch.int32) for k, v in t.items()}), "is stored as I32"),
+        (
+            lambda t: t.update({"model.norm.weight": torch.ones(3)}),
+            r"model.norm.weight has shape \[3\]; config.json implies \[64\]",
+        ),
+    ],
+    ids=["missing-embeddings", "int32", "wrong-shape"],
+)
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-file", "sharded"])
+def test_bin_weights_that_are_not_the_configured_model_are_refused(saved, tmp_path, edit, named, shards):
+    model_dir = _as_bin(_copy(saved, tmp_path), edit, shards)
+    with pytest.raises(ModelFileError, match=named):
+        check_model_dir(model_dir)
+
+
+def test_a_truncated_or_missing_bin_file_is_named(saved, tmp_path):
+    (tmp_path / "truncated").mkdir()
+    (tmp_path / "sharded").mkdir()
+    model_dir = _as_bin(_copy(saved, tmp_path / "truncated"))
+    weights = model_dir / "pytorch_model.bin"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ModelFileError, match=r"pytorch_model.bin: unreadable \(.*; the weights are damaged") as refused:
+        check_model_dir(model_dir)
+    assert "\n" not in str(refused.value)
+    sharded = _as_bin(_copy(saved, tmp_path / "sharded"), shards=2)
+    (sharded / "pytorch_model-00002-of-00002.bin").unlink()
+    with pytest.raises(ModelFileError, match="pytorch_model-00002-of-00002.bin is missing"):
+        check_model_dir(sharded)
+
+
+def test_a_bin_file_that_would_run_code_is_refused_unrun(saved, tmp_path):
+    marker = tmp_path / "ran"
+
+    class Planted:
+        def __reduce__(self):
+            return (marker.write_text, ("the weights ran code",))
+
+    model_dir = _as_bin(_copy(saved, tmp_path), lambda t: t.update({"model.norm.weight": Planted()}))
+    with pytest.raises(ModelFileError, match="holds objects other than tensors, which are not loaded") as refused:
+        check_model_dir(model_dir)
+    assert not marker.exists()
+    assert "weights_only" not in str(refused.value)  # torch's advice to unpickle is not passed on
+
+
 def test_the_bounds_admit_qwen3_4b():
     """(Every config in configs/ loads within the bounds: tests/maopd/test_config_tree.py.)"""
     from maopd.agents.model_files import config_problem

@@ -1,14 +1,20 @@
 """Loading a policy model by Hugging Face hub id (through the standard cache), by model directory,
 checkpoint or run directory; and nothing of ours turns the hub off for the whole process."""
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
+from maopd.agents.model_files import ModelFileError
 from maopd.agents.tiny_model import TinyModelConfig, build_tiny_model, load_model, save_model
 from maopd.agents.tokenizer import train_tokenizer
 
@@ -89,6 +95,48 @@ def test_an_unreachable_hub_reads_the_cache_alone_without_hf_hub_offline(tmp_pat
     last = missing.stderr.strip().splitlines()[-1]
     assert last.startswith("FileNotFoundError: maopd-test/not-there: no such local directory, not in the")
     assert "cannot be reached" in last
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An offline Hugging Face cache in ``tmp_path``: huggingface_hub reads its cache folder at each
+    call from its constants (set from HF_HUB_CACHE at import), and maopd reads HF_HUB_OFFLINE at each call."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "hub"
+
+
+def _cached_config(repo: Path, **changes) -> None:
+    config = repo / "snapshots" / REVISION / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | changes))
+
+
+def test_a_cached_hub_id_loads_offline(hub_cache, tiny):
+    fill_hub_cache(hub_cache, "maopd-test/tiny-qwen3", tiny)
+    model, _ = load_model("maopd-test/tiny-qwen3")
+    assert model.config.num_hidden_layers == tiny[0].config.num_hidden_layers
+
+
+def test_a_hub_ids_config_past_a_bound_is_refused_before_any_allocation(hub_cache, tiny):
+    """The cached config.json is read and checked before the model is built; the weights are not even
+    downloaded (the cache holds the config alone)."""
+    repo = fill_hub_cache(hub_cache, "maopd-test/deep", tiny)
+    (repo / "snapshots" / REVISION / "model.safetensors").unlink()
+    _cached_config(repo, num_hidden_layers=200000)
+    start = time.perf_counter()
+    with pytest.raises(ModelFileError, match="num_hidden_layers: 200,000 is over the bound .*MAOPD_LIMIT_LAYERS"):
+        load_model("maopd-test/deep")
+    assert time.perf_counter() - start < 10  # refused, not built
+
+
+def test_a_hub_ids_cached_weights_are_checked_before_loading(hub_cache, tiny):
+    repo = fill_hub_cache(hub_cache, "maopd-test/int32", tiny)
+    weights = repo / "snapshots" / REVISION / "model.safetensors"
+    save_file({k: v.to(torch.int32) for k, v in load_file(weights).items()}, weights)
+    with pytest.raises(ModelFileError, match=f"is stored as I32.*delete {re.escape(str(repo))} from the Hugging"):
+        load_model("maopd-test/int32")
 
 
 def test_model_accepts_a_model_dir_a_checkpoint_and_a_run_dir(tmp_path, tiny):
