@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -48,7 +49,7 @@ from pathlib import Path
 
 from maopd.base.arguments import positive_int
 from maopd.base.atomic import write_text_atomically
-from maopd.base.json_files import write_json
+from maopd.base.json_files import read_json_file, write_json
 from maopd.base.raw_http import RawServer, http_answer
 from maopd.evaluation.provenance import git_commit
 from maopd.evaluation.records import MINIMAL_RECORD
@@ -1039,21 +1040,25 @@ def secret_in_failed_eval_settings(work: Path) -> Finding:
     return classify(ran, COMMAND_BOUND_S, leaked=secret_in(SECRET, ran, work))
 
 
-def _tiny_model(work: Path, edit: str = "", config: dict | None = None) -> Path:
+def _tiny_model(work: Path, edit: str = "", config: dict | None = None, as_bin: bool = False) -> Path:
     """A saved tiny model, its weights changed by ``edit`` (Python on ``tensors``) and its
-    config.json by ``config``."""
+    config.json by ``config``; with ``as_bin``, its weights saved as ``pytorch_model.bin`` instead."""
     model = work / "model"
     ran = python(
         work,
         f"""
-        import json
+        import json, os
         import torch
         from safetensors.torch import load_file, save_file
         from maopd.agents.tiny_model import build_tiny_lm, save_model
         save_model(*build_tiny_lm(["The capital of France is Paris."]), {str(model)!r})
         tensors = load_file({str(model / "model.safetensors")!r})
         {edit or "pass"}
-        save_file(tensors, {str(model / "model.safetensors")!r})
+        if {as_bin!r}:
+            os.remove({str(model / "model.safetensors")!r})
+            torch.save(tensors, {str(model / "pytorch_model.bin")!r})
+        else:
+            save_file(tensors, {str(model / "model.safetensors")!r})
         path = {str(model / "config.json")!r}
         with open(path) as handle:
             saved = json.load(handle)
@@ -1066,11 +1071,11 @@ def _tiny_model(work: Path, edit: str = "", config: dict | None = None) -> Path:
     return model
 
 
-def _model_eval(work: Path, model: Path) -> Ran:
+def _model_eval(work: Path, model: Path | str, env: dict[str, str] | None = None) -> Ran:
     world_questions(work / "manifest.jsonl", 1)
     return cli(
         work, "eval", "run", "--manifest", str(work / "manifest.jsonl"), "--attempts", "1", "--policy", "checkpoint",
-        "--model", str(model), "--max-new-tokens", "4", "--out", str(work / "r.jsonl"),
+        "--model", str(model), "--max-new-tokens", "4", "--out", str(work / "r.jsonl"), env=env,
     )  # fmt: skip
 
 
@@ -1178,6 +1183,110 @@ def huge_batch_size(work: Path) -> Finding:
     return _config_refused(work, "rollout.batch_size=1000000000000")
 
 
+# ----------------------------------------------------------------------------- inputs by content, hub ids, .bin weights
+
+HUB_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _policy(work: Path) -> Path:
+    """π_0 of the tiny config (``model.path: tiny``) saved as a model directory a run can start from."""
+    model = work / "pi0"
+    ran = python(
+        work,
+        f"""
+        from maopd.agents.tiny_model import save_model
+        from maopd.training.config import ModelConfig
+        from maopd.training.model_loading import build_tiny_policy
+        save_model(*build_tiny_policy(ModelConfig()), {str(model)!r})
+        """,
+    )
+    if ran.returncode != 0:
+        raise RuntimeError(f"could not save the tiny policy: {ran.last_line}")
+    return model
+
+
+def _rewrite_weights(work: Path, model: Path) -> None:
+    """The same tensors, names and shapes with other values: a model rewritten in place."""
+    weights = str(model / "model.safetensors")
+    ran = python(
+        work,
+        f"""
+        from safetensors.torch import load_file, save_file
+        tensors = load_file({weights!r})
+        tensors["model.norm.weight"] += 1
+        save_file(tensors, {weights!r}, metadata={{"format": "pt"}})
+        """,
+    )
+    if ran.returncode != 0:
+        raise RuntimeError(f"could not rewrite the weights: {ran.last_line}")
+
+
+def _resumed_training(work: Path, overrides: list[str], rewrite: Callable[[], None]) -> Finding:
+    """``train steps=1`` with ``overrides``, ``rewrite`` an input in place, then the resume at
+    ``steps=2``, which must be refused."""
+    run = ["train", *TINY, *overrides]
+    first = cli(work, *run, "steps=1", "--run-dir", str(work / "run"), bound_s=TRAIN_BOUND_S)
+    rewrite()
+    second = cli(work, *run, "steps=2", "--run-dir", str(work / "run"), bound_s=TRAIN_BOUND_S)
+    return classify([first, second], TRAIN_BOUND_S, wrong=accepted(second) if first.returncode == 0 else [])
+
+
+@repro(
+    "silent-wrong",
+    "the model directory of `model.path` rewritten in place between `train steps=1` and its resume at `steps=2`",
+    slow=True,
+)
+def training_model_rewritten_between_resumes(work: Path) -> Finding:
+    model = _policy(work)
+    return _resumed_training(work, [f"model.path={model}"], lambda: _rewrite_weights(work, model))
+
+
+@repro(
+    "silent-wrong",
+    "the `env.corpus` file rewritten in place between `train steps=1` and its resume at `steps=2`",
+    slow=True,
+)
+def training_corpus_rewritten_between_resumes(work: Path) -> Finding:
+    corpus = corpus_file(work / "c.jsonl", ["Paris is the capital of France.", "Berlin is in Germany."])
+
+    def rewrite() -> None:
+        corpus_file(corpus, ["Rome is the capital of France.", "Berlin is in Germany."])
+
+    return _resumed_training(work, [f"env.corpus={corpus}"], rewrite)
+
+
+def _hub_cache(work: Path, model: Path, repo_id: str) -> dict[str, str]:
+    """``model`` as hub id ``repo_id`` in a Hugging Face cache of huggingface_hub's layout, read
+    offline: the environment that points a command at it."""
+    repo = work / "hub" / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(model, repo / "snapshots" / HUB_REVISION)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(HUB_REVISION)
+    return {"HF_HUB_CACHE": str(work / "hub"), "HF_HOME": str(work / "hf_home"), "HF_HUB_OFFLINE": "1"}
+
+
+@repro("hangs", "`num_hidden_layers: 200000` in a hub id's cached config.json (`eval run --model org/name`)")
+def hub_id_200000_layers(work: Path) -> Finding:
+    env = _hub_cache(work, _tiny_model(work, config={"num_hidden_layers": 200000}), "maopd-hostile/deep")
+    return must_be_refused(_model_eval(work, "maopd-hostile/deep", env))
+
+
+@repro("silent-wrong", "`pytorch_model.bin` weights saved as int32 (`eval run --model`)")
+def bin_int32_weights(work: Path) -> Finding:
+    edit = "tensors = {k: v.to(torch.int32) for k, v in tensors.items()}"
+    return must_be_refused(_model_eval(work, _tiny_model(work, edit, as_bin=True)))
+
+
+@repro("security", "a `pytorch_model.bin` holding an object that runs code when unpickled (`eval run --model`)")
+def bin_planted_pickle(work: Path) -> Finding:
+    marker = work / "pwned"
+    plant = f'type("Bomb", (), {{"__reduce__": lambda self: (os.system, ("touch {marker}",))}})()'
+    model = _tiny_model(work, f'tensors["model.norm.weight"] = {plant}', as_bin=True)
+    ran = _model_eval(work, model)
+    leaked = ["the planted pickle ran code"] if marker.exists() else []
+    return classify(ran, COMMAND_BOUND_S, leaked=leaked, wrong=accepted(ran))
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -1205,6 +1314,19 @@ def run_all(selected: list[Repro], work: Path, jobs: int) -> list[dict]:
     return [done[item.name] for item in selected]
 
 
+def before_the_fix(row: dict) -> str:
+    """A repro's outcomes in the runs on earlier commits (``--before``): reproduced there, or not."""
+    said = []
+    for earlier in row.get("before", []):
+        outcome, commit = earlier["outcome"], earlier["commit"]
+        if outcome == "harness error":
+            said.append(f"could not run on {commit} ({earlier['detail']})")
+        else:
+            verdict = "reproduced" if outcome in FAILURES else "not reproduced"
+            said.append(f"{verdict} on {commit}: {outcome} ({earlier['detail']})")
+    return "; ".join(said) or "not run"
+
+
 def readme(report: dict) -> str:
     counts = report["counts"]
     lines = [
@@ -1216,10 +1338,21 @@ def readme(report: dict) -> str:
         "- **Outcomes** (benchmarks/hostile_inputs.py's docstring defines them): "
         + ", ".join(f"{counts.get(o, 0)} {o}" for o in (*OUTCOMES, "harness error") if counts.get(o) or o in OUTCOMES)
         + ".",
-        "",
-        "| group | repro | outcome | s | detail |",
-        "|---|---|---|---|---|",
     ]
+    before = report.get("before", [])
+    if before:
+        lines += [
+            "- **Before the fix** (`--before`): the repros run on earlier commits, each in a checkout of that commit "
+            "with its own environment, by this harness copied there (its `--only` repros), so that the old code "
+            "answers them. A repro *reproduced* there when its outcome was a failure (traceback, silent-wrong, data "
+            "loss, leak, hang):",
+            *(
+                f"  - {earlier['commit']}: `{earlier['command']}` ({earlier['machine']}), `{earlier['file']}`."
+                for earlier in before
+            ),
+        ]
+    lines += ["", "| group | repro | outcome | s | detail |" + (" before the fix |" if before else "")]
+    lines.append("|---|---|---|---|---|" + ("---|" if before else ""))
     for row in report["results"]:
         cells = [
             row["group"],
@@ -1227,9 +1360,45 @@ def readme(report: dict) -> str:
             row["outcome"],
             f"{row['seconds']:.0f}",
             row["detail"],
+            *([before_the_fix(row)] if before else []),
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def read_earlier(paths: list[Path]) -> list[dict]:
+    """The reports of ``--before``: this harness's ``hostile_inputs.json`` of runs on earlier commits."""
+    earlier = []
+    for path in paths:
+        report = read_json_file(path, ValueError, "--before report")
+        if not isinstance(report, dict) or not {"commit", "command", "machine", "results"} <= set(report):
+            raise ValueError(f"{path}: not a hostile_inputs.json of this harness")
+        shown = path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
+        earlier.append(report | {"file": str(shown)})
+    return earlier
+
+
+def add_earlier(earlier: list[dict], results: list[dict]) -> list[dict]:
+    """Each repro's outcome in the ``earlier`` runs added to its row of ``results`` (``row["before"]``);
+    returns what the report says of those runs."""
+    for report in earlier:
+        outcomes = {row["name"]: row for row in report["results"]}
+        for row in results:
+            if row["name"] in outcomes:
+                then = outcomes[row["name"]]
+                row.setdefault("before", []).append(
+                    {"commit": report["commit"], "outcome": then["outcome"], "detail": then["detail"]}
+                )
+    return [{key: report[key] for key in ("commit", "command", "machine", "file")} for report in earlier]
+
+
+def machine() -> str:
+    """The machine, and the address space a process may take when it is limited (``ulimit -v``)."""
+    described = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit != resource.RLIM_INFINITY:
+        described += f", address space limited to {limit / 2**30:.1f} GiB per process (ulimit -v)"
+    return described
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1239,22 +1408,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="skip the repros that train a model")
     parser.add_argument("--jobs", type=positive_int, default=1, help="repros run at a time (default 1)")
     parser.add_argument("--work", type=Path, help="where the repros run (default: a temporary directory, removed)")
+    parser.add_argument(
+        "--before",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="JSON",
+        help="hostile_inputs.json of runs of this harness on earlier commits: the README says whether each "
+        "repro reproduced there",
+    )
     args = parser.parse_args(argv)
     known = {item.name for item in REPROS}
     if args.only and set(args.only) - known:
         parser.error(f"--only: unknown repro(s) {sorted(set(args.only) - known)}")
     selected = [r for r in REPROS if (not args.only or r.name in args.only) and not (args.quick and r.slow)]
+    try:
+        earlier = read_earlier(args.before)
+    except ValueError as exc:
+        parser.error(f"--before: {exc}")
     work = args.work or Path(tempfile.mkdtemp(prefix="maopd-hostile-"))
     started = time.time()
     results = run_all(selected, work, args.jobs)
     counts = Counter(row["outcome"] for row in results)
+    before = add_earlier(earlier, results)
     report = {
         "command": "OMP_NUM_THREADS=1 python benchmarks/hostile_inputs.py " + " ".join(argv or sys.argv[1:]),
         "commit": git_commit(short=True),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "total_seconds": round(time.time() - started, 1),
         "counts": {o: counts.get(o, 0) for o in (*OUTCOMES, "harness error")},
         "failures": sum(counts.get(o, 0) for o in (*FAILURES, "harness error")),
+        "before": before,
         "results": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)

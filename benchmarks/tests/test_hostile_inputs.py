@@ -7,7 +7,18 @@ import json
 import pytest
 
 from benchmarks import hostile_inputs
-from benchmarks.hostile_inputs import REPROS, Ran, changed, classify, main, secret_in, snapshot
+from benchmarks.hostile_inputs import (
+    REPROS,
+    Ran,
+    add_earlier,
+    changed,
+    classify,
+    main,
+    read_earlier,
+    readme,
+    secret_in,
+    snapshot,
+)
 
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom\n'
 
@@ -52,6 +63,33 @@ def test_lost_files_and_secrets_are_found(tmp_path):
 def test_every_repro_has_a_unique_name_and_one_of_the_groups():
     assert len({r.name for r in REPROS}) == len(REPROS)
     assert {r.group for r in REPROS} == {"data loss", "security", "silent-wrong", "hangs", "tracebacks"}
+
+
+def test_the_readme_says_whether_each_repro_reproduced_on_an_earlier_commit(tmp_path):
+    earlier = {
+        "commit": "abc1234",
+        "command": "python benchmarks/hostile_inputs.py --only a b c",
+        "machine": "x86_64",
+        "results": [
+            {"name": "a", "outcome": "data loss", "detail": "victim overwritten"},
+            {"name": "b", "outcome": "clear error", "detail": "refused"},
+            {"name": "c", "outcome": "harness error", "detail": "ImportError: no such module"},
+        ],
+    }
+    (tmp_path / "before.json").write_text(json.dumps(earlier))
+    row = {"group": "g", "outcome": "clear error", "detail": "", "seconds": 1}
+    results = [row | {"name": name, "what": name} for name in ("a", "b", "c", "d")]
+    report = {"command": "c", "commit": "def5678", "machine": "m", "total_seconds": 1, "counts": {}}
+    report |= {"before": add_earlier(read_earlier([tmp_path / "before.json"]), results), "results": results}
+    rows = {line.split("`")[1]: line for line in readme(report).splitlines() if line.startswith("| g |")}
+    assert rows["a"].endswith("| reproduced on abc1234: data loss (victim overwritten) |")
+    assert rows["b"].endswith("| not reproduced on abc1234: clear error (refused) |")
+    assert rows["c"].endswith("| could not run on abc1234 (ImportError: no such module) |")
+    assert rows["d"].endswith("| not run |")
+    assert "abc1234: `python benchmarks/hostile_inputs.py --only a b c`" in readme(report)
+    (tmp_path / "other.json").write_text("[]")
+    with pytest.raises(ValueError, match="not a hostile_inputs.json"):
+        read_earlier([tmp_path / "other.json"])
 
 
 @pytest.mark.slow
