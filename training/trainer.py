@@ -631,7 +631,8 @@ class StageRun:
                 self._held.enter_context(owning(self.run_dir))
             checkpoint = checkpoint or latest_checkpoint(self.run_dir)
             check_resume(config, checkpoint, resume, check_config)
-            inputs = checked_inputs(config, resuming=checkpoint is not None)
+            if self.main or checkpoint is not None:  # every rank refuses a changed input: none waits for another
+                inputs = checked_inputs(config, resuming=checkpoint is not None)
             if self.main:
                 write_record(config, self.run_dir)
                 record_inputs(self.run_dir, inputs)
