@@ -46,18 +46,19 @@ def test_a_saved_model_passes(saved):
     load_model(saved)
 
 
-@pytest.mark.parametrize(
-    "edit, named",
-    [
-        (lambda t: t.pop("model.embed_tokens.weight"), "model.embed_tokens.weight is missing"),
-        (lambda t: t.update({k: v.to(torch.int32) for k, v in t.items()}), "is stored as I32"),
-        (
-            lambda t: t.update({"model.norm.weight": torch.ones(3)}),
-            r"model.norm.weight has shape \[3\]; config.json implies \[64\]",
-        ),
-    ],
-    ids=["missing-embeddings", "int32", "wrong-shape"],
-)
+# Weights that load without complaint from torch but are not the model config.json describes.
+WEIGHT_DEFECTS = [
+    (lambda t: t.pop("model.embed_tokens.weight"), "model.embed_tokens.weight is missing"),
+    (lambda t: t.update({k: v.to(torch.int32) for k, v in t.items()}), "is stored as I32"),
+    (
+        lambda t: t.update({"model.norm.weight": torch.ones(3)}),
+        r"model.norm.weight has shape \[3\]; config.json implies \[64\]",
+    ),
+]
+WEIGHT_DEFECT_IDS = ["missing-embeddings", "int32", "wrong-shape"]
+
+
+@pytest.mark.parametrize("edit, named", WEIGHT_DEFECTS, ids=WEIGHT_DEFECT_IDS)
 def test_weights_that_are_not_the_configured_model_are_refused(saved, tmp_path, edit, named):
     model_dir = _copy(saved, tmp_path)
     _edit_weights(model_dir, edit)
@@ -153,18 +154,7 @@ def test_bin_weights_pass_and_load(saved, tmp_path):
     assert torch.equal(model.model.norm.weight, load_file(saved / "model.safetensors")["model.norm.weight"])
 
 
-@pytest.mark.parametrize(
-    "edit, named",
-    [
-        (lambda t: t.pop("model.embed_tokens.weight"), "model.embed_tokens.weight is missing"),
-        (lambda t: t.update({k: v.to(torch.int32) for k, v in t.items()}), "is stored as I32"),
-        (
-            lambda t: t.update({"model.norm.weight": torch.ones(3)}),
-            r"model.norm.weight has shape \[3\]; config.json implies \[64\]",
-        ),
-    ],
-    ids=["missing-embeddings", "int32", "wrong-shape"],
-)
+@pytest.mark.parametrize("edit, named", WEIGHT_DEFECTS, ids=WEIGHT_DEFECT_IDS)
 @pytest.mark.parametrize("shards", [1, 2], ids=["one-file", "sharded"])
 def test_bin_weights_that_are_not_the_configured_model_are_refused(saved, tmp_path, edit, named, shards):
     model_dir = _as_bin(_copy(saved, tmp_path), edit, shards)
