@@ -202,9 +202,8 @@ class PipelineConfig:
             except ConfigError as exc:
                 where = f" (variant {variant})" if stage == "stage2" else ""
                 key = str(exc).partition(":")[0]
-                name = f"teams.{variant}" if stage == TEAM else stage
-                own = self.teams[variant] if stage == TEAM else getattr(self, stage)
-                section = "stages" if _has_key(self.stages, key) and not _has_key(own, key) else name
+                own = _has_key(own_settings(self, stage, variant), key)
+                section = "stages" if _has_key(self.stages, key) and not own else section_name(stage, variant)
                 raise ConfigError(f"{section}.{exc}{where}") from None
 
     def pi0_for_seed(self, seed: int) -> SFTConfig:
@@ -326,7 +325,18 @@ def stage_settings(config: PipelineConfig, stage: str, variant: str = "full") ->
     over the shared ``stages`` section."""
     from maopd.training.config import deep_merge
 
-    return deep_merge(config.stages, config.teams[variant] if stage == TEAM else getattr(config, stage))
+    return deep_merge(config.stages, own_settings(config, stage, variant))
+
+
+def section_name(stage: str, variant: str) -> str:
+    """The ``PipelineConfig`` section holding one stage run's own settings: its stage's, or a team's
+    ``teams.<workflow>``."""
+    return f"teams.{variant}" if stage == TEAM else stage
+
+
+def own_settings(config: PipelineConfig, stage: str, variant: str) -> dict[str, Any]:
+    """The partial ``TrainConfig`` of ``section_name(stage, variant)``."""
+    return config.teams[variant] if stage == TEAM else getattr(config, stage)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from maopd.pipeline.config import (
     load_experiment,
     pipeline_settings,
     preset_file,
+    section_name,
     stage_config,
     stage_dir,
     stage_setting,
@@ -126,8 +127,7 @@ def resolve(preset: str = DEFAULT_PRESET, overrides: list[str] | None = None) ->
         for key, value in pipeline.items():
             set_dotted(own, key, value)
         layers = config_layers(own)[:3]  # the defaults, the stage's and the variant's settings
-        own_section = f"teams.{variant}" if stage == TEAM else stage
-        for section in ("stages", own_section):
+        for section in ("stages", section_name(stage, variant)):
             layers += [
                 ConfigLayer(f"{name}: {section}", current_names(TrainConfig, _section(values, section)))
                 for name, values in sources
